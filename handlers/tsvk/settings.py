@@ -1,0 +1,258 @@
+"""The settings schema: the one contract between build time (tools/) and run time (handlers/).
+
+`tools` writes it into the archive's model-config.yaml under the `tsvk` key; the handler reads it
+back at load. Every field is validated in one pass and all problems are reported together, each
+naming the key and what is allowed, so a bad archive fails at load with a message, not a KeyError.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+SETTINGS_KEY = "tsvk"
+
+ARTIFACT_FORMATS = ("aoti", "export", "torchscript", "tensorrt", "eager")
+DEVICES = ("cpu", "cuda")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
+INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
+MODEL_SOURCES = ("torchvision", "file")
+
+DEFAULT_MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
+
+
+class SettingsError(ValueError):
+    """Raised with every problem found in a settings mapping, one per line."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("invalid tsvk settings:\n  - " + "\n  - ".join(problems))
+
+
+@dataclass(frozen=True)
+class ModelSource:
+    """Where the eager model's code comes from (needed by the `eager` format and by verification)."""
+
+    kind: str = "torchvision"  # torchvision: `builder` names a torchvision.models builder
+    builder: str = ""  # file: `file` is a .py packed in the archive, `factory` a class or function
+    file: str = ""
+    factory: str = ""
+
+
+@dataclass(frozen=True)
+class ArtifactSettings:
+    """The compiled model packed in the archive."""
+
+    file: str
+    format: str
+    device: str = "cpu"
+    precision: str = "fp32"
+    max_batch: int = 8
+    source: ModelSource = field(default_factory=ModelSource)
+
+
+@dataclass(frozen=True)
+class PreprocessSettings:
+    """How a decoded image becomes the model's input tensor; values come from the weights' metadata."""
+
+    resize: int = 256
+    crop: int = 224
+    mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
+    std: tuple[float, float, float] = (0.229, 0.224, 0.225)
+    interpolation: str = "bilinear"
+    antialias: bool = True
+    backend: str = "auto"
+    strict: bool = False
+    max_pixels: int = DEFAULT_MAX_PIXELS
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    """Per-worker behaviour. intra_op_threads=0 means: take it from the TorchServe config at load."""
+
+    topk: int = 5
+    intra_op_threads: int = 0
+    inter_op_threads: int = 1
+
+
+@dataclass(frozen=True)
+class HandlerSettings:
+    """Everything the handler needs, as packed by `tsvk archive`."""
+
+    model_name: str
+    artifact: ArtifactSettings
+    preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
+    runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    labels_file: str = "index_to_name.json"
+    schema_version: int = SCHEMA_VERSION
+    provenance: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain types only, so yaml.safe_dump can write it."""
+        return _plain(dataclasses.asdict(self))
+
+    @classmethod
+    def from_model_yaml(cls, model_yaml: Mapping[str, Any] | None) -> "HandlerSettings":
+        """Read the `tsvk` section of a model-config.yaml mapping (TorchServe's model_yaml_config)."""
+        if not model_yaml or SETTINGS_KEY not in model_yaml:
+            raise SettingsError([f"model-config.yaml has no '{SETTINGS_KEY}' section; build the archive with `tsvk archive`"])
+        return cls.from_dict(model_yaml[SETTINGS_KEY])
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> "HandlerSettings":
+        problems: list[str] = []
+        reader = _Reader(raw, SETTINGS_KEY, problems)
+        settings = _build_handler_settings(reader, problems)
+        if problems:
+            raise SettingsError(problems)
+        return settings
+
+
+def _build_handler_settings(reader: "_Reader", problems: list[str]) -> HandlerSettings | None:
+    version = reader.integer("schema_version", SCHEMA_VERSION, minimum=1)
+    if version is not None and version > SCHEMA_VERSION:
+        problems.append(f"tsvk.schema_version {version} is newer than this handler understands ({SCHEMA_VERSION})")
+    return HandlerSettings(
+        model_name=reader.text("model_name"),
+        artifact=_build_artifact(reader.section("artifact", required=True)),
+        preprocess=_build_preprocess(reader.section("preprocess")),
+        runtime=_build_runtime(reader.section("runtime")),
+        labels_file=reader.text("labels_file", "index_to_name.json"),
+        schema_version=version or SCHEMA_VERSION,
+        provenance=reader.mapping("provenance"),
+    )
+
+
+def _build_artifact(reader: "_Reader") -> ArtifactSettings:
+    source = reader.section("source")
+    kind = source.choice("kind", MODEL_SOURCES, "torchvision")
+    return ArtifactSettings(
+        file=reader.text("file"),
+        format=reader.choice("format", ARTIFACT_FORMATS),
+        device=reader.choice("device", DEVICES, "cpu"),
+        precision=reader.choice("precision", PRECISIONS, "fp32"),
+        max_batch=reader.integer("max_batch", 8, minimum=1),
+        source=ModelSource(
+            kind=kind,
+            builder=source.text("builder", "" if kind == "file" else None),
+            file=source.text("file", "" if kind == "torchvision" else None),
+            factory=source.text("factory", "" if kind == "torchvision" else None),
+        ),
+    )
+
+
+def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
+    defaults = PreprocessSettings()
+    return PreprocessSettings(
+        resize=reader.integer("resize", defaults.resize, minimum=1),
+        crop=reader.integer("crop", defaults.crop, minimum=1),
+        mean=reader.triple("mean", defaults.mean),
+        std=reader.triple("std", defaults.std, positive=True),
+        interpolation=reader.choice("interpolation", INTERPOLATIONS, defaults.interpolation),
+        antialias=reader.boolean("antialias", defaults.antialias),
+        backend=reader.choice("backend", PREPROCESS_BACKENDS, defaults.backend),
+        strict=reader.boolean("strict", defaults.strict),
+        max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
+    )
+
+
+def _build_runtime(reader: "_Reader") -> RuntimeSettings:
+    defaults = RuntimeSettings()
+    return RuntimeSettings(
+        topk=reader.integer("topk", defaults.topk, minimum=1),
+        intra_op_threads=reader.integer("intra_op_threads", defaults.intra_op_threads, minimum=0),
+        inter_op_threads=reader.integer("inter_op_threads", defaults.inter_op_threads, minimum=1),
+    )
+
+
+_REQUIRED = object()
+
+
+class _Reader:
+    """Typed access to one mapping; each failed read appends 'key must be X, got Y' to problems."""
+
+    def __init__(self, raw: Any, path: str, problems: list[str]):
+        if raw is None:
+            raw = {}
+        if not isinstance(raw, Mapping):
+            problems.append(f"{path} must be a mapping, got {type(raw).__name__}")
+            raw = {}
+        self.raw, self.path, self.problems = raw, path, problems
+
+    def _get(self, key: str, default: Any) -> Any:
+        if key in self.raw and self.raw[key] is not None:
+            return self.raw[key]
+        if default is None or default is _REQUIRED:
+            self.problems.append(f"{self.path}.{key} is required")
+            return _REQUIRED
+        return default
+
+    def _bad(self, key: str, wanted: str, value: Any) -> None:
+        self.problems.append(f"{self.path}.{key} must be {wanted}, got {value!r}")
+
+    def section(self, key: str, required: bool = False) -> "_Reader":
+        if required and key not in self.raw:
+            self.problems.append(f"{self.path}.{key} is required")
+        return _Reader(self.raw.get(key), f"{self.path}.{key}", self.problems)
+
+    def mapping(self, key: str) -> dict[str, Any]:
+        value = self.raw.get(key) or {}
+        if not isinstance(value, Mapping):
+            self._bad(key, "a mapping", value)
+            return {}
+        return dict(value)
+
+    def text(self, key: str, default: Any = None) -> str:
+        value = self._get(key, default)
+        if value is _REQUIRED:
+            return ""
+        if not isinstance(value, str):
+            self._bad(key, "a string", value)
+            return ""
+        return value
+
+    def choice(self, key: str, allowed: tuple[str, ...], default: Any = None) -> str:
+        value = self._get(key, default)
+        if value is _REQUIRED:
+            return allowed[0]
+        if value not in allowed:
+            self._bad(key, "one of " + ", ".join(allowed), value)
+            return allowed[0]
+        return value
+
+    def integer(self, key: str, default: Any = None, minimum: int | None = None) -> int:
+        value = self._get(key, default)
+        if value is _REQUIRED:
+            return minimum or 0
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
+            self._bad(key, f"an integer >= {minimum}" if minimum is not None else "an integer", value)
+            return default if isinstance(default, int) else (minimum or 0)
+        return value
+
+    def boolean(self, key: str, default: bool) -> bool:
+        value = self._get(key, default)
+        if not isinstance(value, bool):
+            self._bad(key, "true or false", value)
+            return default
+        return value
+
+    def triple(self, key: str, default: tuple[float, float, float], positive: bool = False) -> tuple[float, float, float]:
+        value = self._get(key, default)
+        numbers = isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        )
+        if not numbers or (positive and min(value) <= 0):
+            self._bad(key, "three " + ("positive " if positive else "") + "numbers (r, g, b)", value)
+            return default
+        return tuple(float(v) for v in value)  # type: ignore[return-value]
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
