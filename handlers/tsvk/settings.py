@@ -79,6 +79,17 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class ServingDefaults:
+    """What the archive suggests to `tsvk config`. Deliberately NOT TorchServe's top-level keys:
+    values there override config.properties, and the generated config must decide."""
+
+    batch_size: int = 8
+    max_batch_delay_ms: int = 50
+    workers: int = 1
+    response_timeout_s: int = 120
+
+
+@dataclass(frozen=True)
 class HandlerSettings:
     """Everything the handler needs, as packed by `tsvk archive`."""
 
@@ -86,6 +97,7 @@ class HandlerSettings:
     artifact: ArtifactSettings
     preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    serving: ServingDefaults = field(default_factory=ServingDefaults)
     labels_file: str = "index_to_name.json"
     schema_version: int = SCHEMA_VERSION
     provenance: Mapping[str, Any] = field(default_factory=dict)
@@ -120,6 +132,7 @@ def _build_handler_settings(reader: "_Reader", problems: list[str]) -> HandlerSe
         artifact=_build_artifact(reader.section("artifact", required=True)),
         preprocess=_build_preprocess(reader.section("preprocess")),
         runtime=_build_runtime(reader.section("runtime")),
+        serving=_build_serving(reader.section("serving")),
         labels_file=reader.text("labels_file", "index_to_name.json"),
         schema_version=version or SCHEMA_VERSION,
         provenance=reader.mapping("provenance"),
@@ -165,6 +178,16 @@ def _build_runtime(reader: "_Reader") -> RuntimeSettings:
         topk=reader.integer("topk", defaults.topk, minimum=1),
         intra_op_threads=reader.integer("intra_op_threads", defaults.intra_op_threads, minimum=0),
         inter_op_threads=reader.integer("inter_op_threads", defaults.inter_op_threads, minimum=1),
+    )
+
+
+def _build_serving(reader: "_Reader") -> ServingDefaults:
+    defaults = ServingDefaults()
+    return ServingDefaults(
+        batch_size=reader.integer("batch_size", defaults.batch_size, minimum=1),
+        max_batch_delay_ms=reader.integer("max_batch_delay_ms", defaults.max_batch_delay_ms, minimum=0),
+        workers=reader.integer("workers", defaults.workers, minimum=1),
+        response_timeout_s=reader.integer("response_timeout_s", defaults.response_timeout_s, minimum=1),
     )
 
 

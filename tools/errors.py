@@ -1,0 +1,5 @@
+"""The one error type the CLI turns into a clean message and exit status 2 (no traceback)."""
+
+
+class UsageError(Exception):
+    """A bad argument or a precondition the user can fix; the message says what is allowed."""

@@ -1,0 +1,279 @@
+"""Thread-tuned TorchServe config.properties: the toolkit's central promise.
+
+TorchServe's defaults start one worker per vCPU and let every worker use every core, so on a small box
+the workers fight over the same cores. Here the plan is explicit: workers x threads never exceeds the
+vCPUs, batches are sized to what each archive was compiled for, and the admin surfaces stay on
+localhost. Every property is written with a one-line comment saying why it has its value.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tsvk.cpus import detect_vcpus
+from tsvk.threads import THREADS_KEY_PREFIX
+
+from .archive_info import list_archives, read_archive_settings
+from .errors import UsageError
+from .fsutil import write_text_atomic
+
+MODEL_VERSION = "1.0"  # every tsvk archive is built with this version (see archive.py)
+DEFAULT_BATCH = 8
+DEFAULT_MAX_BATCH_DELAY_MS = 50
+DEFAULT_RESPONSE_TIMEOUT_S = 120
+
+
+@dataclass(frozen=True)
+class ServingRequest:
+    """What the user asked for; None means: decide from the machine and the archives."""
+
+    vcpus: int | None = None
+    workers: int | None = None
+    gpus: int | None = None
+    batch: int | None = None
+    max_batch_delay_ms: int | None = None
+    response_timeout_s: int | None = None
+    models: tuple[str, ...] | None = None
+    model_store: Path = Path("model_store")
+    archive_check: bool = True
+    auth: bool = True
+    concurrency: int = 64
+    core_pinning: bool = False
+    max_request_mb: int = 16
+    inference_address: str = "http://0.0.0.0:8080"
+    management_address: str = "http://127.0.0.1:8081"
+    metrics_address: str = "http://127.0.0.1:8082"
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    name: str
+    workers: int
+    batch: int
+    max_batch_delay_ms: int
+    response_timeout_s: int
+    intra_op_threads: int
+    inter_op_threads: int = 1
+
+
+@dataclass(frozen=True)
+class ServingPlan:
+    request: ServingRequest
+    vcpus: int
+    gpus: int
+    models: tuple[ModelPlan, ...] = field(default_factory=tuple)
+
+    @property
+    def total_workers(self) -> int:
+        return sum(m.workers for m in self.models)
+
+
+def plan_serving(request: ServingRequest) -> ServingPlan:
+    """Validate the request against the machine and the archives; every problem is reported at once."""
+    problems = _check_counts(request)
+    if problems:
+        raise UsageError("; ".join(problems))
+    vcpus = request.vcpus or detect_vcpus()
+    gpus = request.gpus if request.gpus is not None else _detect_gpus()
+    names, suggested = _resolve_models(request)
+    workers = _workers_per_model(request, gpus)
+    models = [_plan_model(name, request, suggested.get(name), workers, problems) for name in names]
+    total = sum(m.workers for m in models)
+    if total > vcpus:
+        problems.append(
+            f"WORKERS x models = {total} exceeds VCPUS = {vcpus}; each worker needs at least one vCPU, "
+            f"so use WORKERS <= {max(1, vcpus // max(1, len(models)))}"
+        )
+    if problems:
+        raise UsageError("; ".join(problems))
+    threads = max(1, vcpus // max(1, total))
+    return ServingPlan(request, vcpus, gpus, tuple(_with_threads(m, threads) for m in models))
+
+
+def write_config(request: ServingRequest, output: Path) -> ServingPlan:
+    plan = plan_serving(request)
+    write_text_atomic(Path(output), render_properties(plan))
+    return plan
+
+
+def _workers_per_model(request: ServingRequest, gpus: int) -> int | None:
+    """Asked-for workers; else one per GPU; else None, meaning: what each archive suggests."""
+    if request.workers:
+        return request.workers
+    return gpus or None
+
+
+def _check_counts(request: ServingRequest) -> list[str]:
+    problems = []
+    for name in ("vcpus", "workers", "gpus", "batch", "max_batch_delay_ms", "response_timeout_s", "concurrency", "max_request_mb"):
+        value = getattr(request, name)
+        minimum = 0 if name in ("gpus", "max_batch_delay_ms") else 1
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
+            problems.append(f"{name.upper()} must be an integer >= {minimum}, got {value!r}")
+    if request.vcpus and request.workers and request.workers > request.vcpus:
+        problems.append(f"WORKERS ({request.workers}) must not exceed VCPUS ({request.vcpus})")
+    for name in ("inference_address", "management_address", "metrics_address"):
+        if not re.fullmatch(r"https?://[^\s/:]+:\d{1,5}", getattr(request, name)):
+            problems.append(f"{name} must look like http://HOST:PORT, got {getattr(request, name)!r}")
+    return problems
+
+
+def _resolve_models(request: ServingRequest) -> tuple[list[str], dict]:
+    """Model names to serve and, when archives are checked, each archive's settings."""
+    if not request.archive_check:
+        if not request.models:
+            raise UsageError("MODELS must name the models when archives are not checked (--no-archive-check)")
+        return list(request.models), {}
+    available = list_archives(request.model_store)
+    if not available:
+        raise UsageError(f"no .mar archives in {request.model_store}; build one with `make archive MODEL=resnet18`")
+    names = list(request.models) if request.models else list(available)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise UsageError("; ".join(_unknown_model_message(n, available, request.model_store) for n in unknown))
+    return names, {n: read_archive_settings(available[n]) for n in names}
+
+
+def _unknown_model_message(name: str, available: dict, store: Path) -> str:
+    close = difflib.get_close_matches(name, list(available), n=3)
+    hint = f"; did you mean {', '.join(close)}?" if close else ""
+    return f"unknown model {name!r}: no {name}.mar in {store} (available: {', '.join(available)}){hint}"
+
+
+def _plan_model(name, request: ServingRequest, settings, workers, problems: list[str]) -> ModelPlan:
+    serving = settings.serving if settings else None
+    batch = request.batch or (serving.batch_size if serving else DEFAULT_BATCH)
+    if settings and batch > settings.artifact.max_batch:
+        problems.append(
+            f"BATCH {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "
+            f"use BATCH <= {settings.artifact.max_batch} or rebuild it with MAX_BATCH={batch}"
+        )
+    return ModelPlan(
+        name=name,
+        workers=workers or (serving.workers if serving else 1),
+        batch=batch,
+        max_batch_delay_ms=_first(request.max_batch_delay_ms, serving and serving.max_batch_delay_ms, DEFAULT_MAX_BATCH_DELAY_MS),
+        response_timeout_s=_first(request.response_timeout_s, serving and serving.response_timeout_s, DEFAULT_RESPONSE_TIMEOUT_S),
+        intra_op_threads=1,
+    )
+
+
+def _with_threads(model: ModelPlan, threads: int) -> ModelPlan:
+    return ModelPlan(**{**model.__dict__, "intra_op_threads": threads})
+
+
+def _first(*values):
+    return next(v for v in values if v is not None and v is not False)
+
+
+def _detect_gpus() -> int:
+    try:
+        import torch
+
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except Exception:  # a broken CUDA install means: plan for the CPU
+        return 0
+
+
+def render_properties(plan: ServingPlan) -> str:
+    """The config.properties text: deterministic, one `# why` comment above every property."""
+    lines = ["# Generated by `tsvk config`; edit the command, not this file.", f"# Plan: {_summary(plan)}", ""]
+    for why, key, value in _properties(plan):
+        lines += [f"# {why}", f"{key}={value}"]
+    return "\n".join(lines) + "\n"
+
+
+def _summary(plan: ServingPlan) -> str:
+    per_model = ", ".join(f"{m.name}: {m.workers} worker(s) x {m.intra_op_threads} thread(s), batch {m.batch}" for m in plan.models)
+    return f"{plan.vcpus} vCPUs, {plan.gpus} GPU(s); {per_model}"
+
+
+def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    return _network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _pinning(plan)
+
+
+def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    r = plan.request
+    return [
+        ("predictions are the public API: listen on every interface", "inference_address", r.inference_address),
+        ("model management stays on localhost unless deliberately exposed", "management_address", r.management_address),
+        ("metrics stay on localhost unless a scraper outside the host needs them", "metrics_address", r.metrics_address),
+        ("Prometheus text format on /metrics, including the handler's own metrics", "metrics_mode", "prometheus"),
+        ("handler metrics (preprocess/inference ms, batch size) are published without a metrics yaml", "model_metrics_auto_detect", "true"),
+        (f"photos up to {r.max_request_mb} MiB (TorchServe's default 6.5 MiB rejects large phone JPEGs)", "max_request_size", str(r.max_request_mb * 1024 * 1024)),
+    ]
+
+
+def _security(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    r = plan.request
+    store = Path(r.model_store).resolve() if r.archive_check else Path(r.model_store)
+    auth = ("token authorization on: TorchServe writes key_file.json at start; send 'Authorization: Bearer <inference key>'",
+            "disable_token_authorization", "false")
+    if not r.auth:
+        auth = ("token authorization off (AUTH=off): protect the ports another way (network policy, private network)",
+                "disable_token_authorization", "true")
+    return [
+        auth,
+        ("the model-registration API is off: only the archives named below are ever served", "enable_model_api", "false"),
+        ("archives may only come from the model store, never from a URL", "allowed_urls", f"file://{re.escape(str(store))}/.*"),
+        ("TS_* environment variables cannot silently override this file", "enable_envvars_config", "false"),
+    ]
+
+
+def _capacity(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    r = plan.request
+    netty = max(1, min(4, plan.vcpus // 2))
+    client = max(1, min(4, plan.total_workers))
+    queue = max(100, 2 * r.concurrency)
+    lines = [
+        ("the model store holding the archives", "model_store", str(Path(r.model_store).resolve() if r.archive_check else r.model_store)),
+        ("HTTP I/O threads: request parsing is cheap, so few threads leave the cores to torch", "number_of_netty_threads", str(netty)),
+        ("frontend-to-worker I/O threads: one per worker, at most 4", "netty_client_threads", str(client)),
+        (f"room for {r.concurrency} concurrent clients twice over before TorchServe answers 503", "job_queue_size", str(queue)),
+        ("workers for any model registered without its own entry below", "default_workers_per_model", str(plan.models[0].workers if plan.models else 1)),
+        ("seconds a request may wait for its worker", "default_response_timeout", str(max(m.response_timeout_s for m in plan.models))),
+    ]
+    gpus = plan.gpus
+    gpu_why = "no GPU: workers run on the CPU" if gpus == 0 else (
+        f"{gpus} GPU(s); TorchServe assigns each model's workers round-robin, "
+        f"{', '.join(f'{m.name} {m.workers / gpus:g} per GPU' for m in plan.models)}")
+    lines.append((gpu_why, "number_of_gpu", str(gpus)))
+    return lines
+
+
+def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    entries = {
+        m.name: {MODEL_VERSION: {
+            "defaultVersion": True, "marName": f"{m.name}.mar", "minWorkers": m.workers, "maxWorkers": m.workers,
+            "batchSize": m.batch, "maxBatchDelay": m.max_batch_delay_ms, "responseTimeout": m.response_timeout_s,
+        }}
+        for m in plan.models
+    }
+    return [
+        ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),
+        ("fixed worker counts (min = max: no scaling surprises), batch size within each archive's compiled max batch",
+         "models", json.dumps(entries, sort_keys=True, separators=(",", ":"))),
+    ]
+
+
+def _threads(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    return [
+        (f"{m.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {m.intra_op_threads} torch thread(s) per worker, "
+         "read by the tsvk handler at load", f"{THREADS_KEY_PREFIX}{m.name}", f"{m.intra_op_threads},{m.inter_op_threads}")
+        for m in plan.models
+    ]
+
+
+def _pinning(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    if not plan.request.core_pinning:
+        return []
+    threads = plan.models[0].intra_op_threads
+    return [
+        ("pin each worker to its own cores with torch.backends.xeon.run_cpu (one instance per worker)", "cpu_launcher_enable", "true"),
+        (f"{threads} core(s) per instance; taskset instead of numactl, which slim images lack",
+         "cpu_launcher_args", f"--ncores-per-instance {threads} --disable-numactl"),
+    ]
