@@ -47,6 +47,26 @@ def on_off(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"must be on or off, got {text!r}")
 
 
+def triple(text: str) -> tuple[float, float, float]:
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) != 3:
+        raise argparse.ArgumentTypeError(f"must be three comma-separated numbers r,g,b, got {text!r}")
+    return values  # type: ignore[return-value]
+
+
+def tolerance(text: str):
+    from .verify import Tolerance
+
+    try:
+        atol, rtol, top1 = (float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be atol,rtol,min_top1 (e.g. 1e-3,1e-3,1.0), got {text!r}") from None
+    return Tolerance(atol, rtol, top1)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsvk", description="TorchServe Vision Kit: compile, archive, configure, serve, benchmark.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -90,7 +110,152 @@ def cmd_config(args: argparse.Namespace) -> int:
     return 0
 
 
-_REGISTRARS = [_register_config]
+def _add_build_arguments(p: argparse.ArgumentParser) -> None:
+    from .backends import BACKENDS
+
+    p.add_argument("--model", required=True, help="a torchvision classification builder (resnet152, ...) or, with --model-file, your archive name")
+    p.add_argument("--backend", default="aoti", choices=list(BACKENDS), help="compile backend (default aoti)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"])
+    p.add_argument("--max-batch", type=positive_int, default=8, help="largest batch the artifact accepts (dynamic 1..N)")
+    p.add_argument("--weights", default="DEFAULT", help="DEFAULT (torchvision pretrained), none (random), or a state_dict path")
+    p.add_argument("--model-file", type=Path, help="your model's .py file")
+    p.add_argument("--model-factory", help="class or zero-argument function in --model-file that builds the model")
+    p.add_argument("--resize", type=positive_int, help="custom model: shorter side before the crop")
+    p.add_argument("--crop", type=positive_int, help="custom model: square center crop")
+    p.add_argument("--mean", type=triple, help="custom model: normalisation mean r,g,b")
+    p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
+    p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
+    p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision)")
+    p.add_argument("--batch", type=positive_int, default=8, help="suggested serving batch size (tsvk config may change it)")
+    p.add_argument("--max-batch-delay", type=non_negative_int, default=50, dest="max_batch_delay_ms")
+    p.add_argument("--workers", type=positive_int, default=1, help="suggested workers per model")
+    p.add_argument("--topk", type=positive_int, default=5)
+
+
+def build_request(args: argparse.Namespace):
+    from tsvk.settings import ServingDefaults
+
+    from .build import BuildRequest
+    from .models import CustomModel
+
+    custom_only = [n for n in ("model_factory", "resize", "crop", "mean", "std", "labels") if getattr(args, n) is not None]
+    if args.model_file is None and custom_only:
+        raise UsageError(f"--{custom_only[0].replace('_', '-')} applies to custom models only; add --model-file")
+    custom = None
+    if args.model_file is not None:
+        custom = CustomModel(args.model_file, args.model_factory or "", args.resize, args.crop, args.mean, args.std, args.labels)
+    serving = ServingDefaults(batch_size=min(args.batch, args.max_batch), max_batch_delay_ms=args.max_batch_delay_ms, workers=args.workers)
+    return BuildRequest(
+        model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
+        weights=args.weights, custom=custom, tolerance=args.tolerance, serving=serving, topk=args.topk,
+    )
+
+
+def _register_archive(commands) -> None:
+    p = commands.add_parser("archive", help="compile, verify and pack a self-contained .mar")
+    _add_build_arguments(p)
+    p.add_argument("--model-store", type=Path, default=Path("model_store"))
+    p.add_argument("--force", action="store_true", help="replace an existing archive")
+    p.set_defaults(func=cmd_archive)
+
+
+def cmd_archive(args: argparse.Namespace) -> int:
+    from .archive import build_archive
+
+    path, result = build_archive(build_request(args), args.model_store, force=args.force)
+    size_mb = path.stat().st_size / 2**20
+    print(f"wrote {path} ({size_mb:.1f} MiB) in {result.seconds:.1f} s")
+    if result.settings.provenance["weights"].get("random"):
+        print("NOTE: random weights (WEIGHTS=none): predictions from this archive are meaningless")
+    return 0
+
+
+def _register_compile(commands) -> None:
+    p = commands.add_parser("compile", help="compile and verify a model without packing it")
+    _add_build_arguments(p)
+    p.add_argument("--output-dir", type=Path, default=Path("build"), help="writes <output-dir>/<model>/ (artifact + report.json)")
+    p.set_defaults(func=cmd_compile)
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    import json
+    import shutil
+
+    from .build import build
+    from .fsutil import scratch_dir
+
+    out = args.output_dir / args.model
+    with scratch_dir(args.output_dir, f".{args.model}.compile-") as work:
+        result = build(build_request(args), work)
+        (work / "report.json").write_text(json.dumps(result.settings.to_dict(), indent=2))
+        shutil.rmtree(out, ignore_errors=True)
+        work.rename(out)
+        work.mkdir()  # scratch_dir removes it again
+    print(f"wrote {out}/{result.artifact.name} and report.json in {result.seconds:.1f} s")
+    return 0
+
+
+DEFAULT_RUN_DIR = Path(".tsvk/run")
+
+
+def _register_serve(commands) -> None:
+    p = commands.add_parser("serve", help="start TorchServe on a generated config and wait until every model is ready")
+    p.add_argument("--config", type=Path, default=Path("configs/generated.properties"))
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="working dir, logs and key file of this TorchServe")
+    p.add_argument("--timeout", type=positive_int, default=600, help="seconds to wait for the models")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    from .server import start_torchserve
+
+    run = start_torchserve(args.config, args.run_dir)
+    try:
+        run.wait_ready(timeout=args.timeout)
+    except UsageError:
+        run.stop()
+        raise
+    print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
+    if run.keys():
+        print(f"token auth is on: send 'Authorization: Bearer <inference key>' (key in {args.run_dir / 'key_file.json'})")
+    return 0
+
+
+def _register_stop(commands) -> None:
+    p = commands.add_parser("stop", help="stop the TorchServe that `tsvk serve` started (and no other)")
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.set_defaults(func=cmd_stop)
+
+
+def cmd_stop(args: argparse.Namespace) -> int:
+    from .server import find_running
+
+    run = find_running(args.run_dir)
+    if run is None:
+        print(f"no TorchServe started from {args.run_dir} is running")
+        return 0
+    run.stop()
+    print(f"stopped TorchServe (pid {run.pid})")
+    return 0
+
+
+def _register_predict(commands) -> None:
+    p = commands.add_parser("predict", help="classify an image with the running TorchServe")
+    p.add_argument("--image", default="skimage:chelsea", help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
+    p.add_argument("--model", help="model name (default: the first in the running config)")
+    p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .predict import predict
+
+    print(predict(args.run_dir, args.image, args.model))
+    return 0
+
+
+_REGISTRARS = [_register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict]
 
 
 def main(argv: list[str] | None = None) -> int:

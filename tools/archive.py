@@ -1,0 +1,87 @@
+"""Pack a verified build into a self-contained .mar: artifact, handler, its package, labels, settings.
+
+The archive carries everything the worker imports, so it loads in a TorchServe whose Python has only
+torch, torchvision and TorchServe. It is written beside the target and renamed into place, so a failed
+build never leaves a half-written archive, and an existing one is replaced only when asked.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+import tsvk
+from tsvk.settings import SETTINGS_KEY
+
+from .archive_info import MODEL_CONFIG_NAME
+from .build import BuildRequest, BuildResult, build
+from .errors import UsageError
+from .fsutil import atomic_path, scratch_dir
+from .serving_config import MODEL_VERSION
+
+HANDLER_FILE = "image_classifier.py"
+LABELS_FILE = "index_to_name.json"
+
+
+def handler_sources() -> tuple[Path, Path]:
+    """The thin handler module and the run-time package it imports, from this checkout."""
+    package = Path(tsvk.__file__).resolve().parent
+    handler = package.parent / HANDLER_FILE
+    if not handler.is_file():
+        raise UsageError(f"handler {handler} not found: run tsvk from a checkout of the toolkit (pip install -e .)")
+    return handler, package
+
+
+def build_archive(request: BuildRequest, model_store: Path, force: bool = False) -> tuple[Path, BuildResult]:
+    """Compile, verify and pack `model_store/<model>.mar`; nothing is written unless all of it succeeds."""
+    target = Path(model_store) / f"{request.model}.mar"
+    if target.exists() and not force:
+        raise UsageError(f"{target} already exists; pass FORCE=1 (--force) to replace it")
+    handler, package = handler_sources()
+    with scratch_dir(model_store, f".{request.model}.build-") as work:
+        (work / "artifact").mkdir()
+        result = build(request, work / "artifact")
+        stage = _stage(work / "stage", result, handler, package, request)
+        with atomic_path(target, force=force) as tmp_mar:
+            _run_model_archiver(request.model, result.artifact, handler, stage, work / "export")
+            shutil.move(str(work / "export" / f"{request.model}.mar"), tmp_mar)
+    return target, result
+
+
+def _stage(stage: Path, result: BuildResult, handler: Path, package: Path, request: BuildRequest) -> Path:
+    """The extra files: the run-time package, the labels, the settings, and the model code when needed."""
+    extra = stage / "extra"
+    shutil.copytree(package, extra / package.name, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    if result.resolved.labels:
+        labels = {str(i): name for i, name in enumerate(result.resolved.labels)}
+        (extra / LABELS_FILE).write_text(json.dumps(labels, indent=0))
+    if request.custom is not None:
+        shutil.copy2(request.custom.file, extra / request.custom.file.name)
+    (stage / MODEL_CONFIG_NAME).write_text(model_config_yaml(result))
+    return stage
+
+
+def model_config_yaml(result: BuildResult) -> str:
+    """Only the `tsvk` section: TorchServe's own keys here would override the generated config."""
+    header = ("# Written by `tsvk archive`. Batch size and workers are decided by `tsvk config`\n"
+              "# (config.properties); tsvk.serving only holds this archive's suggestions.\n")
+    return header + yaml.safe_dump({SETTINGS_KEY: result.settings.to_dict()}, sort_keys=False)
+
+
+def _run_model_archiver(name: str, artifact: Path, handler: Path, stage: Path, export: Path) -> None:
+    export.mkdir()
+    command = [
+        sys.executable, "-m", "model_archiver.model_packaging",
+        "--model-name", name, "--version", MODEL_VERSION,
+        "--serialized-file", str(artifact), "--handler", str(handler),
+        "--extra-files", str(stage / "extra"), "--config-file", str(stage / MODEL_CONFIG_NAME),
+        "--export-path", str(export), "--archive-format", "default",
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UsageError(f"torch-model-archiver failed ({done.returncode}): {done.stderr.strip() or done.stdout.strip()}")

@@ -1,0 +1,55 @@
+"""What every compile backend shares: the target it compiles for and the example inputs it traces with."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "float32"}
+
+
+@dataclass(frozen=True)
+class CompileTarget:
+    device: str  # cpu | cuda
+    precision: str  # fp32 | fp16 | bf16 | int8
+    max_batch: int
+    crop: int
+
+    @property
+    def input_dtype(self):
+        import torch
+
+        return getattr(torch, INPUT_DTYPES[self.precision])
+
+    def example(self, batch: int, seed: int = 0):
+        """A deterministic normalized-image-like batch on the target device and dtype."""
+        import torch
+
+        generator = torch.Generator().manual_seed(seed)
+        x = torch.randn(batch, 3, self.crop, self.crop, generator=generator)
+        return x.to(device=self.device, dtype=self.input_dtype)
+
+    def trace_batch(self) -> int:
+        """Trace with a batch > 1 so export does not specialise the batch dimension to 1."""
+        return min(2, self.max_batch) if self.max_batch > 1 else 1
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A compile backend: where it runs, what it writes, how the artifact is loaded back."""
+
+    name: str
+    file_name: str
+    precisions: dict[str, tuple[str, ...]]  # device -> supported precisions
+    compile: Callable[[Any, CompileTarget, Path], None]  # (eager model on target, target, artifact path)
+    load: Callable[..., Callable]  # (artifact path, device, template eager model) -> callable(batch) -> logits
+    summary: str
+
+
+def prepare_model(model, target: CompileTarget):
+    """The eager model moved to the target device and precision (int8 quantizes later, from fp32)."""
+    model = model.to(target.device)
+    if target.precision in ("fp16", "bf16"):
+        model = model.to(target.input_dtype)
+    return model.eval()

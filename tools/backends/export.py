@@ -1,0 +1,39 @@
+"""torch.export ExportedProgram with a dynamic batch dimension 1..max_batch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from .base import Backend, CompileTarget
+
+
+def export_program(model, target: CompileTarget):
+    import torch
+
+    example = target.example(target.trace_batch())
+    if target.max_batch == 1:
+        return torch.export.export(model, (example,))
+    batch = torch.export.Dim("batch", min=1, max=target.max_batch)
+    return torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+
+
+def compile_export(model, target: CompileTarget, artifact: Path) -> None:
+    import torch
+
+    torch.export.save(export_program(model, target), str(artifact))
+
+
+def load_export(artifact: Path, device: str, template=None):
+    import torch
+
+    return torch.export.load(str(artifact)).module()
+
+
+BACKEND = Backend(
+    name="export",
+    file_name="model.pt2",
+    precisions={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")},
+    compile=compile_export,
+    load=load_export,
+    summary="torch.export ExportedProgram (portable, runs eagerly)",
+)

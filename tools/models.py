@@ -1,0 +1,240 @@
+"""Resolve what the user named into an eager model, its preprocessing and its labels.
+
+For torchvision models, preprocessing and labels come from the weights' own metadata (ResNet-50's V2
+weights resize to 232, not 256): nothing is hard-coded. Metadata needs no download, so it is used even
+when the weights themselves are random.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tsvk.settings import INTERPOLATIONS, ModelSource, PreprocessSettings
+
+from .errors import UsageError
+
+WEIGHTS_DEFAULT = "DEFAULT"
+WEIGHTS_NONE = "none"
+
+
+@dataclass(frozen=True)
+class CustomModel:
+    """A user's own model: code file, factory, and the preprocessing it was trained with."""
+
+    file: Path
+    factory: str
+    resize: int | None = None
+    crop: int | None = None
+    mean: tuple[float, float, float] | None = None
+    std: tuple[float, float, float] | None = None
+    labels: Path | None = None
+
+
+@dataclass
+class ResolvedModel:
+    name: str
+    model: Any  # torch.nn.Module in eval mode
+    source: ModelSource
+    preprocess: PreprocessSettings
+    labels: list[str]
+    weights: dict[str, Any] = field(default_factory=dict)  # provenance: source, random flag
+
+
+def classification_builders() -> list[str]:
+    import torchvision.models as tvm
+
+    return sorted(tvm.list_models(module=tvm))
+
+
+def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None) -> ResolvedModel:
+    """Build the eager model with its weights; every failure is a UsageError that says what to do."""
+    if custom is not None:
+        return _resolve_custom(name, weights, custom)
+    return _resolve_torchvision(name, weights)
+
+
+def _resolve_torchvision(builder: str, weights: str) -> ResolvedModel:
+    import torchvision.models as tvm
+
+    builders = classification_builders()
+    if builder not in builders:
+        close = difflib.get_close_matches(builder, builders, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; choose one of: {', '.join(builders)}"
+        raise UsageError(f"unknown torchvision classification model {builder!r}{hint}")
+    meta_weights = tvm.get_model_weights(builder).DEFAULT
+    labels = list(meta_weights.meta["categories"])
+    model = tvm.get_model(builder, weights=None, num_classes=len(labels))
+    provenance = _load_weights(model, builder, weights, meta_weights)
+    return ResolvedModel(
+        name=builder,
+        model=model.eval(),
+        source=ModelSource(kind="torchvision", builder=builder),
+        preprocess=preprocess_from_weights(meta_weights),
+        labels=labels,
+        weights=provenance,
+    )
+
+
+def _load_weights(model, builder: str, weights: str, meta_weights) -> dict[str, Any]:
+    if weights == WEIGHTS_NONE:
+        return _random_weights()
+    if weights == WEIGHTS_DEFAULT:
+        return _download_default(model, builder, meta_weights)
+    load_state_dict_file(model, Path(weights))
+    return {"source": str(weights), "random": False}
+
+
+def _download_default(model, builder: str, meta_weights) -> dict[str, Any]:
+    try:
+        state = meta_weights.get_state_dict(progress=False, check_hash=True)
+    except Exception as err:  # URLError, SSL errors, hash mismatch: all mean "not available here"
+        raise UsageError(
+            f"cannot download the pretrained weights {meta_weights} for {builder} ({type(err).__name__}: {err}). "
+            f"Alternatives: WEIGHTS=path/to/state_dict.pth (a local checkpoint, e.g. one saved with "
+            f"torch.save(model.state_dict(), path) where the network works), or WEIGHTS=none (random "
+            f"initialisation: the service runs, its predictions are meaningless)"
+        ) from err
+    model.load_state_dict(state)
+    return {"source": str(meta_weights), "random": False}
+
+
+def _random_weights() -> dict[str, Any]:
+    print("=" * 78, file=sys.stderr)
+    print("WEIGHTS=none: RANDOM INITIALISATION. This archive's predictions are meaningless;", file=sys.stderr)
+    print("it is for testing the serving path only. Recorded in the archive's metadata.", file=sys.stderr)
+    print("=" * 78, file=sys.stderr)
+    return {"source": "none", "random": True}
+
+
+def load_state_dict_file(model, path: Path) -> None:
+    """Load a local state_dict (or a checkpoint dict holding one); key mismatches are named."""
+    import torch
+
+    if not path.is_file():
+        raise UsageError(f"WEIGHTS file {path} does not exist; give a state_dict .pth path, DEFAULT or none")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as err:
+        raise UsageError(f"cannot read WEIGHTS file {path} as a torch state_dict: {err}") from err
+    state = _unwrap_checkpoint(state)
+    missing, unexpected = _key_mismatch(model.state_dict(), state)
+    if missing or unexpected:
+        raise UsageError(
+            f"WEIGHTS file {path} does not fit the model: missing keys {_abbrev(missing)}, unexpected keys {_abbrev(unexpected)}"
+        )
+    try:
+        model.load_state_dict(state)
+    except RuntimeError as err:  # same keys, different shapes
+        raise UsageError(f"WEIGHTS file {path} does not fit the model: {err}") from err
+
+
+def _unwrap_checkpoint(state: Any) -> dict:
+    if isinstance(state, dict):
+        for key in ("state_dict", "model", "model_state_dict"):
+            if isinstance(state.get(key), dict):
+                state = state[key]
+                break
+        if state and all(k.startswith("module.") for k in state):  # saved from DataParallel/DDP
+            state = {k[len("module."):]: v for k, v in state.items()}
+        return state
+    raise UsageError(f"WEIGHTS must hold a state_dict (a dict of tensors), got {type(state).__name__}")
+
+
+def _key_mismatch(expected: dict, given: dict) -> tuple[list[str], list[str]]:
+    return sorted(set(expected) - set(given)), sorted(set(given) - set(expected))
+
+
+def _abbrev(keys: list[str], limit: int = 6) -> str:
+    shown = ", ".join(keys[:limit]) or "none"
+    return f"[{shown}{', ...' if len(keys) > limit else ''}] ({len(keys)})"
+
+
+def preprocess_from_weights(meta_weights) -> PreprocessSettings:
+    """Resize, crop, mean, std and interpolation exactly as the weights were trained with."""
+    t = meta_weights.transforms()
+    interpolation = t.interpolation.value
+    if interpolation not in INTERPOLATIONS:
+        raise UsageError(f"{meta_weights} uses {interpolation} interpolation; supported: {', '.join(INTERPOLATIONS)}")
+    return PreprocessSettings(
+        resize=int(t.resize_size[0]),
+        crop=int(t.crop_size[0]),
+        mean=tuple(float(v) for v in t.mean),
+        std=tuple(float(v) for v in t.std),
+        interpolation=interpolation,
+        antialias=bool(t.antialias),
+    )
+
+
+def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedModel:
+    model = build_from_file(custom.file, custom.factory)
+    if weights == WEIGHTS_DEFAULT:
+        raise UsageError("a custom model has no DEFAULT weights: give WEIGHTS=path/to/state_dict.pth or WEIGHTS=none")
+    provenance = _random_weights() if weights == WEIGHTS_NONE else None
+    if provenance is None:
+        load_state_dict_file(model, Path(weights))
+        provenance = {"source": str(weights), "random": False}
+    defaults = PreprocessSettings()
+    preprocess = PreprocessSettings(
+        resize=custom.resize or defaults.resize,
+        crop=custom.crop or defaults.crop,
+        mean=custom.mean or defaults.mean,
+        std=custom.std or defaults.std,
+    )
+    if preprocess.crop > preprocess.resize:
+        raise UsageError(f"CROP ({preprocess.crop}) must not exceed RESIZE ({preprocess.resize})")
+    return ResolvedModel(
+        name=name,
+        model=model.eval(),
+        source=ModelSource(kind="file", file=custom.file.name, factory=custom.factory),
+        preprocess=preprocess,
+        labels=read_labels(custom.labels) if custom.labels else [],
+        weights=provenance,
+    )
+
+
+def build_from_file(file: Path, factory: str):
+    """Import `file` and call `factory` (a class or zero-argument function) to get an nn.Module."""
+    import torch
+
+    if not file.is_file() or file.suffix != ".py":
+        raise UsageError(f"MODEL_FILE {file} must be an existing .py file")
+    spec = importlib.util.spec_from_file_location(f"tsvk_user_model_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        raise UsageError(f"MODEL_FILE {file} failed to import: {type(err).__name__}: {err}") from err
+    if not factory or not hasattr(module, factory):
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise UsageError(f"MODEL_FACTORY {factory!r} is not defined in {file}; callables there: {', '.join(found) or 'none'}")
+    model = getattr(module, factory)()
+    if not isinstance(model, torch.nn.Module):
+        raise UsageError(f"MODEL_FACTORY {factory}() must return a torch.nn.Module, got {type(model).__name__}")
+    return model
+
+
+def read_labels(path: Path) -> list[str]:
+    """TorchServe's index_to_name.json ({"0": "tench"} or {"0": ["n01440764", "tench"]}) or one label per line."""
+    if not path.is_file():
+        raise UsageError(f"LABELS file {path} does not exist")
+    text = path.read_text()
+    if path.suffix == ".json":
+        try:
+            mapping = json.loads(text)
+            return [_label_text(mapping[str(i)]) for i in range(len(mapping))]
+        except (ValueError, KeyError, TypeError) as err:
+            raise UsageError(f"LABELS {path} must map \"0\"..\"N-1\" to names (TorchServe index_to_name.json): {err}") from err
+    labels = [line.strip() for line in text.splitlines() if line.strip()]
+    if not labels:
+        raise UsageError(f"LABELS file {path} is empty")
+    return labels
+
+
+def _label_text(value: Any) -> str:
+    return value[-1] if isinstance(value, list) else str(value)
