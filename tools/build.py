@@ -91,6 +91,6 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Path, re
             "weights": resolved.weights,
             "verification": report.to_dict(),
             "build_seconds": round(seconds, 1),
-            "built_with": {"torch": torch.__version__, "torchvision": torchvision.__version__, "python": platform.python_version()},
+            "built_with": {"torch": str(torch.__version__), "torchvision": str(torchvision.__version__), "python": platform.python_version()},
         },
     )

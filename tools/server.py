@@ -169,7 +169,7 @@ def _get(url: str, headers: dict[str, str], timeout: float = 5) -> tuple[int, st
 
 
 def _ping_ok(run: TorchServeRun) -> bool:
-    status, body = _get(run.url("inference") + "/ping", {})
+    status, body = _get(run.url("inference") + "/ping", run.headers("inference"))  # token auth covers /ping too
     return status == 200 and '"Healthy"' in body
 
 

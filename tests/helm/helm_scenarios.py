@@ -1,0 +1,47 @@
+"""Value sets the chart is rendered with; each must lint, render and validate."""
+
+from __future__ import annotations
+
+from helm_support import config_with
+
+SHA256_OF_ARCHIVE = "3f" * 32
+METRICS_CONFIG = config_with(metrics_address="http://0.0.0.0:8082")
+
+SCENARIOS: dict[str, dict] = {
+    "cpu-default": {},
+    "gpu": {"gpu": {"enabled": True, "count": 1}},
+    "hpa-custom-metric": {
+        "torchserve": {"configProperties": METRICS_CONFIG},
+        "serviceMonitor": {"enabled": True},
+        "autoscaling": {"customMetric": {"enabled": True, "name": "tsvk_queue_latency_microseconds"}},
+    },
+    "existing-claim": {"modelStore": {"source": "existingClaim", "existingClaim": "team-models"}},
+    "download": {
+        "modelStore": {
+            "source": "download",
+            "download": {
+                "archives": [{"name": "resnet50", "url": "https://models.example.com/resnet50.mar", "sha256": SHA256_OF_ARCHIVE}]
+            },
+        }
+    },
+    "monitoring": {
+        "torchserve": {"configProperties": METRICS_CONFIG},
+        "serviceMonitor": {"enabled": True, "labels": {"release": "kube-prometheus-stack"}},
+        "grafanaDashboard": {"enabled": True},
+    },
+    "network-policy-peers": {
+        "torchserve": {"configProperties": config_with(management_address="http://0.0.0.0:8081")},
+        "service": {"exposeManagement": True},
+        "networkPolicy": {
+            "allowSameNamespace": False,
+            "inferenceFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
+            "managementFrom": [{"podSelector": {"matchLabels": {"role": "model-admin"}}}],
+        },
+    },
+    "network-policy-off-fixed-replicas": {
+        "networkPolicy": {"enabled": False},
+        "autoscaling": {"enabled": False},
+        "podDisruptionBudget": {"enabled": False},
+        "replicaCount": 3,
+    },
+}

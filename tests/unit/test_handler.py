@@ -1,0 +1,240 @@
+"""The handler end to end on a fake TorchServe context: answers, per-request errors, metrics."""
+
+import base64
+import inspect
+import json
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from tsvk import metrics as tsvk_metrics
+from tsvk.service import ClassifierService
+from tsvk.settings import SettingsError
+
+from handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
+
+torch.set_num_threads(1)
+HANDLERS = Path(__file__).resolve().parents[2] / "handlers"
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory):
+    model_dir = tmp_path_factory.mktemp("archive")
+    return model_dir, write_tiny_eager_archive(model_dir)
+
+
+@pytest.fixture
+def context(archive):
+    model_dir, config = archive
+    return FakeContext(model_dir, config)
+
+
+@pytest.fixture
+def service(context):
+    return ClassifierService.from_context(context)
+
+
+def _good(seed=0):
+    return encode(noise_image(64, 48, seed=seed), "JPEG")
+
+
+def _bomb():
+    return encode(Image.new("1", (9000, 5000)), "PNG")  # 45 MP > the 40 MP default limit
+
+
+def test_answers_are_topk_label_probability_dicts(service, context):
+    answers = service.handle([{"data": _good()}, {"body": encode(photo("coffee", (80, 60)), "PNG")}], context)
+    assert len(answers) == 2 and context.statuses == {}
+    for answer in answers:
+        assert len(answer) == 3  # runtime.topk in the archive
+        assert all(label.startswith("class_") for label in answer)
+        probabilities = list(answer.values())
+        assert probabilities == sorted(probabilities, reverse=True) and 0 < sum(probabilities) <= 1.0 + 1e-6
+
+
+def test_same_image_same_answer_whatever_the_encoding(service, context):
+    data = _good(3)
+    answers = service.handle([{"data": data}, {"body": base64.b64encode(data).decode()}, {"body": {"image": base64.b64encode(data).decode()}}], context)
+    assert answers[0] == answers[1] == answers[2]
+
+
+def test_bad_requests_fail_alone_with_their_own_status(service, context):
+    truncated = encode(noise_image(300, 200), "JPEG")
+    batch = [
+        {"data": _good(1)},
+        {"data": truncated[: len(truncated) // 2]},
+        {"body": b""},
+        {"body": b"this is plain text"},
+        {"data": _bomb()},
+        {"data": _good(2)},
+    ]
+    answers = service.handle(batch, context)
+    assert len(answers) == len(batch)
+    assert {i: code for i, (code, _) in context.statuses.items()} == {1: 400, 2: 400, 3: 400, 4: 413}
+    assert "cannot decode the JPEG image" in answers[1]["message"]
+    assert "empty" in answers[2]["message"]
+    assert "not a recognised image" in answers[3]["message"]
+    assert answers[4] == {"code": 413, "type": "ImageTooLarge", "message": answers[4]["message"]}
+    assert "max_pixels" in answers[4]["message"]
+    assert all(label.startswith("class_") for label in answers[0]) and all(label.startswith("class_") for label in answers[5])
+    json.dumps(answers)  # TorchServe json-encodes each answer
+
+
+def test_answers_do_not_depend_on_batch_neighbours(service, context):
+    alone = service.handle([{"data": _good(5)}], context)[0]
+    among = service.handle([{"data": _good(6)}, {"data": b"junk"}, {"data": _good(5)}], context)[2]
+    assert alone.keys() == among.keys()
+    assert list(alone.values()) == pytest.approx(list(among.values()), abs=1e-5)
+
+
+def test_inference_failure_answers_500_for_that_batch_and_the_worker_lives(service, context, monkeypatch):
+    def broken(batch):
+        raise RuntimeError("kernel exploded")
+
+    monkeypatch.setattr(service.model, "forward", broken)
+    answers = service.handle([{"data": _good()}, {"data": b""}], context)
+    assert context.statuses[0][0] == 500 and "kernel exploded" in answers[0]["message"]
+    assert context.statuses[1][0] == 400
+    monkeypatch.undo()
+    context.statuses.clear()
+    assert service.handle([{"data": _good()}], context)[0] and context.statuses == {}
+
+
+def test_batches_larger_than_the_artifact_are_run_in_chunks(service, context, monkeypatch):
+    sizes = []
+    real = service.model.forward
+    monkeypatch.setattr(service.model, "forward", lambda batch: sizes.append(len(batch)) or real(batch))
+    answers = service.handle([{"data": _good(i)} for i in range(11)], context)
+    assert len(answers) == 11 and sizes == [8, 3]  # artifact.max_batch defaults to 8
+
+
+def test_metrics_per_batch_with_the_backend_dimension(service, context):
+    service.handle([{"data": _good()}, {"data": b""}, {"data": _bomb()}], context)
+    recorded = context.metrics
+    assert recorded.values(tsvk_metrics.BATCH_SIZE) == [3]
+    assert recorded.values(tsvk_metrics.IMAGES_TOTAL) == [1]
+    assert len(recorded.values(tsvk_metrics.PREPROCESS_MS)) == len(recorded.values(tsvk_metrics.INFERENCE_MS)) == 1
+    assert all(value >= 0 for value in recorded.values(tsvk_metrics.PREPROCESS_MS))
+    backends = {dims.get("Backend") for _, name, _, dims in recorded.calls if name != tsvk_metrics.REJECTED_TOTAL}
+    assert backends == {"cpu"}
+    assert {tuple(dims) for _, _, _, dims in recorded.calls} <= {("ModelName", "Level", "Backend"), ("ModelName", "Level", "Status")}
+    assert {dims["ModelName"] for _, _, _, dims in recorded.calls} == {"tiny"}
+    rejected = {dims["Status"]: value for _, name, value, dims in recorded.calls if name == tsvk_metrics.REJECTED_TOTAL}
+    assert rejected == {"400": 1, "413": 1}
+
+
+def test_a_broken_metrics_sink_does_not_fail_requests(service, context):
+    class Broken:
+        def __getattr__(self, name):
+            raise RuntimeError("metrics cache full")
+
+    service.metrics.metrics = Broken()
+    assert service.handle([{"data": _good()}], context)[0]
+
+
+def test_metric_definitions_match_what_is_recorded():
+    definitions = tsvk_metrics.metric_definitions()
+    assert set(definitions) == {
+        tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE,
+        tsvk_metrics.IMAGES_TOTAL, tsvk_metrics.REJECTED_TOTAL,
+    }
+    section = tsvk_metrics.model_metrics_yaml_section()
+    assert {entry["name"] for entry in section["gauge"]} == {tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE}
+
+
+def test_missing_labels_give_index_strings(tmp_path):
+    config = write_tiny_eager_archive(tmp_path, labels=False)
+    context = FakeContext(tmp_path, config)
+    answer = ClassifierService.from_context(context).handle([{"data": _good()}], context)[0]
+    assert all(label.isdigit() for label in answer)
+
+
+def test_labels_in_synset_form_use_the_name(tmp_path):
+    config = write_tiny_eager_archive(tmp_path)
+    (tmp_path / "index_to_name.json").write_text(json.dumps({str(i): [f"n0{i}", f"name_{i}"] for i in range(10)}))
+    context = FakeContext(tmp_path, config)
+    answer = ClassifierService.from_context(context).handle([{"data": _good()}], context)[0]
+    assert all(label.startswith("name_") for label in answer)
+
+
+def test_bad_settings_fail_at_load_naming_the_key(tmp_path):
+    config = write_tiny_eager_archive(tmp_path)
+    config["tsvk"]["preprocess"]["backend"] = "opencv"
+    with pytest.raises(SettingsError, match="tsvk.preprocess.backend must be one of auto, cvcuda, cuda, cpu, got 'opencv'"):
+        ClassifierService.from_context(FakeContext(tmp_path, config))
+
+
+def test_cuda_artifact_on_this_cpu_worker_fails_at_load(tmp_path):
+    config = write_tiny_eager_archive(tmp_path)
+    config["tsvk"]["artifact"]["device"] = "cuda"
+    with pytest.raises(RuntimeError, match="compiled for cuda but this worker has no GPU"):
+        ClassifierService.from_context(FakeContext(tmp_path, config, gpu_id=0))
+
+
+def test_load_log_line_names_format_device_precision_backend_batch_and_threads(archive, caplog):
+    model_dir, config = archive
+    with caplog.at_level("INFO", logger="tsvk.service"):
+        ClassifierService.from_context(FakeContext(model_dir, config, batch_size=4))
+    line = next(r.getMessage() for r in caplog.records if "tsvk loaded" in r.getMessage())
+    for expected in ("format=eager", "device=cpu", "precision=fp32", "preprocess=cpu", "batch_size=4", "threads=intra"):
+        assert expected in line
+
+
+# --- the TorchServe side of the seam -------------------------------------------------------------
+
+
+def test_handler_module_defines_exactly_one_class(monkeypatch):
+    monkeypatch.syspath_prepend(str(HANDLERS))
+    import image_classifier
+
+    defined = [c for _, c in inspect.getmembers(image_classifier, inspect.isclass) if c.__module__ == image_classifier.__name__]
+    assert [c.__name__ for c in defined] == ["ImageClassifier"]
+
+
+def test_per_request_status_reaches_torchserve_response_message(archive, monkeypatch):
+    """Drive the real ts Context and encoder: the code set for index i is what TorchServe sends for i."""
+    from ts.context import Context, RequestProcessor
+    from ts.protocol.otf_message_handler import create_predict_response
+
+    monkeypatch.syspath_prepend(str(HANDLERS))
+    import image_classifier
+
+    model_dir, config = archive
+    context = Context("tiny", str(model_dir), {}, 4, None, "0.12.0", model_yaml_config=config)
+    context.metrics = None
+    handler = image_classifier.ImageClassifier()
+    handler.initialize(context)
+    requests = [{"data": _good()}, {"data": b"not an image"}, {"data": _bomb()}]
+    context.request_processor = [RequestProcessor({}) for _ in requests]
+    answers = handler.handle(requests, context)
+    message = create_predict_response(answers, {0: "a", 1: "b", 2: "c"}, "Prediction success", 200, context=context)
+    assert _per_request_codes(bytes(message)) == [200, 400, 413]
+
+
+def _per_request_codes(message: bytes) -> list[int]:
+    """Parse TorchServe's predict response: batch code, message, then per request id/type/code/phrase/headers/body."""
+    offset = 4
+    (length,) = struct.unpack_from("!i", message, offset)
+    offset += 4 + length
+    codes = []
+    while offset < len(message) - 4:
+        (id_length,) = struct.unpack_from("!i", message, offset)
+        offset += 4 + id_length
+        (type_length,) = struct.unpack_from("!i", message, offset)
+        offset += 4 + type_length
+        (code, phrase_length) = struct.unpack_from("!ii", message, offset)
+        codes.append(code)
+        offset += 8 + phrase_length
+        (header_count,) = struct.unpack_from("!i", message, offset)
+        offset += 4
+        for _ in range(header_count):
+            for _ in range(2):
+                (size,) = struct.unpack_from("!i", message, offset)
+                offset += 4 + size
+        (body_length,) = struct.unpack_from("!i", message, offset)
+        offset += 4 + body_length
+    return codes

@@ -1,0 +1,166 @@
+"""Loading each artifact format, and the device rules."""
+
+import sys
+import types
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsvk import features, loading
+from tsvk.loading import ArtifactLoadError, load_model, model_device, worker_device
+from tsvk.settings import ArtifactSettings, ModelSource
+
+from handler_fakes import tiny_module, write_tiny_eager_archive
+
+torch.set_num_threads(1)
+CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
+
+
+@pytest.fixture(scope="module")
+def archive(tmp_path_factory) -> Path:
+    model_dir = tmp_path_factory.mktemp("archive")
+    write_tiny_eager_archive(model_dir)
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def tiny(archive):
+    torch.manual_seed(0)
+    model = tiny_module(archive).TinyNet(10).eval()
+    model.load_state_dict(torch.load(archive / "model_state.pt"))
+    return model
+
+
+@pytest.fixture(scope="module")
+def batch():
+    return torch.randn(2, 3, 32, 32, generator=torch.Generator().manual_seed(1))
+
+
+def _artifact(file, fmt, **kw):
+    return ArtifactSettings(file=file, format=fmt, **kw)
+
+
+def test_eager_file_model_loads_the_state_dict(archive, tiny, batch):
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="build"))
+    loaded = load_model(artifact, archive, CPU)
+    assert torch.equal(loaded.forward(batch), tiny(batch))
+    assert (loaded.device, loaded.input_dtype, loaded.format) == (CPU, torch.float32, "eager")
+
+
+def test_eager_factory_can_be_a_class(archive, tiny, batch):
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="TinyNet"))
+    assert torch.equal(load_model(artifact, archive, CPU).forward(batch), tiny(batch))
+
+
+def test_eager_factory_missing_names_what_the_file_offers(archive):
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="nope"))
+    with pytest.raises(ArtifactLoadError, match="'nope' is not a class or function in model.py; found: TinyNet, build"):
+        load_model(artifact, archive, CPU)
+
+
+def test_eager_torchvision_builder_takes_num_classes_from_labels(tmp_path):
+    torch.manual_seed(0)
+    reference = __import__("torchvision").models.get_model("mobilenet_v3_small", weights=None, num_classes=7).eval()
+    torch.save(reference.state_dict(), tmp_path / "model_state.pt")
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="torchvision", builder="mobilenet_v3_small"))
+    loaded = load_model(artifact, tmp_path, CPU, num_classes=7)
+    x = torch.randn(1, 3, 64, 64)
+    with torch.inference_mode():
+        assert torch.allclose(loaded.forward(x), reference(x))
+
+
+def test_eager_bf16_model_takes_bf16_input(archive, batch):
+    artifact = _artifact("model_state.pt", "eager", precision="bf16", source=ModelSource(kind="file", file="model.py", factory="build"))
+    loaded = load_model(artifact, archive, CPU)
+    assert loaded.input_dtype == torch.bfloat16
+    assert loaded.forward(batch.to(torch.bfloat16)).dtype == torch.bfloat16
+
+
+def test_torchscript_artifact(tmp_path, tiny, batch):
+    torch.jit.save(torch.jit.trace(tiny, batch), tmp_path / "model.ts")
+    loaded = load_model(_artifact("model.ts", "torchscript"), tmp_path, CPU)
+    assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-6)
+
+
+def test_export_artifact_with_dynamic_batch(tmp_path, tiny, batch):
+    batch_dim = torch.export.Dim("batch", min=1, max=8)
+    torch.export.save(torch.export.export(tiny, (batch,), dynamic_shapes=({0: batch_dim},)), tmp_path / "model.pt2")
+    loaded = load_model(_artifact("model.pt2", "export"), tmp_path, CPU)
+    assert torch.allclose(loaded.forward(batch[:1]), tiny(batch[:1]), atol=1e-6)
+    assert loaded.forward(batch).shape == (2, 10)
+
+
+@pytest.mark.slow
+def test_aoti_artifact(tmp_path, tiny, batch):
+    batch_dim = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(tiny, (batch,), dynamic_shapes=({0: batch_dim},))
+    torch._inductor.aoti_compile_and_package(program, package_path=str(tmp_path / "model.pt2"))
+    loaded = load_model(_artifact("model.pt2", "aoti"), tmp_path, CPU)
+    assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-5)
+
+
+def test_missing_artifact_file_names_the_setting(tmp_path):
+    with pytest.raises(ArtifactLoadError, match="'absent.pt2' \\(artifact.file\\) is not in the archive"):
+        load_model(_artifact("absent.pt2", "export"), tmp_path, CPU)
+
+
+# --- devices -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "gpu_id, cuda, expected",
+    [(None, True, CPU), (0, False, CPU), (1, True, torch.device("cuda", 1)), ("0", True, GPU), ("", True, CPU)],
+)
+def test_worker_device_follows_torchserve_gpu_id(gpu_id, cuda, expected):
+    assert worker_device(gpu_id, cuda_available=cuda) == expected
+
+
+@pytest.mark.parametrize("artifact", [_artifact("m.pt2", "aoti", device="cuda"), _artifact("m.ep", "tensorrt")])
+def test_cuda_only_artifact_on_a_cpu_worker_fails_clearly(artifact):
+    with pytest.raises(ArtifactLoadError, match="this worker has no GPU"):
+        model_device(artifact, CPU)
+
+
+def test_cpu_aoti_package_stays_on_cpu_on_a_gpu_worker_and_says_so():
+    device, note = model_device(_artifact("m.pt2", "aoti", device="cpu"), GPU)
+    assert device == CPU and "compiled for cpu runs on cpu" in note
+
+
+def test_portable_formats_follow_the_worker_to_the_gpu():
+    assert model_device(_artifact("m.pt2", "export"), GPU) == (GPU, "")
+
+
+# --- tensorrt, up to the torch_tensorrt seam ---------------------------------------------------
+
+
+def test_tensorrt_without_torch_tensorrt_says_what_is_missing(tmp_path, monkeypatch):
+    (tmp_path / "model.ep").write_bytes(b"x")
+    monkeypatch.setattr(features, "_probe_module", lambda name: (None, "ImportError: libcuda.so.1: cannot open shared object file"))
+    with pytest.raises(ArtifactLoadError, match="needs torch_tensorrt.*libcuda.so.1.*pip install torch-tensorrt"):
+        loading.load_tensorrt(tmp_path / "model.ep", CPU)
+
+
+def test_tensorrt_exported_program_is_loaded_through_torch_tensorrt(tmp_path, monkeypatch, tiny):
+    seen = []
+    fake_trt = types.SimpleNamespace(load=lambda path: seen.append(path) or types.SimpleNamespace(module=lambda: tiny))
+    monkeypatch.setattr(features, "optional_module", lambda name: fake_trt)
+    assert loading.load_tensorrt(tmp_path / "model.ep", CPU) is tiny
+    assert seen == [str(tmp_path / "model.ep")]
+
+
+def test_tensorrt_torchscript_engine_is_imported_before_jit_load(tmp_path, monkeypatch, tiny, batch):
+    order = []
+    monkeypatch.setattr(features, "optional_module", lambda name: order.append(name) or types.SimpleNamespace())
+    torch.jit.save(torch.jit.trace(tiny, batch), tmp_path / "model.ts")
+    real_load = torch.jit.load
+    monkeypatch.setattr(torch.jit, "load", lambda *a, **k: order.append("jit.load") or real_load(*a, **k))
+    loading.load_tensorrt(tmp_path / "model.ts", CPU)
+    assert order == ["torch_tensorrt", "jit.load"]
+
+
+def test_tensorrt_rejects_unknown_suffix(tmp_path, monkeypatch):
+    monkeypatch.setattr(features, "optional_module", lambda name: types.SimpleNamespace())
+    with pytest.raises(ArtifactLoadError, match=r"must end in \.ep or \.pt2.*or \.ts"):
+        loading.load_tensorrt(tmp_path / "model.engine", CPU)
