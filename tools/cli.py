@@ -93,6 +93,8 @@ def _register_config(commands) -> None:
     p.add_argument("--inference-address", default="http://0.0.0.0:8080")
     p.add_argument("--management-address", default="http://127.0.0.1:8081")
     p.add_argument("--metrics-address", default="http://127.0.0.1:8082")
+    p.add_argument("--grpc-inference-port", type=positive_int, default=7070, help="gRPC ports: TorchServe always opens them, on localhost")
+    p.add_argument("--grpc-management-port", type=positive_int, default=7071)
     p.add_argument("--output", "-o", type=Path, default=Path("configs/generated.properties"))
     p.set_defaults(func=cmd_config)
 

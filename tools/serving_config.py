@@ -47,6 +47,8 @@ class ServingRequest:
     inference_address: str = "http://0.0.0.0:8080"
     management_address: str = "http://127.0.0.1:8081"
     metrics_address: str = "http://127.0.0.1:8082"
+    grpc_inference_port: int = 7070
+    grpc_management_port: int = 7071
 
 
 @dataclass(frozen=True)
@@ -109,7 +111,8 @@ def _workers_per_model(request: ServingRequest, gpus: int) -> int | None:
 
 def _check_counts(request: ServingRequest) -> list[str]:
     problems = []
-    for name in ("vcpus", "workers", "gpus", "batch", "max_batch_delay_ms", "response_timeout_s", "concurrency", "max_request_mb"):
+    for name in ("vcpus", "workers", "gpus", "batch", "max_batch_delay_ms", "response_timeout_s", "concurrency", "max_request_mb",
+                 "grpc_inference_port", "grpc_management_port"):
         value = getattr(request, name)
         minimum = 0 if name in ("gpus", "max_batch_delay_ms") else 1
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
@@ -202,6 +205,10 @@ def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
         ("predictions are the public API: listen on every interface", "inference_address", r.inference_address),
         ("model management stays on localhost unless deliberately exposed", "management_address", r.management_address),
         ("metrics stay on localhost unless a scraper outside the host needs them", "metrics_address", r.metrics_address),
+        ("TorchServe always starts gRPC too (it cannot be switched off): keep it on localhost", "grpc_inference_address", "127.0.0.1"),
+        ("gRPC model management on localhost only", "grpc_management_address", "127.0.0.1"),
+        ("gRPC inference port (TorchServe's default 7070)", "grpc_inference_port", str(r.grpc_inference_port)),
+        ("gRPC management port (TorchServe's default 7071)", "grpc_management_port", str(r.grpc_management_port)),
         ("Prometheus text format on /metrics, including the handler's own metrics", "metrics_mode", "prometheus"),
         ("handler metrics (preprocess/inference ms, batch size) are published without a metrics yaml", "model_metrics_auto_detect", "true"),
         (f"photos up to {r.max_request_mb} MiB (TorchServe's default 6.5 MiB rejects large phone JPEGs)", "max_request_size", str(r.max_request_mb * 1024 * 1024)),

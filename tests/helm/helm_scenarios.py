@@ -9,7 +9,7 @@ METRICS_CONFIG = config_with(metrics_address="http://0.0.0.0:8082")
 
 SCENARIOS: dict[str, dict] = {
     "cpu-default": {},
-    "gpu": {"gpu": {"enabled": True, "count": 1}},
+    "gpu": {"torchserve": {"configProperties": config_with(number_of_gpu="1")}, "gpu": {"enabled": True, "count": 1}},
     "hpa-custom-metric": {
         "torchserve": {"configProperties": METRICS_CONFIG},
         "serviceMonitor": {"enabled": True},

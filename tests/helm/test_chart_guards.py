@@ -16,12 +16,12 @@ def with_config(config: str, **values) -> dict:
 
 def test_more_threads_than_vcpus_is_refused(render_error):
     error = render_error(with_config(config_with(tsvk__threads__resnet50="4,1")))
-    assert "4 compute threads" in error and "torchserve.vcpus" in error and "tsvk config --vcpus 2" in error
+    assert "4 compute threads" in error and "throttled" in error and "tsvk config --vcpus 2" in error
 
 
 def test_vcpus_without_a_matching_config_is_refused(render_error):
     error = render_error({"torchserve": {"vcpus": 8}})
-    assert "2 compute threads" in error and "is 8" in error
+    assert "2 compute threads" in error and "is 8" in error and "idle CPUs" in error
 
 
 def test_workers_and_batch_must_match_the_models_entry(render_error):
@@ -68,11 +68,16 @@ def test_downloads_must_cover_every_archive_the_config_loads(render_error):
 def test_gpu_count_must_match_number_of_gpu(render_error, render):
     two_gpus = config_with(number_of_gpu="2")
     assert "number_of_gpu=2 but the pod gets 0 GPUs" in render_error(with_config(two_gpus))
+    assert "number_of_gpu=0 but the pod gets 1 GPUs" in render_error({"gpu": {"enabled": True}})
     render(with_config(two_gpus, gpu={"enabled": True, "count": 2}))
 
 
 def test_existing_claim_needs_a_name(render_error):
     assert "names no PersistentVolumeClaim" in render_error({"modelStore": {"source": "existingClaim"}})
+
+
+def test_a_config_without_models_is_refused(render_error):
+    assert "no models={...} entry" in render_error(with_config(config_without("models")))
 
 
 def test_malformed_models_json_is_named(render_error):

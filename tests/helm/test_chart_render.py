@@ -107,16 +107,21 @@ def test_cpu_request_and_limit_match_the_threads_of_the_config(scenario):
     assert resources["requests"]["memory"] == resources["limits"]["memory"]
 
 
-def test_probes_call_ping_on_the_inference_port(scenario):
+def test_probes_ping_the_inference_port_once_the_models_are_loaded(scenario):
     _, rendered = scenario
     server = rendered.server()
     assert [p for p in server["ports"] if p["name"] == "inference"] == [
         {"name": "inference", "containerPort": 8080, "protocol": "TCP"}
     ]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    for probe in ("readinessProbe", "livenessProbe"):
         assert server[probe]["httpGet"] == {"path": "/ping", "port": "inference"}, probe
     startup = server["startupProbe"]
+    assert startup["exec"]["command"] == [
+        "python", "/etc/tsvk/models-ready.py", "http://127.0.0.1:8081", "resnet50"
+    ]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600, "slow model loads need minutes"
+    config_map = rendered.one("ConfigMap", f"{RELEASE}-tsvk")
+    assert config_map["data"]["models-ready.py"].startswith('"""Startup probe')
 
 
 def test_gpu_fields_appear_only_when_gpu_is_on(scenario):

@@ -168,7 +168,7 @@ def test_bad_requests_fail_alone_inside_a_real_batch(torchserve):
         ("good", encode(noise_image(seed=3), "JPEG"), 200),
         ("text", b"definitely not an image", 400),
         ("good", encode(noise_image(seed=4), "WEBP"), 200),
-        ("empty-ish", b"   ", 400),
+        ("blank", b"   ", 400),
     ]
     responses = _post_concurrently(url, [body for _, body, _ in cases])
     assert [r.status_code for r in responses] == [code for _, _, code in cases], [r.text for r in responses]
@@ -178,6 +178,12 @@ def test_bad_requests_fail_alone_inside_a_real_batch(torchserve):
             assert body["code"] == code and body["message"], (name, body)
     assert "max_pixels" in responses[2].json()["message"]
     assert _batch_sizes_seen(run.run_dir) & {3, 4}, "requests were never batched together"
+
+
+def test_empty_body_is_a_400(torchserve):
+    urls, _ = torchserve
+    response = requests.post(f"{urls['inference']}/predictions/{MODEL}", data=b"", timeout=120)
+    assert response.status_code == 400 and "empty" in response.json()["message"], response.text
 
 
 def _batch_sizes_seen(run_dir: Path) -> set[int]:

@@ -4,7 +4,6 @@ import base64
 import inspect
 import json
 import struct
-import sys
 from pathlib import Path
 
 import pytest

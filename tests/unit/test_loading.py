@@ -1,8 +1,6 @@
 """Loading each artifact format, and the device rules."""
 
-import sys
 import types
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -92,7 +90,6 @@ def test_export_artifact_with_dynamic_batch(tmp_path, tiny, batch):
     assert loaded.forward(batch).shape == (2, 10)
 
 
-@pytest.mark.slow
 def test_aoti_artifact(tmp_path, tiny, batch):
     batch_dim = torch.export.Dim("batch", min=1, max=8)
     program = torch.export.export(tiny, (batch,), dynamic_shapes=({0: batch_dim},))

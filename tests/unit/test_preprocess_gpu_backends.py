@@ -52,11 +52,11 @@ class FakeCvcuda:
         self.calls.append(("as_images", len(images), fmt))
         return [image.permute(2, 0, 1) for image in images]
 
-    def tvresize(self, batch, size, interp, antialias):
+    def tvresize(self, batch, size, interp, antialias, stream=None):
         self.calls.append(("tvresize", size, interp, antialias))
         return [F.resize(image, size, antialias=antialias) for image in batch]
 
-    def crop_flip_normalize_reformat(self, batch, out_shape, dtype, layout, rect, flip, base, scale):
+    def crop_flip_normalize_reformat(self, batch, out_shape, dtype, layout, rect, flip, base, scale, stream=None):
         self.calls.append(("cfnr", out_shape, dtype, layout, flip.tensor.tolist()))
         mean = base.tensor.view(3, 1, 1)
         factor = scale.tensor.view(3, 1, 1)

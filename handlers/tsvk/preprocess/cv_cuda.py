@@ -46,25 +46,33 @@ class CvCudaPreprocessor(Preprocessor):
         return PreprocessResult(batch if self.dtype == torch.float32 else batch.to(self.dtype), kept, failed)
 
     def _resize_crop_normalize(self, hwc: list[torch.Tensor]) -> torch.Tensor:
-        cv = self.cvcuda
-        crop = self.settings.crop
-        if self.settings.resize < crop:  # CV-CUDA would read outside the image; torchvision pads
-            chw = [image.permute(2, 0, 1) for image in hwc]
-            return self._fallback_normalize(resize_crop_stack(chw, self.settings))
-        varshape = cv.as_images(hwc, cv.Format.RGB8)  # zero copy; the torch tensors stay alive in it
-        resized = cv.tvresize(varshape, [self.settings.resize], interp=self._interp, antialias=self.settings.antialias)
-        rects = crop_rects([(image.shape[0], image.shape[1]) for image in hwc], self.settings.resize, crop)
-        out = cv.crop_flip_normalize_reformat(
-            resized,
-            (len(hwc), 3, crop, crop),
-            cv.Type.F32,
-            cv.TensorLayout("NCHW"),
-            cv.as_tensor(torch.tensor(rects, dtype=torch.int32, device=self.device).view(-1, 1, 1, 4), "NHWC"),
-            cv.as_tensor(torch.full((len(hwc),), _NO_FLIP, dtype=torch.int32, device=self.device), "N"),
-            self._base,
-            self._scale,
+        if self.settings.resize < self.settings.crop:  # CV-CUDA would read outside the image; torchvision pads
+            return self._fallback_normalize(resize_crop_stack([image.permute(2, 0, 1) for image in hwc], self.settings))
+        stream = self._torch_stream()
+        varshape = self.cvcuda.as_images(hwc, self.cvcuda.Format.RGB8)  # zero copy; keeps the tensors alive
+        resized = self.cvcuda.tvresize(
+            varshape, [self.settings.resize], interp=self._interp, antialias=self.settings.antialias, stream=stream
         )
-        return torch.as_tensor(out.cuda(), device=self.device)
+        sizes = [(image.shape[0], image.shape[1]) for image in hwc]
+        return self._crop_normalize(resized, sizes, stream)
+
+    def _crop_normalize(self, resized, sizes: list[tuple[int, int]], stream) -> torch.Tensor:
+        """Center crop + (x - mean) / std + HWC uint8 -> NCHW float32, one CV-CUDA call for the batch."""
+        cv, crop, count = self.cvcuda, self.settings.crop, len(sizes)
+        rects = torch.tensor(crop_rects(sizes, self.settings.resize, crop), dtype=torch.int32, device=self.device)
+        no_flip = torch.full((count,), _NO_FLIP, dtype=torch.int32, device=self.device)
+        out = cv.crop_flip_normalize_reformat(
+            resized, (count, 3, crop, crop), cv.Type.F32, cv.TensorLayout("NCHW"),
+            cv.as_tensor(rects.view(count, 1, 1, 4), "NHWC"), cv.as_tensor(no_flip, "N"),
+            self._base, self._scale, stream=stream,
+        )
+        return torch.as_tensor(out.cuda(), device=self.device)  # zero copy back to torch
+
+    def _torch_stream(self):
+        """Torch's current stream as a CV-CUDA stream: decode, preprocess and model stay in order."""
+        if self.device.type != "cuda":
+            return None
+        return self.cvcuda.as_stream(torch.cuda.current_stream(self.device))
 
 
 def crop_rects(sizes: list[tuple[int, int]], resize: int, crop: int) -> list[list[int]]:

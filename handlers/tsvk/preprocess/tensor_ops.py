@@ -55,10 +55,14 @@ def group_by_size(images: Sequence[torch.Tensor]) -> dict[tuple[int, int], list[
 
 
 def _as_batch(images: list[torch.Tensor]) -> torch.Tensor:
-    """One image stays a view; several are stacked channels-last, the layout uint8 resize is fastest on."""
+    """(N, 3, H, W) in channels-last memory, the layout uint8 resize is fastest on.
+
+    Decoders hand back HWC memory viewed as CHW; stacking the HWC views is a plain copy, while
+    stacking the CHW views would transpose every pixel (measured 15x slower).
+    """
     if len(images) == 1:
         return images[0].unsqueeze(0)
-    return torch.stack(images).contiguous(memory_format=torch.channels_last)
+    return torch.stack([image.permute(1, 2, 0) for image in images]).permute(0, 3, 1, 2)
 
 
 class Normalizer:

@@ -219,6 +219,9 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- $problems = append $problems (printf "the models= line of the config is not JSON: %s" $models.Error) }}
 {{- $models = dict }}
 {{- end }}
+{{- if not (without (keys $models) "Error") }}
+{{- $problems = append $problems (printf "the config has no models={...} entry naming the models, their workers and batch size: %s" $regenerate) }}
+{{- end }}
 {{- if not $threads }}
 {{- $problems = append $problems (printf "the config has no tsvk.threads.<model>=<intra>,<inter> line, so workers would not know their thread count: %s" $regenerate) }}
 {{- end }}
@@ -231,8 +234,10 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- end }}
 {{- $cpuThreads = add $cpuThreads (mul $workers $plan.intra) }}
 {{- end }}
-{{- if and $threads (ne (int $cpuThreads) (int $v.torchserve.vcpus)) }}
-{{- $problems = append $problems (printf "the config runs %d compute threads in all (workers x intra-op threads, summed over models) but torchserve.vcpus, the pod's CPU request, is %v: %s" (int $cpuThreads) $v.torchserve.vcpus $regenerate) }}
+{{- if and $threads (gt (int $cpuThreads) (int $v.torchserve.vcpus)) }}
+{{- $problems = append $problems (printf "the config runs %d compute threads in all (workers x intra-op threads, summed over models) but torchserve.vcpus, the pod's CPU request and limit, is %v: the workers would be throttled; %s" (int $cpuThreads) $v.torchserve.vcpus $regenerate) }}
+{{- else if and $threads (lt (int $cpuThreads) (int $v.torchserve.vcpus)) }}
+{{- $problems = append $problems (printf "the config runs %d compute threads in all (workers x intra-op threads, summed over models) but torchserve.vcpus, the pod's CPU request, is %v: the pod would pay for idle CPUs; make vcpus a multiple of workers x models, or %s" (int $cpuThreads) $v.torchserve.vcpus $regenerate) }}
 {{- end }}
 {{- range $model, $entries := $models }}
 {{- range $settings := $entries }}

@@ -1,0 +1,65 @@
+"""The config values.yaml ships is exactly what `tsvk config` writes for the chart's default values.
+
+Runs the real generator through the real make target (k8s/helm.mk helm-config), so neither the default
+nor the make recipe can drift from the CLI.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+import subprocess
+import sys
+
+import pytest
+from helm_support import REPO, default_config, default_values
+
+pytestmark = pytest.mark.helm
+
+
+@pytest.fixture(scope="module")
+def generate(tmp_path_factory):
+    if importlib.util.find_spec("tsvk_tools.serving_config") is None:
+        pytest.skip("tsvk_tools.serving_config is not installed (pip install -e .)")
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+
+    def _generate(*variables: str) -> str:
+        build = tmp_path_factory.mktemp("helm-build")
+        result = subprocess.run(
+            ["make", "--no-print-directory", "-f", "k8s/helm.mk", "helm-config", f"PYTHON={sys.executable}",
+             f"HELM_BUILD={build}", *variables],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+        )
+        assert result.returncode == 0, result.stdout + result.stderr
+        return (build / "config.properties").read_text()
+
+    return _generate
+
+
+def test_values_yaml_default_is_the_generated_config(generate):
+    torchserve = default_values()["torchserve"]
+    generated = generate(
+        f"HELM_VCPUS={torchserve['vcpus']}", f"HELM_WORKERS={torchserve['workers']}", f"HELM_BATCH={torchserve['batchSize']}"
+    )
+    assert generated == default_config(), (
+        "k8s/tsvk/values.yaml torchserve.configProperties differs from `make helm-config`; "
+        "paste build/helm/config.properties into it"
+    )
+
+
+@pytest.mark.parametrize(
+    "variables, values",
+    [
+        (("HELM_VCPUS=8", "HELM_WORKERS=2", "HELM_BATCH=16"), {"torchserve": {"vcpus": 8, "workers": 2, "batchSize": 16}}),
+        (("HELM_VCPUS=4", "HELM_GPUS=1"), {"torchserve": {"vcpus": 4}, "gpu": {"enabled": True, "count": 1}}),
+        (("HELM_VCPUS=4", "HELM_WORKERS=1", "HELM_MODELS=resnet50,vit_b_16"), {"torchserve": {"vcpus": 4}}),
+        (("HELM_METRICS_ADDRESS=http://0.0.0.0:8082",), {"serviceMonitor": {"enabled": True}}),
+    ],
+)
+def test_generated_configs_pass_the_chart_checks(generate, render, variables, values):
+    config = generate(*variables)
+    rendered = render({**values, "torchserve": {**values.get("torchserve", {}), "configProperties": config}})
+    assert rendered.one("ConfigMap")["data"]["config.properties"].strip() == config.strip()

@@ -1,0 +1,90 @@
+"""The ceiling: our compiled model run in-process on already-preprocessed tensors (no HTTP, no
+decoding) at each batch size, and decode + preprocess measured on its own, with the same code the
+handler uses. Runs as its own process with `--threads` torch threads; prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+import zipfile
+from pathlib import Path
+
+import torch
+
+
+def timed_calls(call, seconds: float, min_calls: int = 3) -> list[float]:
+    """Seconds per call, calling until `seconds` have passed and at least `min_calls` were made."""
+    durations: list[float] = []
+    deadline = time.perf_counter() + seconds
+    while time.perf_counter() < deadline or len(durations) < min_calls:
+        started = time.perf_counter()
+        call()
+        durations.append(time.perf_counter() - started)
+    return durations
+
+
+def model_throughput(forward, batch: torch.Tensor, sizes: list[int], seconds: float) -> dict[str, dict]:
+    """Batch size -> images/s and per-call latency, after one warm-up call each."""
+    results = {}
+    with torch.inference_mode():
+        for size in sizes:
+            part = batch[:size].contiguous()
+            forward(part)
+            calls = timed_calls(lambda: forward(part), seconds)
+            results[str(size)] = {"images_per_s": round(size * len(calls) / sum(calls), 2), "calls": len(calls),
+                                  "call_ms": sorted(round(c * 1e3, 2) for c in calls)}
+    return results
+
+
+def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, seconds: float) -> dict[str, float]:
+    """Images/s for decode alone and for decode + resize + crop + normalize, `batch` images per call."""
+    group = [encoded[i % len(encoded)] for i in range(batch)]
+    decode_calls = timed_calls(lambda: [decode(image) for image in group], seconds)
+    full_calls = timed_calls(lambda: preprocessor(group), seconds)
+    return {
+        "decode_images_per_s": round(batch * len(decode_calls) / sum(decode_calls), 2),
+        "preprocess_images_per_s": round(batch * len(full_calls) / sum(full_calls), 2),
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    from tsvk.decode import decode_rgb, probe
+    from tsvk.labels import load_labels, label_for
+    from tsvk.loading import load_model
+    from tsvk.preprocess import build_preprocessor
+    from tsvk.settings import HandlerSettings
+    import yaml
+
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--mar", type=Path, required=True)
+    parser.add_argument("--images", type=Path, nargs="+", required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--seconds", type=float, default=5.0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as unpacked:
+        zipfile.ZipFile(args.mar).extractall(unpacked)
+        settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(unpacked, "model-config.yaml").read_text()))
+        model = load_model(settings.artifact, Path(unpacked), torch.device("cpu"))
+        labels = load_labels(Path(unpacked) / settings.labels_file)
+        preprocessor, _ = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
+        encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in args.images]
+        max_batch = settings.artifact.max_batch
+        batch = preprocessor([encoded[i % len(encoded)] for i in range(max_batch)]).batch
+        with torch.inference_mode():
+            top1 = [label_for(labels, i) for i in model.forward(batch[: len(encoded)]).argmax(1).tolist()]
+        ready_s = time.monotonic() - started
+        sizes = sorted({1, 2, 4, max_batch} & set(range(1, max_batch + 1)))
+        model_results = model_throughput(model.forward, batch, sizes, args.seconds)
+        prep = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, args.seconds)
+    print(json.dumps({"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
+                      "batches": model_results, "top1": {str(i): label for i, label in enumerate(top1)}, **prep}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""What every system shares, built once and cached: one set of weights, two archives, the photos.
+
+All systems load the same state_dict (random weights with a fixed seed: no pretrained weights can be
+downloaded here), so their answers are comparable. Our archive is rebuilt only when the weights, the
+handler code, the compile backends or torch change (an AOTInductor compile of ResNet-152 takes minutes).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UsageError
+from ..fsutil import atomic_path, scratch_dir
+from .options import BenchOptions
+
+WEIGHTS_SEED = 0
+STOCK_HANDLER = "image_classifier"  # TorchServe's built-in handler
+STOCK_CROP = 224  # TorchServe's image_classifier hard-codes Resize(256) + CenterCrop(224)
+
+
+@dataclass(frozen=True)
+class Photo:
+    name: str
+    jpeg: bytes
+    file: Path  # the same bytes on disk, for one-process-per-job runs
+
+
+def model_dir(options: BenchOptions) -> Path:
+    return Path(options.cache_dir) / options.model
+
+
+def shared_weights(options: BenchOptions) -> Path:
+    """A seeded random state_dict for the model, written once."""
+    import torch
+    import torchvision.models as tvm
+
+    path = model_dir(options) / "weights.pt"
+    if path.is_file():
+        return path
+    _check_torchvision_model(options.model)
+    torch.manual_seed(WEIGHTS_SEED)
+    model = tvm.get_model(options.model, weights=None)
+    with atomic_path(path) as tmp:
+        torch.save(model.state_dict(), tmp)
+    return path
+
+
+def _check_torchvision_model(name: str) -> None:
+    from ..models import classification_builders
+
+    if name not in classification_builders():
+        raise UsageError(f"MODEL must be a torchvision classification model (resnet18, resnet152, ...), got {name!r}")
+
+
+def labels_for(model: str) -> list[str]:
+    import torchvision.models as tvm
+
+    return list(tvm.get_model_weights(model).DEFAULT.meta["categories"])
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def sources_digest() -> str:
+    """The handler, its run-time package and the compile backends: what ends up in our archive."""
+    from ..archive import handler_sources
+
+    handler, package = handler_sources()
+    backends = Path(__file__).resolve().parents[1] / "backends"
+    files = [handler, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+def _torch_version() -> str:
+    import torch
+
+    return str(torch.__version__)
+
+
+def ours_archive(options: BenchOptions, weights: Path) -> Path:
+    """Our .mar (tsvk archive), cached by what goes into it."""
+    key = hashlib.sha256(f"{file_digest(weights)}|{sources_digest()}|{_torch_version()}|{options.batch}".encode()).hexdigest()[:12]
+    prefix = f"ours-{options.backend}-mb{options.max_batch}-"
+    store = model_dir(options) / f"{prefix}{key}"
+    target = store / f"{options.model}.mar"
+    if target.is_file():
+        return target
+    _remove_stale(model_dir(options), prefix)
+    print(f"bench: building our {options.backend} archive of {options.model} (cached in {store})", flush=True)
+    _build_ours(options, weights, store)
+    return target
+
+
+def _build_ours(options: BenchOptions, weights: Path, store: Path) -> None:
+    from tsvk.settings import ServingDefaults
+
+    from ..archive import build_archive
+    from ..build import BuildRequest
+
+    request = BuildRequest(
+        model=options.model, backend=options.backend, max_batch=options.max_batch, weights=str(weights),
+        serving=ServingDefaults(batch_size=options.batch),
+    )
+    build_archive(request, store, force=True)
+
+
+def _remove_stale(parent: Path, prefix: str) -> None:
+    """Older builds of the same kind: an AOTInductor ResNet-152 archive is a quarter of a GiB."""
+    if parent.is_dir():
+        for old in parent.glob(f"{prefix}*"):
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def stock_archive(options: BenchOptions, weights: Path) -> Path:
+    """What a TorchServe user builds by the book: a traced TorchScript model + the built-in image_classifier."""
+    key = hashlib.sha256(f"{file_digest(weights)}|{_torch_version()}".encode()).hexdigest()[:12]
+    store = model_dir(options) / f"stock-{key}"
+    target = store / f"{options.model}.mar"
+    if target.is_file():
+        return target
+    _remove_stale(model_dir(options), "stock-")
+    with scratch_dir(model_dir(options), ".stock-build-") as work:
+        serialized = _trace_eager(options.model, weights, work / "model.pt")
+        labels = work / "index_to_name.json"
+        labels.write_text(json.dumps({str(i): name for i, name in enumerate(labels_for(options.model))}))
+        _archive_stock(options.model, serialized, labels, work / "export")
+        store.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(work / "export" / f"{options.model}.mar"), target)
+    return target
+
+
+def _trace_eager(model_name: str, weights: Path, output: Path) -> Path:
+    import warnings
+
+    import torch
+
+    from .apps.eager import load_eager_model
+
+    model = load_eager_model(model_name, weights)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")  # torch.jit is deprecated in 2.14; the stock path still uses it
+        traced = torch.jit.trace(model, torch.randn(2, 3, STOCK_CROP, STOCK_CROP))
+        torch.jit.save(traced, str(output))
+    return output
+
+
+def _archive_stock(name: str, serialized: Path, labels: Path, export: Path) -> None:
+    export.mkdir(parents=True)
+    command = [
+        sys.executable, "-m", "model_archiver.model_packaging", "--model-name", name, "--version", "1.0",
+        "--serialized-file", str(serialized), "--handler", STOCK_HANDLER, "--extra-files", str(labels),
+        "--export-path", str(export),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UsageError(f"torch-model-archiver failed for the stock archive: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def photos(options: BenchOptions) -> list[Photo]:
+    """The real photographs as JPEG bytes (and files), `skimage:<name>` resized to the benchmark size."""
+    from ..images import jpeg_bytes, photo_array
+
+    folder = Path(options.cache_dir) / "images"
+    folder.mkdir(parents=True, exist_ok=True)
+    found = []
+    for index, spec in enumerate(options.images):
+        if spec.startswith("skimage:"):
+            name = spec.split(":", 1)[1]
+            data = jpeg_bytes(photo_array(name), size=options.image_size)
+        else:
+            path = Path(spec)
+            if not path.is_file():
+                raise UsageError(f"IMAGE {spec} is neither a file nor skimage:<chelsea|coffee|astronaut>")
+            name, data = path.stem, path.read_bytes()
+        file = folder / f"{index}-{name}.jpg"
+        file.write_bytes(data)
+        found.append(Photo(name, data, file))
+    return found

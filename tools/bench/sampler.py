@@ -1,0 +1,102 @@
+"""CPU and resident memory of everything a system runs, sampled from the process tree.
+
+One system runs at a time and every process of it descends from this (harness) process, while the
+load generator runs in this process itself; so "all descendants" is exactly the system under test,
+whatever shape it has (TorchServe's Java frontend and Python workers, gunicorn's workers, LitServe's
+API and inference processes, or one short-lived process per job).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+
+import psutil
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # time.monotonic()
+    cpu_pct: float  # summed over processes; 100 = one vCPU busy
+    rss_mb: float  # summed resident memory
+    processes: int
+
+
+@dataclass
+class TreeSampler:
+    """Samples the descendants of `root_pid` every `interval` seconds in a background thread."""
+
+    root_pid: int = field(default_factory=os.getpid)
+    interval: float = 0.2
+    samples: list[Sample] = field(default_factory=list)
+    seen_pids: set[int] = field(default_factory=set)
+
+    def __post_init__(self):
+        self._known: dict[int, psutil.Process] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="tree-sampler", daemon=True)
+
+    def __enter__(self) -> "TreeSampler":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append(self.sample())
+            self._stop.wait(self.interval)
+
+    def sample(self) -> Sample:
+        cpu = rss = 0.0
+        alive = 0
+        for process in self._descendants():
+            try:
+                with process.oneshot():
+                    cpu += process.cpu_percent(None)  # since this process's previous sample
+                    rss += process.memory_info().rss
+                alive += 1
+            except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
+                continue
+        return Sample(time.monotonic(), cpu, rss / 2**20, alive)
+
+    def _descendants(self) -> list[psutil.Process]:
+        """Cached Process objects, so cpu_percent measures from one sample to the next."""
+        try:
+            current = psutil.Process(self.root_pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+        pids = {p.pid for p in current}
+        self._known = {pid: proc for pid, proc in self._known.items() if pid in pids}
+        for process in current:
+            self._known.setdefault(process.pid, process)
+        self.seen_pids |= pids
+        return list(self._known.values())
+
+
+def window_stats(samples: list[Sample], start: float | None = None, end: float | None = None) -> dict[str, float | None]:
+    """Peak and mean CPU %, peak RSS (MiB) of the samples taken within [start, end]."""
+    chosen = [s for s in samples if (start is None or s.at >= start) and (end is None or s.at <= end)]
+    if not chosen:
+        return {"peak_cpu_pct": None, "mean_cpu_pct": None, "peak_rss_mb": None}
+    return {
+        "peak_cpu_pct": round(max(s.cpu_pct for s in chosen), 1),
+        "mean_cpu_pct": round(sum(s.cpu_pct for s in chosen) / len(chosen), 1),
+        "peak_rss_mb": round(max(s.rss_mb for s in chosen), 1),
+    }
+
+
+def leftover(pids: set[int]) -> list[int]:
+    """The pids among `pids` still running (zombies count as gone: they hold no resources)."""
+    alive = []
+    for pid in sorted(pids):
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.NoSuchProcess:
+            continue
+    return alive

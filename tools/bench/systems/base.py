@@ -1,0 +1,98 @@
+"""What the harness needs from a system, and the shared context every system runs in.
+
+A *served* system starts, is ready, answers HTTP, and is stopped; the harness drives the load.
+A *self-timed* system (one process per job, the in-process ceiling) runs its own work and returns
+its measurements. Both run under the same process-tree sampler.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Callable
+
+from ..loadgen import HttpTarget
+from ..options import BenchOptions
+
+
+@dataclass
+class Deployment:
+    """A started system: where to send requests, how to stop it, and what it is running."""
+
+    target: HttpTarget
+    stop: Callable[[], None]
+    details: dict = field(default_factory=dict)
+    profile: Callable[[], dict] | None = None  # called before and after the measured load
+
+
+@dataclass
+class RunContext:
+    """Everything shared by the systems of one run; archives are built the first time one is needed."""
+
+    options: BenchOptions
+    vcpus: int
+    run_dir: Path
+
+    @cached_property
+    def weights(self) -> Path:
+        from ..assets import shared_weights
+
+        return shared_weights(self.options)
+
+    @cached_property
+    def photos(self) -> list:
+        from ..assets import photos
+
+        return photos(self.options)
+
+    @cached_property
+    def ours_mar(self) -> Path:
+        from ..assets import ours_archive
+
+        return ours_archive(self.options, self.weights)
+
+    @cached_property
+    def stock_mar(self) -> Path:
+        from ..assets import stock_archive
+
+        return stock_archive(self.options, self.weights)
+
+    def system_dir(self, name: str) -> Path:
+        path = self.run_dir / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+class System:
+    """Base class: subclasses set name/label/description and implement `start` or `run`."""
+
+    name = ""
+    label = ""
+    description = ""
+    self_timed = False
+
+    def prepare(self, ctx: RunContext) -> None:
+        """Build what this system needs before it is timed (archives, weights)."""
+
+    def variants(self, ctx: RunContext) -> list[dict]:
+        """Configurations to try; the best is reported (one, unless the system is tuned by hand)."""
+        return [{}]
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        raise NotImplementedError
+
+    def run(self, ctx: RunContext, variant: dict) -> dict:
+        raise NotImplementedError
+
+
+def free_port() -> int:
+    """A port nobody listens on now (never TorchServe's 8080-8082 or 7070-7071, which others use)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def identity(body: bytes) -> bytes:
+    return body

@@ -1,0 +1,130 @@
+"""TorchServe three ways: stock with defaults, stock tuned by hand, and tsvk (ours).
+
+Every TorchServe here gets its own ports (never 8080-8082 / 7070-7071, which other runs use), its
+own run directory, and token auth off; beyond that, stock-default gets nothing (TorchServe starts one
+worker per vCPU, batch 1, torch's default threads), stock-tuned gets batch 8 / 100 ms and OMP_NUM_THREADS
+= vCPUs / workers (the only thread control the built-in handler has), and ours gets `tsvk config`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from ..loadgen import HttpTarget
+from ..tsmetrics import read_worker_env, torchserve_profile
+from .base import Deployment, RunContext, System, free_port, identity
+
+RESPONSE_TIMEOUT_S = 300
+
+
+def address_properties() -> dict[str, str]:
+    """Fresh ports for the three HTTP APIs and both gRPC APIs (TorchServe always opens gRPC)."""
+    ports = {api: free_port() for api in ("inference", "management", "metrics")}
+    properties = {f"{api}_address": f"http://127.0.0.1:{port}" for api, port in ports.items()}
+    properties.update({"grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())})
+    return properties
+
+
+def stock_default_properties(model_store: Path, model: str) -> dict[str, str]:
+    """Only what any TorchServe user must set: addresses, the model store, the model, auth."""
+    return {
+        **address_properties(),
+        "model_store": str(model_store),
+        "load_models": f"{model}.mar",
+        "disable_token_authorization": "true",
+    }
+
+
+def stock_tuned_properties(model_store: Path, model: str, workers: int, batch: int, delay_ms: int) -> dict[str, str]:
+    entry = {"1.0": {"defaultVersion": True, "marName": f"{model}.mar", "minWorkers": workers, "maxWorkers": workers,
+                     "batchSize": batch, "maxBatchDelay": delay_ms, "responseTimeout": RESPONSE_TIMEOUT_S}}
+    return {
+        **stock_default_properties(model_store, model),
+        "default_workers_per_model": str(workers),
+        "models": json.dumps({model: entry}, separators=(",", ":")),
+    }
+
+
+def render(properties: dict[str, str]) -> str:
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
+
+
+def serve(ctx: RunContext, folder: Path, config: Path, model: str, env: dict[str, str] | None = None) -> Deployment:
+    """Start TorchServe on `config`, wait for every worker, and describe how to reach it."""
+    from ...server import start_torchserve
+
+    run = start_torchserve(config, folder / "run", env=env)
+    try:
+        run.wait_ready([model], timeout=ctx.options.ready_timeout_s)
+    except Exception:
+        run.stop()
+        raise
+    target = HttpTarget(f"{run.url('inference')}/predictions/{model}", identity, timeout_s=RESPONSE_TIMEOUT_S)
+    details = {"config": str(config), "logs": str(folder / "run" / "logs"), "worker_env": read_worker_env(run.pid)}
+    return Deployment(target, run.stop, details, profile=lambda: torchserve_profile(run, model))
+
+
+class TorchServeDefault(System):
+    name = "torchserve_default"
+    label = "TorchServe, defaults"
+    description = ("stock TorchServe 0.12 with its built-in image_classifier handler on a traced TorchScript model; "
+                   "config has only addresses, model store and auth off (one worker per vCPU, batch 1)")
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.stock_mar
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        folder = ctx.system_dir(self.name)
+        config = folder / "config.properties"
+        config.write_text(render(stock_default_properties(ctx.stock_mar.parent, ctx.options.model)))
+        return serve(ctx, folder, config, ctx.options.model)
+
+
+class TorchServeTuned(TorchServeDefault):
+    name = "torchserve_tuned"
+    label = "TorchServe, hand-tuned"
+    description = ("the same stock archive with batchSize 8, maxBatchDelay 100 ms, W workers and OMP_NUM_THREADS = "
+                   "vCPUs / W in TorchServe's environment; every W from 1 to vCPUs is run, the best is reported")
+
+    def variants(self, ctx: RunContext) -> list[dict]:
+        return [{"workers": w, "threads": max(1, ctx.vcpus // w)} for w in range(1, ctx.vcpus + 1)]
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        folder = ctx.system_dir(f"{self.name}-w{variant['workers']}")
+        config = folder / "config.properties"
+        properties = stock_tuned_properties(ctx.stock_mar.parent, ctx.options.model, variant["workers"],
+                                            ctx.options.batch, ctx.options.tuned_max_batch_delay_ms)
+        config.write_text(render(properties))
+        env = {"OMP_NUM_THREADS": str(variant["threads"])}
+        return serve(ctx, folder, config, ctx.options.model, env=env)
+
+
+class Ours(System):
+    name = "ours"
+    label = "tsvk (ours)"
+    description = "our archive (tsvk archive, compiled backend), our handler, our generated config (tsvk config)"
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.ours_mar
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        from ...serving_config import ServingRequest, write_config
+
+        folder = ctx.system_dir(self.name)
+        config = folder / "config.properties"
+        addresses = address_properties()
+        request = ServingRequest(
+            vcpus=ctx.vcpus, models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
+            concurrency=ctx.options.concurrency, inference_address=addresses["inference_address"],
+            management_address=addresses["management_address"], metrics_address=addresses["metrics_address"],
+        )
+        plan = write_config(request, config)
+        grpc = {k: v for k, v in addresses.items() if k.startswith("grpc_")}
+        with open(config, "a") as handle:  # tsvk config has no gRPC ports; others' TorchServes hold 7070/7071
+            handle.write("# benchmark: gRPC on free ports\n" + render(grpc))
+        deployment = serve(ctx, folder, config, ctx.options.model)
+        model = plan.models[0]
+        deployment.details["plan"] = {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,
+                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": ctx.options.backend}
+        return deployment

@@ -1,0 +1,81 @@
+"""What a user might pick instead of TorchServe: Flask under gunicorn, and LitServe with batching.
+
+Both run the same eager model code (apps/eager.py) on the same weights. Flask: one gunicorn sync
+worker per vCPU, each with its own model and one torch thread. LitServe: its defaults (one inference
+worker on the CPU, torch's default threads) with max_batch_size 8 and batch_timeout 0.1 s.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import sys
+from pathlib import Path
+
+from ..apps import flask_app
+from ..loadgen import HttpTarget
+from .base import Deployment, RunContext, System, free_port
+from .process import ServerProcess, clean_env, http_ok, wait_until
+
+GUNICORN_CONF = "python:tsvk_tools.bench.apps.gunicorn_conf"
+READY_DIR_ENV = "TSVK_BENCH_READY_DIR"
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).with_name(name))
+
+
+class FlaskGunicorn(System):
+    name = "flask_gunicorn"
+    label = "Flask + gunicorn"
+    description = "a plain Flask app under gunicorn: one sync worker per vCPU, each with its own eager model and 1 thread"
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.weights
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        folder = ctx.system_dir(self.name)
+        ready_dir = folder / "ready"
+        ready_dir.mkdir(exist_ok=True)
+        port, workers = free_port(), ctx.vcpus
+        command = [_bin("gunicorn"), "--workers", str(workers), "--threads", "1", "--bind", f"127.0.0.1:{port}",
+                   "--timeout", "300", "--config", GUNICORN_CONF, "tsvk_tools.bench.apps.flask_app:app"]
+        env = clean_env(**{flask_app.MODEL_ENV: ctx.options.model, flask_app.WEIGHTS_ENV: str(ctx.weights),
+                           flask_app.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", READY_DIR_ENV: str(ready_dir)})
+        server = ServerProcess(command, env, folder / "server.log", folder)
+        try:
+            wait_until(lambda: len(list(ready_dir.iterdir())) >= workers, server, ctx.options.ready_timeout_s, "gunicorn")
+        except Exception:
+            server.stop()
+            raise
+        target = HttpTarget(f"http://127.0.0.1:{port}/predictions", lambda jpeg: jpeg)
+        return Deployment(target, server.stop, {"workers": workers, "threads": 1, "log": str(folder / "server.log")})
+
+
+def litserve_body(jpeg: bytes) -> bytes:
+    return json.dumps({"image": base64.b64encode(jpeg).decode()}).encode()
+
+
+class LitServeBatched(System):
+    name = "litserve"
+    label = "LitServe, batched"
+    description = "LitServe 0.2 with max_batch_size 8, batch_timeout 0.1 s, its defaults otherwise (base64 JSON requests)"
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.weights
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        folder = ctx.system_dir(self.name)
+        port = free_port()
+        command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_app", "--model", ctx.options.model,
+                   "--weights", str(ctx.weights), "--port", str(port), "--max-batch-size", str(ctx.options.batch),
+                   "--batch-timeout", "0.1"]
+        server = ServerProcess(command, clean_env(), folder / "server.log", folder)
+        try:
+            wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), server, ctx.options.ready_timeout_s, "LitServe")
+        except Exception:
+            server.stop()
+            raise
+        target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
+        return Deployment(target, server.stop, {"max_batch_size": ctx.options.batch, "batch_timeout_s": 0.1,
+                                                "log": str(folder / "server.log")})
