@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 VALUES = Path(__file__).parent / "tsvk" / "values.yaml"
-BLOCK_START = re.compile(r"^(?P<indent> *)configProperties: \|\n", re.M)
+BLOCK_START = re.compile(r"^(?P<indent> *)configProperties: \|\n", re.MULTILINE)
 
 
 def replace_block(values_text: str, config_text: str) -> str:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import platform
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk.settings import ArtifactSettings, HandlerSettings, RuntimeSettings, ServingDefaults
@@ -44,8 +44,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     started = time.perf_counter()
     backend = get_backend(request.backend)
     check_target(backend, request.device, request.precision)
-    if request.serving.batch_size > request.max_batch:
-        raise UsageError(f"BATCH ({request.serving.batch_size}) must not exceed MAX_BATCH ({request.max_batch})")
+    request = _clamp_suggested_batch(request)
     resolved = resolve_model(request.model, request.weights, request.custom)
     target = CompileTarget(request.device, request.precision, request.max_batch, resolved.preprocess.crop)
     eager_fp32 = resolved.model.to(request.device)
@@ -59,6 +58,13 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact, report, seconds)
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:
+    """The suggested serving batch can never exceed what the artifact accepts."""
+    if request.serving.batch_size <= request.max_batch:
+        return request
+    return replace(request, serving=replace(request.serving, batch_size=request.max_batch))
 
 
 def _compile(backend, model, target: CompileTarget, artifact: Path, request: BuildRequest) -> None:

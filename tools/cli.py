@@ -129,7 +129,7 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
     p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision)")
-    p.add_argument("--batch", type=positive_int, default=8, help="suggested serving batch size (tsvk config may change it)")
+    p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch (default: min(8, max batch); tsvk config decides)")
     p.add_argument("--max-batch-delay", type=non_negative_int, default=50, dest="max_batch_delay_ms")
     p.add_argument("--workers", type=positive_int, default=1, help="suggested workers per model")
     p.add_argument("--topk", type=positive_int, default=5)
@@ -147,7 +147,10 @@ def build_request(args: argparse.Namespace):
     custom = None
     if args.model_file is not None:
         custom = CustomModel(args.model_file, args.model_factory or "", args.resize, args.crop, args.mean, args.std, args.labels)
-    serving = ServingDefaults(batch_size=min(args.batch, args.max_batch), max_batch_delay_ms=args.max_batch_delay_ms, workers=args.workers)
+    if args.batch is not None and args.batch > args.max_batch:
+        raise UsageError(f"--batch {args.batch} exceeds --max-batch {args.max_batch}: the artifact only accepts batches up to its max batch")
+    batch = args.batch or min(8, args.max_batch)
+    serving = ServingDefaults(batch_size=batch, max_batch_delay_ms=args.max_batch_delay_ms, workers=args.workers)
     return BuildRequest(
         model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
         weights=args.weights, custom=custom, tolerance=args.tolerance, serving=serving, topk=args.topk,

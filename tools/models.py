@@ -213,7 +213,13 @@ def build_from_file(file: Path, factory: str):
     if not factory or not hasattr(module, factory):
         found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
         raise UsageError(f"MODEL_FACTORY {factory!r} is not defined in {file}; callables there: {', '.join(found) or 'none'}")
-    model = getattr(module, factory)()
+    build_model = getattr(module, factory)
+    if not callable(build_model):
+        raise UsageError(f"MODEL_FACTORY {factory} in {file} must be a class or zero-argument function, got {type(build_model).__name__}")
+    try:
+        model = build_model()
+    except Exception as err:
+        raise UsageError(f"MODEL_FACTORY {factory}() failed: {type(err).__name__}: {err} (it must take no arguments)") from err
     if not isinstance(model, torch.nn.Module):
         raise UsageError(f"MODEL_FACTORY {factory}() must return a torch.nn.Module, got {type(model).__name__}")
     return model

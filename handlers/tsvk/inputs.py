@@ -38,7 +38,8 @@ def _pick_field(request: Mapping[str, Any]) -> Any:
     fields = [value for value in request.values() if value is not None]
     if not fields:
         raise BadRequest("request has no body; send the image bytes, base64 text, or a form field")
-    return fields[0]
+    files = [value for value in fields if isinstance(value, (bytes, bytearray))]  # a file beats a text field
+    return (files or fields)[0]
 
 
 def _to_image_bytes(value: Any) -> bytes:

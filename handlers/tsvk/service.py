@@ -24,7 +24,7 @@ from .labels import load_labels
 from .loading import LoadedModel, load_model, worker_device
 from .metrics import BatchMetrics
 from .postprocess import first_tensor, topk_answers
-from .preprocess import Preprocessor, build_preprocessor
+from .preprocess import BackendChoice, Preprocessor, build_preprocessor
 from .settings import HandlerSettings
 from .threads import apply_threads, resolve_threads
 
@@ -62,21 +62,14 @@ class ClassifierService:
         settings = HandlerSettings.from_model_yaml(context.model_yaml_config)
         properties = context.system_properties
         model_dir = Path(properties.get("model_dir") or ".")
-        plan = resolve_threads(settings.runtime, getattr(context, "model_name", None) or settings.model_name)
+        model_name = getattr(context, "model_name", None) or settings.model_name
+        plan = resolve_threads(settings.runtime, model_name)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(model_dir / settings.labels_file)
         worker = worker_device(properties.get("gpu_id"))
         model = load_model(settings.artifact, model_dir, worker, num_classes=len(labels) if labels else None)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        log.info(
-            "tsvk loaded %s: artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
-            "batch_size=%s threads=intra %d, inter %d (%s)%s; features %s",
-            settings.model_name, settings.artifact.format, settings.artifact.file, model.device,
-            settings.artifact.precision, choice.name, choice.reason, properties.get("batch_size"),
-            torch.get_num_threads(), torch.get_num_interop_threads(), plan.source,
-            f"; {model.note}" if model.note else "", features.describe(),
-        )
-        model_name = getattr(context, "model_name", None) or settings.model_name
+        _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source)
         metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type)
         return cls(settings, model, preprocessor, labels, metrics)
 
@@ -146,6 +139,18 @@ class ClassifierService:
         with torch.inference_mode():
             outputs = [first_tensor(self.model.forward(part)) for part in torch.split(batch, chunk)]
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+
+def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str) -> None:
+    """The one line an operator reads to know what this worker runs, and on what."""
+    log.info(
+        "tsvk loaded %s: artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
+        "batch_size=%s threads=intra %d, inter %d (%s)%s; features %s",
+        settings.model_name, settings.artifact.format, settings.artifact.file, model.device,
+        settings.artifact.precision, choice.name, choice.reason, batch_size,
+        torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
+        f"; {model.note}" if model.note else "", features.describe(("cuda", "nvjpeg", "cvcuda")),
+    )
 
 
 def report_statuses(context: Any, statuses: list[int]) -> None:

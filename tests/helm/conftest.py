@@ -13,7 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))  # helm_support, whatever pytest's import mode
 
-from helm_support import (  # noqa: E402
+from helm_support import (
     CHART,
     NAMESPACE,
     RELEASE,

@@ -76,7 +76,7 @@ def helm_args(values: dict | None = None, files: dict[str, Path] | None = None) 
 
 def run_helm(helm: Path, args: list[str], values: dict | None = None) -> subprocess.CompletedProcess:
     stdin = yaml.safe_dump(values) if values else None
-    return subprocess.run([str(helm), *args], input=stdin, capture_output=True, text=True, timeout=120)
+    return subprocess.run([str(helm), *args], input=stdin, capture_output=True, text=True, timeout=120, check=False)
 
 
 def parse_manifests(text: str) -> list[dict]:

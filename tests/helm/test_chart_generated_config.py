@@ -32,6 +32,7 @@ def generate(tmp_path_factory):
             cwd=REPO,
             capture_output=True,
             text=True,
+            check=False,
         )
         assert result.returncode == 0, result.stdout + result.stderr
         return (build / "config.properties").read_text()

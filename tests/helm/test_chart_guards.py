@@ -72,6 +72,15 @@ def test_gpu_count_must_match_number_of_gpu(render_error, render):
     render(with_config(two_gpus, gpu={"enabled": True, "count": 2}))
 
 
+def test_custom_metric_autoscaling_needs_scraped_metrics(render_error):
+    error = render_error({"autoscaling": {"customMetric": {"enabled": True}}})
+    assert "autoscaling.customMetric needs TorchServe's metrics scraped" in error
+
+
+def test_autoscaler_bounds_are_ordered(render_error):
+    assert "maxReplicas (1) must be at least" in render_error({"autoscaling": {"minReplicas": 3, "maxReplicas": 1}})
+
+
 def test_existing_claim_needs_a_name(render_error):
     assert "names no PersistentVolumeClaim" in render_error({"modelStore": {"source": "existingClaim"}})
 

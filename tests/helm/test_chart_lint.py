@@ -99,3 +99,9 @@ def test_values_keys_are_camel_case():
                 walk(value, key)
 
     walk(values)
+
+
+def test_chart_refuses_kubernetes_older_than_the_validated_1_29(helm):
+    old = run_helm(helm, ["template", "demo", str(CHART), "--kube-version", "1.28.0"])
+    assert old.returncode != 0 and "kubeVersion" in old.stderr
+    assert run_helm(helm, ["template", "demo", str(CHART), "--kube-version", "1.29.0"]).returncode == 0

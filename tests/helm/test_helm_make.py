@@ -13,7 +13,7 @@ pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
 TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image")
-HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.M)  # what the top-level `make help` greps
+HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 
 @pytest.fixture(scope="module")
@@ -30,6 +30,7 @@ def dry_run(make, target: str, *variables: str) -> str:
         cwd=REPO,
         capture_output=True,
         text=True,
+        check=False,
     )
     assert result.returncode == 0, result.stderr
     return result.stdout
@@ -67,6 +68,7 @@ def test_image_fails_clearly_without_a_docker_engine(make):
         cwd=REPO,
         capture_output=True,
         text=True,
+        check=False,
     )
     assert result.returncode != 0
     assert "no Docker engine" in result.stderr

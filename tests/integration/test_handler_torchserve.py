@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
 import pytest
 import requests
@@ -77,15 +78,15 @@ def write_metrics_yaml(path: Path) -> Path:
     return path
 
 
-def write_config(path: Path, model_store: Path, metrics_yaml: Path | None) -> tuple[Path, dict[str, str]]:
-    """metrics_yaml None: no metrics_config, model_metrics_auto_detect=true instead."""
+def write_config(path: Path, model_store: Path, metrics_yaml: Path | None, model: str = MODEL) -> tuple[Path, dict[str, str]]:
+    """One worker, batchSize 4, 1 s batch delay; metrics_yaml None: model_metrics_auto_detect=true instead."""
     ports = {api: _free_port() for api in ("inference", "management", "metrics")}
-    models = {MODEL: {"1.0": {"defaultVersion": True, "marName": f"{MODEL}.mar", "minWorkers": 1, "maxWorkers": 1,
+    models = {model: {"1.0": {"defaultVersion": True, "marName": f"{model}.mar", "minWorkers": 1, "maxWorkers": 1,
                               "batchSize": BATCH_SIZE, "maxBatchDelay": 1000, "responseTimeout": 120}}}
     lines = [
         *(f"{api}_address=http://127.0.0.1:{port}" for api, port in ports.items()),
         f"model_store={model_store}",
-        f"load_models={MODEL}.mar",
+        f"load_models={model}.mar",
         f"models={json.dumps(models)}",
         "metrics_mode=prometheus",
         f"metrics_config={metrics_yaml}" if metrics_yaml else "model_metrics_auto_detect=true",
@@ -93,25 +94,26 @@ def write_config(path: Path, model_store: Path, metrics_yaml: Path | None) -> tu
         f"grpc_management_port={_free_port()}",
         "disable_token_authorization=true",
         "default_workers_per_model=1",
-        f"tsvk.threads.{MODEL}=1,1",
+        f"tsvk.threads.{model}=1,1",
     ]
     path.write_text("\n".join(lines) + "\n")
     return path, {api: f"http://127.0.0.1:{port}" for api, port in ports.items()}
 
 
 @contextlib.contextmanager
-def serving(work: Path, metrics_config: bool):
+def serving(work: Path, metrics_config: bool = True, model: str = MODEL, build: Callable[[Path, Path], Path] = build_mar):
+    """A TorchServe of our own serving `model`, whose .mar `build(work, model_store)` writes."""
     if shutil.which("java") is None:
         pytest.skip("TorchServe needs Java 17 (no `java` on PATH)")
     from tsvk_tools.server import start_torchserve
 
     model_store = work / "model_store"
-    build_mar(work, model_store)
+    build(work, model_store)
     metrics_yaml = write_metrics_yaml(work / "metrics.yaml") if metrics_config else None
-    config, urls = write_config(work / "config.properties", model_store, metrics_yaml)
+    config, urls = write_config(work / "config.properties", model_store, metrics_yaml, model)
     run = start_torchserve(config, work / "run")
     try:
-        run.wait_ready([MODEL], timeout=240)
+        run.wait_ready([model], timeout=240)
         yield urls, run
     finally:
         run.stop()
@@ -123,7 +125,7 @@ def torchserve(tmp_path_factory):
         yield server
 
 
-def _post_concurrently(url: str, bodies: list[bytes]) -> list[requests.Response]:
+def post_concurrently(url: str, bodies: list[bytes]) -> list[requests.Response]:
     """Send all at once so TorchServe's batch aggregator puts them in one batch."""
     responses: list[requests.Response | None] = [None] * len(bodies)
     barrier = threading.Barrier(len(bodies))
@@ -170,7 +172,7 @@ def test_bad_requests_fail_alone_inside_a_real_batch(torchserve):
         ("good", encode(noise_image(seed=4), "WEBP"), 200),
         ("blank", b"   ", 400),
     ]
-    responses = _post_concurrently(url, [body for _, body, _ in cases])
+    responses = post_concurrently(url, [body for _, body, _ in cases])
     assert [r.status_code for r in responses] == [code for _, _, code in cases], [r.text for r in responses]
     for (name, _, code), response in zip(cases, responses):
         body = response.json()

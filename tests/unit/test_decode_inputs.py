@@ -35,6 +35,10 @@ def test_every_way_a_client_sends_an_image_gives_the_same_bytes(request_dict):
     assert request_payload(request_dict) == JPEG
 
 
+def test_multipart_file_field_wins_over_text_fields():
+    assert request_payload({"note": "a caption", "upload": JPEG}) == JPEG
+
+
 def test_data_key_wins_over_other_fields():
     assert request_payload({"data": PNG, "other": JPEG}) == PNG
 

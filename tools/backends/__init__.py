@@ -25,7 +25,9 @@ def check_target(backend: Backend, device: str, precision: str) -> None:
     if precision not in supported:
         combos = "; ".join(f"DEVICE={d}: PRECISION={'|'.join(p)}" for d, p in backend.precisions.items())
         raise UsageError(f"BACKEND={backend.name} DEVICE={device} does not support PRECISION={precision}; supported: {combos}")
-    if device == "cuda" and backend.name != "tensorrt":
+    if device == "cuda" and backend.name == "tensorrt":
+        tensorrt.require_tensorrt()  # fail before any work, naming what is missing
+    elif device == "cuda":
         import torch
 
         if not torch.cuda.is_available():

@@ -37,7 +37,7 @@ def main(argv: list[str]) -> int:
     for model in models:
         try:
             ready, wanted = ready_workers(management_url, model)
-        except Exception as err:  # not registered (404), not up yet, bad JSON: all mean "not ready"
+        except Exception as err:  # noqa: BLE001 - not registered (404), not up yet, bad JSON: all mean "not ready"
             waiting.append(f"{model}: {err}")
             continue
         if ready < wanted:

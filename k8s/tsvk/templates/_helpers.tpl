@@ -99,7 +99,7 @@ Usage: include "tsvk.property" (list $ "inference_address")
 {{- end }}
 
 {{/*
-Host and port of one TorchServe address property ("http://0.0.0.0:8080"), as JSON {"host": .., "port": ..}.
+The URL, host and port of one TorchServe address property ("http://0.0.0.0:8080"), as JSON.
 Usage: include "tsvk.address" (list $ "inference_address") | fromJson
 */}}
 {{- define "tsvk.address" -}}
@@ -267,6 +267,9 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- end }}
 {{- if and (eq $v.modelStore.source "existingClaim") (not $v.modelStore.existingClaim) }}
 {{- $problems = append $problems "modelStore.source is existingClaim but modelStore.existingClaim names no PersistentVolumeClaim" }}
+{{- end }}
+{{- if and $v.autoscaling.enabled $v.autoscaling.customMetric.enabled (not (include "tsvk.metricsExposed" .)) }}
+{{- $problems = append $problems "autoscaling.customMetric needs TorchServe's metrics scraped, but they stay inside the pod: set serviceMonitor.enabled=true (or service.exposeMetrics=true for another scraper)" }}
 {{- end }}
 {{- if and $v.autoscaling.enabled (lt (int $v.autoscaling.maxReplicas) (int $v.autoscaling.minReplicas)) }}
 {{- $problems = append $problems (printf "autoscaling.maxReplicas (%v) must be at least autoscaling.minReplicas (%v)" $v.autoscaling.maxReplicas $v.autoscaling.minReplicas) }}

@@ -12,8 +12,7 @@ import torch
 from flask import Flask, jsonify, request
 
 from .eager import EagerClassifier
-
-MODEL_ENV, WEIGHTS_ENV, THREADS_ENV = "TSVK_BENCH_MODEL", "TSVK_BENCH_WEIGHTS", "TSVK_BENCH_THREADS"
+from .environment import MODEL_ENV, THREADS_ENV, WEIGHTS_ENV
 
 
 def create_app() -> Flask:

@@ -4,8 +4,10 @@ so the benchmark starts timing only when every worker can answer."""
 import os
 from pathlib import Path
 
+from tsvk_tools.bench.apps.environment import READY_DIR_ENV
+
 
 def post_worker_init(worker):
-    ready_dir = os.environ.get("TSVK_BENCH_READY_DIR")
+    ready_dir = os.environ.get(READY_DIR_ENV)
     if ready_dir:
         Path(ready_dir, str(worker.pid)).touch()

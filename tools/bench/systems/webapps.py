@@ -12,13 +12,12 @@ import json
 import sys
 from pathlib import Path
 
-from ..apps import flask_app
+from ..apps import environment
 from ..loadgen import HttpTarget
 from .base import Deployment, RunContext, System, free_port
 from .process import ServerProcess, clean_env, http_ok, wait_until
 
 GUNICORN_CONF = "python:tsvk_tools.bench.apps.gunicorn_conf"
-READY_DIR_ENV = "TSVK_BENCH_READY_DIR"
 
 
 def _bin(name: str) -> str:
@@ -40,8 +39,8 @@ class FlaskGunicorn(System):
         port, workers = free_port(), ctx.vcpus
         command = [_bin("gunicorn"), "--workers", str(workers), "--threads", "1", "--bind", f"127.0.0.1:{port}",
                    "--timeout", "300", "--config", GUNICORN_CONF, "tsvk_tools.bench.apps.flask_app:app"]
-        env = clean_env(**{flask_app.MODEL_ENV: ctx.options.model, flask_app.WEIGHTS_ENV: str(ctx.weights),
-                           flask_app.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", READY_DIR_ENV: str(ready_dir)})
+        env = clean_env(**{environment.MODEL_ENV: ctx.options.model, environment.WEIGHTS_ENV: str(ctx.weights),
+                           environment.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", environment.READY_DIR_ENV: str(ready_dir)})
         server = ServerProcess(command, env, folder / "server.log", folder)
         try:
             wait_until(lambda: len(list(ready_dir.iterdir())) >= workers, server, ctx.options.ready_timeout_s, "gunicorn")

@@ -1,0 +1,115 @@
+"""Every backend that runs on this CPU compiles, reloads and verifies; TensorRT up to its seam."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsvk_tools.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
+from tsvk_tools.build import BuildRequest, build
+from tsvk_tools.errors import UsageError
+from tsvk_tools.models import CustomModel
+from tsvk_tools.verify import Tolerance
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)
+
+
+@pytest.mark.parametrize("backend", ["export", "torchscript", "eager"])
+def test_cpu_backends_on_mobilenet(tmp_path, backend):
+    result = build(BuildRequest(model="mobilenet_v3_small", backend=backend, weights="none", max_batch=4), tmp_path)
+    assert result.artifact.is_file() and result.report.passed
+    assert result.report.batch_sizes == (1, 4) and result.report.top1_agreement == 1.0
+    assert result.settings.provenance["verification"]["passed"] is True
+
+
+@pytest.mark.parametrize("backend", list(b for b in BACKENDS if b != "tensorrt"))
+def test_every_cpu_backend_on_a_custom_model(tmp_path, backend):
+    result = build(BuildRequest(model="tiny", backend=backend, weights="none", custom=TINY, max_batch=4), tmp_path)
+    assert result.report.passed and result.settings.artifact.source.kind == "file"
+
+
+def test_aoti_bf16_on_cpu(tmp_path):
+    result = build(BuildRequest(model="tiny", backend="aoti", precision="bf16", weights="none", custom=TINY, max_batch=2), tmp_path)
+    assert result.report.passed and result.settings.artifact.precision == "bf16"
+
+
+def test_verification_failure_is_an_error(tmp_path):
+    impossible = Tolerance(atol=0.0, rtol=0.0, min_top1=1.01)
+    with pytest.raises(UsageError, match="verification FAIL.*no archive written"):
+        build(BuildRequest(model="tiny", backend="export", weights="none", custom=TINY, tolerance=impossible), tmp_path)
+
+
+@pytest.mark.parametrize("backend, device, precision, message", [
+    ("aoti", "cpu", "fp16", "supported: DEVICE=cpu: PRECISION=fp32|bf16|int8; DEVICE=cuda: PRECISION=fp32|fp16|bf16"),
+    ("tensorrt", "cpu", "fp32", "BACKEND=tensorrt does not run on DEVICE=cpu"),
+    ("torchscript", "cpu", "int8", "does not support PRECISION=int8"),
+])
+def test_unsupported_combinations_name_the_supported_ones(backend, device, precision, message):
+    with pytest.raises(UsageError, match=message.replace("|", r"\|")):
+        check_target(get_backend(backend), device, precision)
+
+
+def test_unknown_backend():
+    with pytest.raises(UsageError, match="BACKEND must be one of aoti, export, torchscript, tensorrt, eager"):
+        get_backend("onnx")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_cuda_device_without_cuda(tmp_path):
+    with pytest.raises(UsageError, match="DEVICE=cuda needs a CUDA device"):
+        build(BuildRequest(model="tiny", backend="aoti", device="cuda", weights="none", custom=TINY), tmp_path)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
+def test_tensorrt_without_cuda_says_what_is_missing_and_writes_nothing(tmp_path):
+    with pytest.raises(UsageError, match=r"BACKEND=tensorrt needs a CUDA device .*nothing was written"):
+        build(BuildRequest(model="tiny", backend="tensorrt", device="cuda", weights="none", custom=TINY), tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+class _FakeTorchTensorRT(types.ModuleType):
+    """Stands in for torch_tensorrt at its narrowest seam: records calls, returns the eager model."""
+
+    def __init__(self):
+        super().__init__("torch_tensorrt")
+        self.calls = {}
+
+    def Input(self, **kwargs):
+        self.calls["input"] = kwargs
+        return kwargs
+
+    def compile(self, model, **kwargs):
+        self.calls["compile"] = kwargs
+        return model
+
+    def save(self, model, path, **kwargs):
+        self.calls["save"] = kwargs
+        torch.export.save(torch.export.export(model, tuple(kwargs["inputs"])), path)
+
+
+def test_tensorrt_compile_up_to_the_seam(tmp_path, monkeypatch):
+    fake = _FakeTorchTensorRT()
+    monkeypatch.setitem(sys.modules, "torch_tensorrt", fake)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    target = CompileTarget(device="cpu", precision="fp16", max_batch=8, crop=32)  # cpu tensors: the fake runs here
+    backend = get_backend("tensorrt")
+    model = prepare_model(TinyNet_eager(), target)
+    backend.compile(model, target, tmp_path / backend.file_name)
+    assert fake.calls["compile"]["ir"] == "dynamo"
+    assert fake.calls["compile"]["enabled_precisions"] == {torch.float16, torch.float32}
+    assert fake.calls["input"]["min_shape"] == (1, 3, 32, 32) and fake.calls["input"]["max_shape"] == (8, 3, 32, 32)
+    assert fake.calls["save"]["output_format"] == "exported_program"
+    loaded = backend.load(tmp_path / backend.file_name, "cpu")
+    x = torch.randn(2, 3, 32, 32, dtype=torch.float16)  # the fake saves a static batch of trace_batch()
+    assert torch.allclose(loaded(x), model(x))
+
+
+def TinyNet_eager():
+    from tsvk_tools.models import build_from_file
+
+    return build_from_file(FIXTURES / "tiny_model.py", "make_tiny").eval()

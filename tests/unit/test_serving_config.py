@@ -1,0 +1,153 @@
+"""The config generator: thread arithmetic, validation, security defaults, one comment per value."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from tsvk.settings import ArtifactSettings, HandlerSettings, ServingDefaults
+from tsvk_tools.cli import main
+from tsvk_tools.errors import UsageError
+from tsvk_tools.serving_config import ServingRequest, plan_serving, render_properties, write_config
+
+
+def fake_store(tmp_path, **models) -> "Path":
+    """A model store of minimal tsvk archives: name -> compiled max batch."""
+    import zipfile
+
+    import yaml
+
+    for name, max_batch in models.items():
+        settings = HandlerSettings(model_name=name, artifact=ArtifactSettings(file="model.pt2", format="aoti", max_batch=max_batch),
+                                   serving=ServingDefaults(batch_size=min(8, max_batch), workers=1))
+        with zipfile.ZipFile(tmp_path / f"{name}.mar", "w") as archive:
+            archive.writestr("model-config.yaml", yaml.safe_dump({"tsvk": settings.to_dict()}))
+    return tmp_path
+
+
+def properties(text: str) -> dict[str, str]:
+    return dict(line.split("=", 1) for line in text.splitlines() if line and not line.startswith("#"))
+
+
+@pytest.mark.parametrize("vcpus, workers, threads", [(8, 2, 4), (2, 2, 1), (2, 1, 2), (7, 2, 3), (64, 3, 21)])
+def test_threads_are_vcpus_over_workers(tmp_path, vcpus, workers, threads):
+    plan = plan_serving(ServingRequest(vcpus=vcpus, workers=workers, model_store=fake_store(tmp_path, m=8)))
+    assert plan.models[0].intra_op_threads == threads
+    assert plan.total_workers * threads <= vcpus
+
+
+def test_threads_are_shared_between_models(tmp_path):
+    plan = plan_serving(ServingRequest(vcpus=8, workers=2, model_store=fake_store(tmp_path, a=8, b=8)))
+    assert [m.intra_op_threads for m in plan.models] == [2, 2]
+    props = properties(render_properties(plan))
+    assert props["tsvk.threads.a"] == "2,1" and props["tsvk.threads.b"] == "2,1"
+    assert props["load_models"] == "a.mar,b.mar"
+
+
+def test_every_value_has_a_comment_above_it(tmp_path):
+    text = render_properties(plan_serving(ServingRequest(vcpus=4, workers=2, model_store=fake_store(tmp_path, m=8), core_pinning=True)))
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        if line and not line.startswith("#"):
+            assert lines[i - 1].startswith("# ") and len(lines[i - 1]) > 10, f"no comment above {line!r}"
+
+
+def test_secure_defaults(tmp_path):
+    props = properties(render_properties(plan_serving(ServingRequest(vcpus=2, model_store=fake_store(tmp_path, m=8)))))
+    assert props["inference_address"] == "http://0.0.0.0:8080"
+    assert props["management_address"].startswith("http://127.0.0.1:")
+    assert props["metrics_address"].startswith("http://127.0.0.1:")
+    assert props["grpc_management_address"] == "127.0.0.1" and props["grpc_inference_address"] == "127.0.0.1"
+    assert props["enable_model_api"] == "false"
+    assert props["disable_token_authorization"] == "false"
+    assert props["allowed_urls"].startswith("file://") and "http" not in props["allowed_urls"]
+    assert props["metrics_mode"] == "prometheus"
+    assert not any("key" in k.lower() or "token" in v.lower() for k, v in props.items() if k != "disable_token_authorization")
+
+
+def test_auth_off_is_explicit(tmp_path):
+    props = properties(render_properties(plan_serving(ServingRequest(vcpus=2, auth=False, model_store=fake_store(tmp_path, m=8)))))
+    assert props["disable_token_authorization"] == "true"
+
+
+def test_models_json_fixes_workers_and_batch(tmp_path):
+    plan = plan_serving(ServingRequest(vcpus=4, workers=2, batch=4, max_batch_delay_ms=20, model_store=fake_store(tmp_path, m=8)))
+    entry = json.loads(properties(render_properties(plan))["models"])["m"]["1.0"]
+    assert entry == {"batchSize": 4, "defaultVersion": True, "marName": "m.mar", "maxBatchDelay": 20,
+                     "maxWorkers": 2, "minWorkers": 2, "responseTimeout": 120}
+
+
+def test_archive_suggestions_are_the_defaults(tmp_path):
+    plan = plan_serving(ServingRequest(vcpus=4, model_store=fake_store(tmp_path, m=4)))
+    assert (plan.models[0].workers, plan.models[0].batch) == (1, 4)
+
+
+def test_gpus_get_one_worker_each_by_default(tmp_path):
+    plan = plan_serving(ServingRequest(vcpus=8, gpus=2, model_store=fake_store(tmp_path, m=8)))
+    props = properties(render_properties(plan))
+    assert plan.models[0].workers == 2 and props["number_of_gpu"] == "2" and plan.models[0].intra_op_threads == 4
+
+
+def test_core_pinning_uses_the_cpu_launcher(tmp_path):
+    props = properties(render_properties(plan_serving(ServingRequest(vcpus=4, workers=2, core_pinning=True, model_store=fake_store(tmp_path, m=8)))))
+    assert props["cpu_launcher_enable"] == "true" and "--ncores-per-instance 2" in props["cpu_launcher_args"]
+
+
+def test_output_is_deterministic(tmp_path):
+    request = ServingRequest(vcpus=4, workers=2, model_store=fake_store(tmp_path, a=8, b=8))
+    assert render_properties(plan_serving(request)) == render_properties(plan_serving(request))
+
+
+@pytest.mark.parametrize("fields, message", [
+    (dict(vcpus=2, workers=3), "WORKERS (3) must not exceed VCPUS (2)"),
+    (dict(vcpus=0), "VCPUS must be an integer >= 1"),
+    (dict(vcpus=2, workers=-1), "WORKERS must be an integer >= 1"),
+    (dict(vcpus=4, batch=16), "BATCH 16 is above what m.mar was compiled for (max batch 8)"),
+    (dict(vcpus=4, models=("n",)), "unknown model 'n'"),
+    (dict(vcpus=4, models=("mm",)), "did you mean m?"),
+    (dict(vcpus=4, inference_address="0.0.0.0:8080"), "inference_address must look like http://HOST:PORT"),
+])
+def test_bad_values_are_refused_and_nothing_is_written(tmp_path, fields, message):
+    store = fake_store(tmp_path, m=8)
+    output = tmp_path / "out.properties"
+    with pytest.raises(UsageError, match=re.escape(message)):
+        write_config(ServingRequest(model_store=store, **fields), output)
+    assert not output.exists() and not list(tmp_path.glob(".out.properties*"))
+
+
+def test_two_models_times_workers_must_fit(tmp_path):
+    with pytest.raises(UsageError, match="WORKERS x models = 4 exceeds VCPUS = 2"):
+        plan_serving(ServingRequest(vcpus=2, workers=2, model_store=fake_store(tmp_path, a=8, b=8)))
+
+
+def test_empty_store_says_how_to_fill_it(tmp_path):
+    with pytest.raises(UsageError, match="make archive"):
+        plan_serving(ServingRequest(vcpus=2, model_store=tmp_path))
+
+
+def test_no_archive_check_needs_model_names():
+    with pytest.raises(UsageError, match="MODELS must name the models"):
+        plan_serving(ServingRequest(vcpus=2, archive_check=False))
+    plan = plan_serving(ServingRequest(vcpus=2, archive_check=False, models=("x",)))
+    assert plan.models[0].batch == 8
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--vcpus", "abc"], "argument --vcpus: must be a whole number >= 1, got 'abc'"),
+    (["--workers", "0"], "argument --workers: must be a whole number >= 1, got 0"),
+    (["--auth", "maybe"], "argument --auth: must be on or off"),
+])
+def test_cli_rejects_non_numbers_with_what_is_allowed(tmp_path, capsys, argv, message):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["config", "--output", str(tmp_path / "c.properties"), *argv])
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+    assert not (tmp_path / "c.properties").exists()
+
+
+def test_cli_writes_the_file(tmp_path, capsys):
+    store = fake_store(tmp_path, m=8)
+    assert main(["config", "--vcpus", "8", "--workers", "2", "--model-store", str(store), "--output", str(tmp_path / "c.properties")]) == 0
+    assert "m: 2 worker(s) x 4 thread(s)" in capsys.readouterr().out
+    assert properties((tmp_path / "c.properties").read_text())["tsvk.threads.m"] == "4,1"

@@ -1,0 +1,57 @@
+"""The ceiling: our compiled model in-process on preprocessed tensors (no HTTP, no decoding), at
+each batch size up to the compiled maximum, with all vCPUs as torch threads; and decode + preprocess
+on its own. Runs in a child process so its memory and CPU are sampled like every other system's.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from ..errors import UsageError
+from ..stats import latency_summary
+from .base import RunContext, System
+from .process import clean_env
+
+
+class ComputeCeiling(System):
+    name = "ceiling"
+    label = "Ceiling: compiled model in-process"
+    description = ("our archive's compiled model called in-process on preprocessed tensors at its best batch size, "
+                   "all vCPUs as torch threads (no HTTP, no decoding); decode + preprocess measured separately")
+    self_timed = True
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.ours_mar
+
+    def run(self, ctx: RunContext, variant: dict) -> dict:
+        command = [sys.executable, "-m", "tsvk_tools.bench.apps.ceiling_probe", "--mar", str(ctx.ours_mar),
+                   "--threads", str(ctx.vcpus), "--seconds", str(ctx.options.ceiling_seconds),
+                   "--images", *[str(p.file) for p in ctx.photos]]
+        done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
+        if done.returncode != 0:
+            raise UsageError(f"the ceiling probe failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
+        return summarize_probe(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def summarize_probe(probe: dict) -> dict:
+    """The best batch size is the ceiling; per-call latency there; the preprocessing rates beside it."""
+    best_size, best = max(probe["batches"].items(), key=lambda item: item[1]["images_per_s"])
+    return {
+        "requests": sum(b["calls"] * int(size) for size, b in probe["batches"].items()),
+        "errors": 0,
+        "throughput_ips": best["images_per_s"],
+        "latency_ms": latency_summary([ms / 1e3 for ms in best["call_ms"]]),
+        "ready_s": probe["ready_s"],
+        "top1": probe["top1"],
+        "details": {
+            "best_batch": int(best_size),
+            "threads": probe["threads"],
+            "format": probe["format"],
+            "images_per_s_by_batch": {size: b["images_per_s"] for size, b in probe["batches"].items()},
+            "decode_images_per_s": probe["decode_images_per_s"],
+            "preprocess_images_per_s": probe["preprocess_images_per_s"],
+            "latency_means": "per call of one batch of the best size",
+        },
+    }
