@@ -40,3 +40,23 @@ def test_served_top5_equals_eager_top5(resnet18_store, resnet18_weights, tmp_pat
         response = post_image(run, "resnet18", jpeg_bytes(array))
     assert response.status_code == 200, response.text
     assert list(response.json()) == eager_top5(resnet18_weights, array)
+
+
+@pytest.mark.parametrize("backend", ["eager", "torchscript"])
+def test_custom_model_served_from_its_own_file(tmp_path, backend):
+    """MODEL_FILE/MODEL_FACTORY archives: the eager one imports the packed tiny_model.py in the worker."""
+    from pathlib import Path
+
+    from tsvk_tools.cli import main
+
+    fixtures = Path(__file__).parent.parent / "fixtures"
+    store = tmp_path / "store"
+    assert main(["archive", "--model", "tiny", "--backend", backend, "--model-file", str(fixtures / "tiny_model.py"),
+                 "--model-factory", "TinyNet", "--resize", "40", "--crop", "32", "--labels", str(fixtures / "tiny_labels.txt"),
+                 "--weights", "none", "--max-batch", "2", "--topk", "2", "--model-store", str(store)]) == 0
+    with running_torchserve(request_on_free_ports(model_store=store, vcpus=2, workers=1), tmp_path) as run:
+        response = post_image(run, "tiny", jpeg_bytes(photo_array("coffee")))
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert len(answer) == 2 and set(answer) <= {"cat", "dog", "bird"}
+    assert 0 < sum(answer.values()) <= 1.0001

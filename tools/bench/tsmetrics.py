@@ -58,7 +58,7 @@ def torchserve_profile(run, model: str) -> dict:
     """Counters now, plus every handler metric logged so far (the harness takes differences)."""
     samples = scrape(run)
     counters = {name: metric_total(samples, name, model) for name in COUNTERS}
-    return {"counters": counters, "handler": logged_handler_metrics(Path(run.run_dir) / "logs")}
+    return {"counters": counters, "handler": logged_handler_metrics(Path(run.run_dir) / "logs"), "workers": read_worker_env(run.pid)}
 
 
 def logged_handler_metrics(logs: Path) -> dict[str, list[float]]:

@@ -1,0 +1,136 @@
+"""Run the chosen systems one after another on this machine and collect one result per system.
+
+For each system (and each of its variants): build what it needs (not timed), start it under the
+process-tree sampler, time until it is ready, warm it up, send the measured load, read its profile,
+stop it, and check that none of its processes are left. A system that fails is recorded with its
+error and the run goes on: one broken alternative must not cost the other measurements.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .loadgen import run_closed_loop, summarize_records
+from .options import BenchOptions, resolved_vcpus
+from .sampler import TreeSampler, leftover, window_stats
+from .systems import registry
+from .systems.base import RunContext, System
+from .systems.process import THREAD_VARIABLES
+from .tsmetrics import profile_difference
+
+SETTLE_S = 2.0  # let the previous system's processes and page cache settle
+LEFTOVER_GRACE_S = 10.0
+
+
+def run_benchmark(options: BenchOptions, log=print) -> dict:
+    """Measure every system in `options.systems`; returns the result document (see report.py)."""
+    from .report import build_result
+
+    started = datetime.now(timezone.utc)
+    removed = _drop_thread_variables()
+    ctx = RunContext(options, resolved_vcpus(options), Path(options.cache_dir) / "runs" / started.strftime("%Y%m%dT%H%M%SZ"))
+    systems = [registry()[name] for name in options.systems]
+    log(f"bench: {options.model}, {len(systems)} system(s), {ctx.vcpus} vCPUs; preparing weights, archives and photos")
+    ctx.photos
+    for system in systems:
+        system.prepare(ctx)
+    results = {}
+    for system in systems:
+        results[system.name] = measure_system(system, ctx, log)
+        time.sleep(SETTLE_S)
+    return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed)
+
+
+def _drop_thread_variables() -> dict[str, str]:
+    """Thread settings inherited from the caller would tune the 'defaults' systems behind our back."""
+    return {name: os.environ.pop(name) for name in THREAD_VARIABLES if name in os.environ}
+
+
+def measure_system(system: System, ctx: RunContext, log=print) -> dict:
+    """The best variant's measurements, with every variant's kept when there are several."""
+    variants = []
+    for variant in system.variants(ctx):
+        log(f"bench: {system.name} {_describe(variant)}".rstrip())
+        measured = measure_variant(system, ctx, variant)
+        log(f"bench:   -> {_brief(measured)}")
+        variants.append(measured)
+    working = [v for v in variants if v.get("throughput_ips")]
+    best = max(working, key=lambda v: v["throughput_ips"]) if working else variants[0]
+    result = {"label": system.label, "description": system.description, **best}
+    if len(variants) > 1:
+        result["variants"] = variants
+    return result
+
+
+def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:
+    sampler = TreeSampler()
+    try:
+        with sampler:
+            began = time.monotonic()
+            measured, window = (_self_timed(system, ctx, variant, began) if system.self_timed
+                                else _served(system, ctx, variant, began))
+    except Exception as err:  # noqa: BLE001 - record it, stop nothing else, go on with the next system
+        measured, window = {"error": f"{type(err).__name__}: {err}"[:2000], "traceback": traceback.format_exc()[-4000:]}, (None, None)
+    measured.update(window_stats(sampler.samples, *window))
+    measured["peak_rss_mb"] = window_stats(sampler.samples)["peak_rss_mb"]  # whole life: start-up peaks count too
+    measured["processes_seen"] = len(sampler.seen_pids)
+    measured["leftover_processes"] = _reap(sampler.seen_pids)
+    measured["variant"] = variant
+    return measured
+
+
+def _self_timed(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
+    measured = system.run(ctx, variant)
+    return measured, (began, time.monotonic())
+
+
+def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
+    options = ctx.options
+    images = [photo.jpeg for photo in ctx.photos]
+    deployment = system.start(ctx, variant)
+    ready_s = time.monotonic() - began
+    try:
+        warmup = options.warmup_requests
+        warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        before = deployment.profile() if deployment.profile else None
+        load_start = time.monotonic()
+        records = run_closed_loop(deployment.target, images, options.jobs, options.concurrency)
+        load_end = time.monotonic()
+        after = deployment.profile() if deployment.profile else None
+    finally:
+        deployment.stop()
+    measured = {**summarize_records(records), "ready_s": round(ready_s, 2), "concurrency": options.concurrency,
+                "warmup_requests": len(warm), "warmup_errors": sum(1 for r in warm if not r.ok), "details": deployment.details}
+    if after is not None:
+        measured["profile"] = profile_difference(before or {}, after)
+        measured["details"]["workers_after_load"] = after.get("workers", [])
+    return measured, (load_start, load_end)
+
+
+def _reap(pids: set[int]) -> list[int]:
+    """Wait for the system's processes to go; kill (by pid, they are ours) and report any that stay."""
+    deadline = time.monotonic() + LEFTOVER_GRACE_S
+    while (alive := leftover(pids)) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in alive:
+        try:
+            os.kill(pid, 9)
+        except OSError:
+            pass
+    return alive
+
+
+def _describe(variant: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in variant.items())
+
+
+def _brief(measured: dict) -> str:
+    if "error" in measured:
+        return f"FAILED: {measured['error'].splitlines()[0]}"
+    latency = measured.get("latency_ms") or {}
+    return (f"{measured.get('throughput_ips')} img/s, p50 {latency.get('p50')} ms, p99 {latency.get('p99')} ms, "
+            f"ready {measured.get('ready_s')} s, errors {measured.get('errors')}/{measured.get('requests')}")

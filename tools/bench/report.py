@@ -1,0 +1,179 @@
+"""The result document: systems, ratios measured in the same run, goals met or missed, and why.
+
+`build_result` assembles it; `write_outputs` writes <timestamp>[-tag].json/.md/.png and copies them to
+latest[-tag].*. The ratios are plain quotients of throughputs measured minutes apart on one machine.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import shutil
+import subprocess
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+from .options import BenchOptions
+from .stats import ratio
+
+SCHEMA_VERSION = 1
+RATIO_SYSTEMS = {
+    "ours_vs_decentralized": "decentralized",
+    "ours_vs_torchserve_default": "torchserve_default",
+    "ours_vs_torchserve_tuned": "torchserve_tuned",
+    "ours_vs_compute_ceiling": "ceiling",
+    "ours_vs_flask_gunicorn": "flask_gunicorn",
+    "ours_vs_litserve": "litserve",
+}
+GOALS = (  # (ratio key, minimum, wording)
+    ("ours_vs_decentralized", 5.0, "ours >= 5x decentralized"),
+    ("ours_vs_torchserve_default", 1.5, "ours >= 1.5x stock TorchServe defaults"),
+    ("ours_vs_torchserve_tuned", 1.2, "ours >= 1.2x best hand-tuned stock TorchServe"),
+    ("ours_vs_compute_ceiling", 0.9, "ours >= 0.9x the in-process compute ceiling"),
+)
+
+
+def build_result(options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime,
+                 removed_env: dict | None = None) -> dict:
+    ratios = compute_ratios(systems)
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "created": started.isoformat(timespec="seconds"),
+        "duration_s": round((finished - started).total_seconds(), 1),
+        "command": options.command,
+        "options": _options_dict(options),
+        "machine": machine_info(vcpus),
+        "software": software_versions(),
+        "git": git_state(),
+        "removed_environment": removed_env or {},
+        "systems": systems,
+        "ratios": ratios,
+        "goals": evaluate_goals(systems, ratios),
+        "diagnosis": diagnose(systems),
+    }
+
+
+def _options_dict(options: BenchOptions) -> dict:
+    raw = asdict(options)
+    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), images=list(options.images),
+               systems=list(options.systems), image_size=list(options.image_size), warmup=options.warmup_requests)
+    raw.pop("extra", None)
+    return raw
+
+
+def throughput(systems: dict, name: str) -> float | None:
+    return (systems.get(name) or {}).get("throughput_ips")
+
+
+def compute_ratios(systems: dict) -> dict:
+    """ours / other for each other system present; None where either side is missing or failed."""
+    ours = throughput(systems, "ours")
+    ratios = {key: ratio(ours, throughput(systems, other)) for key, other in RATIO_SYSTEMS.items()}
+    ratios["ours_vs_pipeline_ceiling"] = ratio(ours, pipeline_ceiling(systems.get("ceiling")))
+    ratios["p99_ours_vs_torchserve_tuned"] = ratio(_p99(systems, "ours"), _p99(systems, "torchserve_tuned"))
+    return ratios
+
+
+def pipeline_ceiling(ceiling: dict | None) -> float | None:
+    """Images/s if one process did decode+preprocess and inference back to back on the same cores."""
+    details = (ceiling or {}).get("details") or {}
+    model, prep = (ceiling or {}).get("throughput_ips"), details.get("preprocess_images_per_s")
+    if not model or not prep:
+        return None
+    return round(1 / (1 / model + 1 / prep), 2)
+
+
+def _p99(systems: dict, name: str) -> float | None:
+    return ((systems.get(name) or {}).get("latency_ms") or {}).get("p99")
+
+
+def evaluate_goals(systems: dict, ratios: dict) -> list[dict]:
+    goals = [{"goal": text, "ratio": key, "target": minimum, "measured": ratios.get(key),
+              "met": None if ratios.get(key) is None else ratios[key] >= minimum} for key, minimum, text in GOALS]
+    p99 = ratios.get("p99_ours_vs_torchserve_tuned")
+    goals.append({"goal": "ours p99 no worse than hand-tuned stock TorchServe", "ratio": "p99_ours_vs_torchserve_tuned",
+                  "target": 1.0, "measured": p99, "met": None if p99 is None else p99 <= 1.0})
+    return goals
+
+
+def diagnose(systems: dict) -> list[str]:
+    """Where ours spends its time, in numbers, from TorchServe's counters and our handler's metrics."""
+    from .diagnosis import explain
+
+    return explain(systems)
+
+
+def machine_info(vcpus: int) -> dict:
+    import psutil
+
+    return {"vcpus": vcpus, "cpu": _cpu_model(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version()}
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def software_versions() -> dict:
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in ("torch", "torchvision", "torchserve", "torch-model-archiver", "litserve", "flask", "gunicorn"):
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    found["java"] = _java_version()
+    return found
+
+
+def _java_version() -> str | None:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = (done.stderr or done.stdout).splitlines()
+    return lines[0].strip() if lines else None
+
+
+def git_state() -> dict:
+    """Commit and whether the tree had changes: read-only git queries."""
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], capture_output=True, text=True, timeout=20).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+
+
+def result_stem(result: dict, tag: str) -> str:
+    stamp = datetime.fromisoformat(result["created"]).strftime("%Y%m%dT%H%M%SZ")
+    return f"{stamp}-{tag}" if tag else stamp
+
+
+def write_outputs(result: dict, output_dir: Path, tag: str = "") -> dict[str, Path]:
+    """<stem>.json/.md/.png, then the same as latest[-tag].*; the chart is skipped without matplotlib."""
+    from .chart import write_chart
+    from .markdown import render_markdown
+
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stem = result_stem(result, tag)
+    written = {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md"}
+    written["json"].write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
+    written["md"].write_text(render_markdown(result))
+    chart = write_chart(result, output_dir / f"{stem}.png")
+    if chart is not None:
+        written["png"] = chart
+    latest = f"latest-{tag}" if tag else "latest"
+    for kind, path in list(written.items()):
+        shutil.copyfile(path, output_dir / f"{latest}.{kind}")
+    return written
