@@ -118,7 +118,7 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", required=True, help="a torchvision classification builder (resnet152, ...) or, with --model-file, your archive name")
     p.add_argument("--backend", default="aoti", choices=list(BACKENDS), help="compile backend (default aoti)")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16", "int8"])
+    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
     p.add_argument("--max-batch", type=positive_int, default=8, help="largest batch the artifact accepts (dynamic 1..N)")
     p.add_argument("--weights", default="DEFAULT", help="DEFAULT (torchvision pretrained), none (random), or a state_dict path")
     p.add_argument("--model-file", type=Path, help="your model's .py file")

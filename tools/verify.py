@@ -19,7 +19,6 @@ TOLERANCES = {
     "fp32": Tolerance(atol=1e-3, rtol=1e-3, min_top1=1.0),
     "fp16": Tolerance(atol=5e-2, rtol=5e-2, min_top1=0.8),
     "bf16": Tolerance(atol=1e-1, rtol=1e-1, min_top1=0.7),
-    "int8": Tolerance(atol=5e-1, rtol=2.5e-1, min_top1=0.6),
 }
 
 

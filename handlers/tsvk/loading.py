@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 PRECISION_DTYPES = {
     "fp32": torch.float32,
-    "int8": torch.float32,  # quantized models take float input and quantize inside
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
 }

@@ -16,7 +16,7 @@ SETTINGS_KEY = "tsvk"
 
 ARTIFACT_FORMATS = ("aoti", "export", "torchscript", "tensorrt", "eager")
 DEVICES = ("cpu", "cuda")
-PRECISIONS = ("fp32", "fp16", "bf16", "int8")
+PRECISIONS = ("fp32", "fp16", "bf16")
 PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")

@@ -45,9 +45,9 @@ def test_verification_failure_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("backend, device, precision, message", [
-    ("aoti", "cpu", "fp16", "supported: DEVICE=cpu: PRECISION=fp32|bf16|int8; DEVICE=cuda: PRECISION=fp32|fp16|bf16"),
+    ("aoti", "cpu", "fp16", "supported: DEVICE=cpu: PRECISION=fp32|bf16; DEVICE=cuda: PRECISION=fp32|fp16|bf16"),
     ("tensorrt", "cpu", "fp32", "BACKEND=tensorrt does not run on DEVICE=cpu"),
-    ("torchscript", "cpu", "int8", "does not support PRECISION=int8"),
+    ("tensorrt", "cuda", "bf16", "does not support PRECISION=bf16"),
 ])
 def test_unsupported_combinations_name_the_supported_ones(backend, device, precision, message):
     with pytest.raises(UsageError, match=message.replace("|", r"\|")):

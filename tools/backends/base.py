@@ -6,13 +6,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "float32"}
+INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 
 
 @dataclass(frozen=True)
 class CompileTarget:
     device: str  # cpu | cuda
-    precision: str  # fp32 | fp16 | bf16 | int8
+    precision: str  # fp32 | fp16 | bf16
     max_batch: int
     crop: int
 
@@ -48,7 +48,7 @@ class Backend:
 
 
 def prepare_model(model, target: CompileTarget):
-    """The eager model moved to the target device and precision (int8 quantizes later, from fp32)."""
+    """The eager model moved to the target device and precision."""
     model = model.to(target.device)
     if target.precision in ("fp16", "bf16"):
         model = model.to(target.input_dtype)

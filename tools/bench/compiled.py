@@ -1,0 +1,102 @@
+"""How long `make archive` takes per backend, and compiled vs eager throughput, side by side in one run.
+
+Usage: python -m tsvk_tools.bench.compiled --model resnet152 --backends aoti,export,torchscript,eager
+Prints a Markdown table whose ratios compare each backend to eager measured in the same run, and
+writes it with the raw numbers to benchmarks/results/compile-<model>.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from ..archive import build_archive
+from ..archive_info import read_archive_settings
+from ..backends import CompileTarget, get_backend
+from ..build import BuildRequest
+from ..errors import UsageError
+
+
+def images_per_second(model, target: CompileTarget, batch: int, repeats: int) -> float:
+    """Median images/s over `repeats` timed calls after two warm-up calls."""
+    import torch
+
+    x = target.example(batch, seed=7)
+    with torch.no_grad():
+        for _ in range(2):
+            model(x)
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            model(x)
+            times.append(time.perf_counter() - start)
+    return batch / statistics.median(times)
+
+
+def measure_backend(name: str, model: str, weights: str, max_batch: int, batches: list[int], repeats: int, store: Path) -> dict:
+    """Build the archive exactly as `make archive` does (timed), then time its artifact in-process."""
+    import zipfile
+
+    start = time.perf_counter()
+    mar, result = build_archive(BuildRequest(model=model, backend=name, weights=weights, max_batch=max_batch), store)
+    archive_seconds = time.perf_counter() - start
+    backend = get_backend(name)
+    with tempfile.TemporaryDirectory() as unpacked:
+        zipfile.ZipFile(mar).extract(backend.file_name, unpacked)
+        target = CompileTarget("cpu", "fp32", max_batch, result.settings.preprocess.crop)
+        loaded = backend.load(Path(unpacked) / backend.file_name, "cpu", result.resolved.model)
+        throughput = {b: images_per_second(loaded, target, b, repeats) for b in batches}
+    return {"backend": name, "archive_seconds": round(archive_seconds, 1), "archive_mib": round(mar.stat().st_size / 2**20, 1),
+            "verification": read_archive_settings(mar).provenance["verification"], "images_per_s": throughput}
+
+
+def markdown(rows: list[dict], batches: list[int], model: str, threads: int, command: str) -> str:
+    eager = next((r for r in rows if r["backend"] == "eager"), None)
+    head = "| backend | `make archive` time (s) | archive MiB | " + " | ".join(f"img/s @ batch {b} | vs eager" for b in batches) + " |"
+    lines = [f"{model}, fp32, CPU, {threads} torch threads. Command: `{command}`", "", head, "|" + "---|" * (3 + 2 * len(batches))]
+    for r in rows:
+        cells = []
+        for b in batches:
+            ratio = r["images_per_s"][b] / eager["images_per_s"][b] if eager else float("nan")
+            cells += [f"{r['images_per_s'][b]:.1f}", f"{ratio:.2f}x"]
+        lines.append(f"| {r['backend']} | {r['archive_seconds']} | {r['archive_mib']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    import torch
+
+    parser = argparse.ArgumentParser(prog="tsvk-bench-compiled", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default="resnet152")
+    parser.add_argument("--backends", default="aoti,export,torchscript,eager")
+    parser.add_argument("--weights", default="none")
+    parser.add_argument("--batches", default="1,8")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    args = parser.parse_args(argv)
+    batches = [int(b) for b in args.batches.split(",")]
+    rows = []
+    try:
+        for name in args.backends.split(","):
+            with tempfile.TemporaryDirectory() as store:
+                rows.append(measure_backend(name, args.model, args.weights, max(batches), batches, args.repeats, Path(store)))
+                print(f"{name}: {rows[-1]}", flush=True)
+    except UsageError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    command = "python -m tsvk_tools.bench.compiled " + " ".join(argv if argv is not None else sys.argv[1:])
+    table = markdown(rows, batches, args.model, torch.get_num_threads(), command.strip())
+    print(table)
+    args.output_dir.mkdir(parents=True, exist_ok=True)
+    (args.output_dir / f"compile-{args.model}.md").write_text(table)
+    (args.output_dir / f"compile-{args.model}.json").write_text(json.dumps({"model": args.model, "command": command, "rows": rows}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
