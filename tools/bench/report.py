@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import platform
-import shutil
 import subprocess
 from dataclasses import asdict
 from datetime import datetime
@@ -160,20 +159,16 @@ def result_stem(result: dict, tag: str) -> str:
 
 
 def write_outputs(result: dict, output_dir: Path, tag: str = "") -> dict[str, Path]:
-    """<stem>.json/.md/.png, then the same as latest[-tag].*; the chart is skipped without matplotlib."""
+    """<stem>.json/.md/.png, and the same as latest[-tag].*; the chart is skipped without matplotlib."""
     from .chart import write_chart
     from .markdown import render_markdown
 
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    stem = result_stem(result, tag)
-    written = {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md"}
-    written["json"].write_text(json.dumps(result, indent=1, sort_keys=False) + "\n")
-    written["md"].write_text(render_markdown(result))
-    chart = write_chart(result, output_dir / f"{stem}.png")
-    if chart is not None:
-        written["png"] = chart
-    latest = f"latest-{tag}" if tag else "latest"
-    for kind, path in list(written.items()):
-        shutil.copyfile(path, output_dir / f"{latest}.{kind}")
+    written: dict[str, Path] = {}
+    for stem in (result_stem(result, tag), f"latest-{tag}" if tag else "latest"):
+        chart = write_chart(result, output_dir / f"{stem}.png")
+        (output_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+        (output_dir / f"{stem}.md").write_text(render_markdown(result, chart.name if chart else None))
+        written = written or {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md", **({"png": chart} if chart else {})}
     return written

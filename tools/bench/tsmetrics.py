@@ -16,7 +16,12 @@ import requests
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
-_LOG_METRIC = re.compile(r"\[METRICS\]([A-Za-z]\w*)\.(\w+):([-\d.eE+]+)\|#([^|]*)")
+# `[METRICS]Name.Unit:value|#...` (worker lines TorchServe echoes into ts_log.log in prometheus mode) or
+# `<time> - Name.Unit:value|#...` (model_metrics.log / ts_metrics.log in the default log mode)
+_LOG_METRIC = re.compile(r"(?:\[METRICS\]|^\S+ - )([A-Za-z]\w*)\.([A-Za-z]+):([-\d.eE+]+)\|#", re.MULTILINE)
+LOGGED = ("QueueTime", "WorkerThreadTime", "HandlerTime", "PredictionTime", "TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs")
+PER_REQUEST = ("QueueTime", "WorkerThreadTime")  # TorchServe logs these per request, the others per batch
+LOG_FILES = ("model_metrics.log", "ts_metrics.log", "ts_log.log")
 WORKER_MARKER = "model_service_worker"
 
 
@@ -62,34 +67,36 @@ def torchserve_profile(run, model: str) -> dict:
 
 
 def logged_handler_metrics(logs: Path) -> dict[str, list[float]]:
-    """Metric name -> values, in order, from the `[METRICS]` lines TorchServe logged."""
+    """Metric name -> values in order, for the LOGGED names; each name from the first file that has it
+    (TorchServe writes some lines twice in ts_log.log: means are unaffected, counts are not used)."""
     values: dict[str, list[float]] = {}
-    for name in ("model_metrics.log", "model_log.log"):
+    for name in LOG_FILES:
         path = logs / name
         if not path.is_file():
             continue
+        found: dict[str, list[float]] = {}
         for match in _LOG_METRIC.finditer(path.read_text(errors="replace")):
-            values.setdefault(match.group(1), []).append(float(match.group(3)))
-        if values:
-            break  # the same lines can appear in both files: read the first that has them
+            if match.group(1) in LOGGED:
+                found.setdefault(match.group(1), []).append(float(match.group(3)))
+        for metric, numbers in found.items():
+            values.setdefault(metric, numbers)
     return values
 
 
 def profile_difference(before: dict, after: dict) -> dict:
-    """Mean queue and inference time per request, and mean handler metrics, over the measured load only."""
+    """Means over the measured load only: queue and end-to-end time per request, handler metrics per batch."""
     counts = _deltas(before.get("counters", {}), after.get("counters", {}))
     requests_done = counts.get("ts_inference_requests_total")
-    per_request = {}
+    per_request, per_batch = {}, {}
     if requests_done:
         for name, key in (("ts_queue_latency_microseconds", "queue_ms"), ("ts_inference_latency_microseconds", "frontend_latency_ms")):
             if counts.get(name) is not None:
                 per_request[key] = round(counts[name] / requests_done / 1e3, 2)
-    handler = {}
     for name, values in after.get("handler", {}).items():
         new = values[len(before.get("handler", {}).get(name, [])):]
         if new:
-            handler[name] = {"mean": round(sum(new) / len(new), 2), "count": len(new)}
-    return {"requests": requests_done, "per_request": per_request, "per_batch": handler}
+            (per_request if name in PER_REQUEST else per_batch)[name] = {"mean": round(sum(new) / len(new), 2)}
+    return {"requests": requests_done, "per_request": per_request, "per_batch": per_batch}
 
 
 def _deltas(before: dict, after: dict) -> dict:

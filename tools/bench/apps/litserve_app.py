@@ -7,39 +7,39 @@ import argparse
 import base64
 from pathlib import Path
 
+import litserve as ls
 import torch
 
 from .eager import EagerClassifier
 
 
-def make_api(model: str, weights: Path, max_batch_size: int, batch_timeout: float):
-    import litserve as ls
+class ImageClassifierAPI(ls.LitAPI):
+    """Module level: LitServe pickles the API into its inference worker processes."""
 
-    class ImageClassifierAPI(ls.LitAPI):
-        def setup(self, device):
-            self.classifier = EagerClassifier(model, weights)
+    def __init__(self, model: str, weights: Path, **options):
+        super().__init__(**options)
+        self.model_name, self.weights = model, weights
 
-        def decode_request(self, request):
-            return self.classifier.tensor(base64.b64decode(request["image"]))
+    def setup(self, device):
+        self.classifier = EagerClassifier(self.model_name, self.weights)
 
-        def batch(self, inputs):
-            return torch.stack(inputs)
+    def decode_request(self, request):
+        return self.classifier.tensor(base64.b64decode(request["image"]))
 
-        def predict(self, batch):
-            return self.classifier.logits(batch)
+    def batch(self, inputs):
+        return torch.stack(inputs)
 
-        def unbatch(self, output):
-            return self.classifier.answers(output)
+    def predict(self, batch):
+        return self.classifier.logits(batch)
 
-        def encode_response(self, output):
-            return output
+    def unbatch(self, output):
+        return self.classifier.answers(output)
 
-    return ImageClassifierAPI(max_batch_size=max_batch_size, batch_timeout=batch_timeout, api_path="/predict")
+    def encode_response(self, output):
+        return output
 
 
 def main(argv: list[str] | None = None) -> None:
-    import litserve as ls
-
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--model", required=True)
     parser.add_argument("--weights", type=Path, required=True)
@@ -48,7 +48,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-timeout", type=float, default=0.1)
     parser.add_argument("--timeout", type=float, default=300)
     args = parser.parse_args(argv)
-    api = make_api(args.model, args.weights, args.max_batch_size, args.batch_timeout)
+    api = ImageClassifierAPI(args.model, args.weights, max_batch_size=args.max_batch_size,
+                             batch_timeout=args.batch_timeout, api_path="/predict")
     server = ls.LitServer(api, accelerator="cpu", timeout=args.timeout)
     server.run(host="127.0.0.1", port=args.port, generate_client_file=False, log_level="warning")
 

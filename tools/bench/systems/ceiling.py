@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-from ..errors import UsageError
+from ...errors import UsageError
 from ..stats import latency_summary
 from .base import RunContext, System
 from .process import clean_env

@@ -1,0 +1,58 @@
+"""Command-line options: presets, the central figure, and refusals that name what is allowed."""
+
+import pytest
+
+from tsvk_tools.bench.options import BenchOptions
+from tsvk_tools.bench.run import build_parser, options_from_args
+from tsvk_tools.errors import UsageError
+
+
+def _options(*argv):
+    return options_from_args(build_parser().parse_args(list(argv)), list(argv))
+
+
+def test_full_run_defaults_to_resnet152_and_every_system():
+    options = _options()
+    assert options.model == "resnet152"
+    assert "decentralized" in options.systems and "ceiling" in options.systems
+    assert options.command.startswith("python -m tsvk_tools.bench.run")
+
+
+def test_quick_uses_a_small_model_unless_one_is_named():
+    assert _options("--quick").model == "resnet18"
+    assert _options("--quick", "--model", "resnet50", "--jobs", "10").jobs == 10
+    assert _options("--quick", "--model", "resnet50").model == "resnet50"
+
+
+def test_central_figure_is_stock_defaults_against_ours_at_concurrency_32():
+    options = _options("--central-figure", "--model", "resnet50")
+    assert options.systems == ("torchserve_default", "ours")
+    assert options.concurrency == 32
+    assert options.tag == "central"
+
+
+def test_images_and_systems_are_lists():
+    options = _options("--image", "skimage:coffee,skimage:chelsea", "--systems", "ours,ceiling")
+    assert options.images == ("skimage:coffee", "skimage:chelsea")
+    assert options.systems == ("ours", "ceiling")
+
+
+def test_unknown_system_is_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--systems", "ours,triton"])
+    assert "torchserve_default" in capsys.readouterr().err
+
+
+def test_invalid_combinations_are_reported_together():
+    with pytest.raises(UsageError) as info:
+        BenchOptions(batch=16, max_batch=8, backend="onnx", jobs=0)
+    message = str(info.value)
+    assert "BATCH (16) must not exceed MAX_BATCH (8)" in message
+    assert "backend must be one of" in message
+    assert "JOBS must be >= 1" in message
+
+
+def test_warmup_defaults_to_two_rounds_of_a_full_batch():
+    assert BenchOptions(concurrency=32, batch=8).warmup_requests == 32
+    assert BenchOptions(concurrency=4, batch=8).warmup_requests == 8
+    assert BenchOptions(warmup=0).warmup_requests == 0

@@ -1,0 +1,95 @@
+"""The result document: ratios from the same run, goals judged against their targets, the Markdown
+table and the files written beside it (timestamped and latest)."""
+
+import json
+from datetime import datetime, timezone
+
+import pytest
+
+from tsvk_tools.bench.markdown import render_markdown
+from tsvk_tools.bench.options import BenchOptions
+from tsvk_tools.bench.report import build_result, compute_ratios, evaluate_goals, pipeline_ceiling, write_outputs
+
+REQUIRED_RATIOS = ("ours_vs_decentralized", "ours_vs_torchserve_default", "ours_vs_torchserve_tuned", "ours_vs_compute_ceiling")
+
+
+def _system(label, ips, p99, **extra):
+    return {"label": label, "throughput_ips": ips, "latency_ms": {"p50": p99 / 2, "p95": p99 * 0.9, "p99": p99},
+            "peak_cpu_pct": 190.0, "peak_rss_mb": 900.0, "ready_s": 12.0, "requests": 100, "errors": 0, **extra}
+
+
+def _systems():
+    return {
+        "decentralized": _system("Decentralized", 0.5, 9000.0),
+        "torchserve_default": _system("TorchServe, defaults", 2.0, 8000.0),
+        "torchserve_tuned": _system("TorchServe, hand-tuned", 5.0, 3000.0, variant={"workers": 1, "threads": 2}),
+        "ours": _system("tsvk (ours)", 5.5, 2900.0, profile={"per_batch": {"TsvkBatchSize": {"mean": 8.0},
+                        "TsvkPreprocessMs": {"mean": 80.0}, "TsvkInferenceMs": {"mean": 1400.0}}}),
+        "ceiling": _system("Ceiling", 6.5, 1300.0, details={"preprocess_images_per_s": 120.0, "decode_images_per_s": 400.0,
+                                                             "images_per_s_by_batch": {"1": 5.0, "8": 6.5}}),
+        "litserve": {"label": "LitServe", "error": "UsageError: LitServe exited during start-up"},
+    }
+
+
+@pytest.fixture
+def result(tmp_path):
+    options = BenchOptions(model="resnet152", systems=("decentralized", "torchserve_default", "torchserve_tuned", "ours",
+                                                       "ceiling", "litserve"), command="tsvk bench --test")
+    when = datetime(2026, 11, 22, 5, 10, tzinfo=timezone.utc)
+    return build_result(options, 2, _systems(), when, when)
+
+
+def test_ratios_are_ours_over_each_system(result):
+    ratios = result["ratios"]
+    for key in REQUIRED_RATIOS:
+        assert key in ratios
+    assert ratios["ours_vs_decentralized"] == 11.0
+    assert ratios["ours_vs_torchserve_tuned"] == 1.1
+    assert ratios["ours_vs_litserve"] is None  # failed systems give no ratio
+    assert ratios["p99_ours_vs_torchserve_tuned"] == pytest.approx(0.967, abs=1e-3)
+
+
+def test_pipeline_ceiling_combines_model_and_preprocessing():
+    assert pipeline_ceiling({"throughput_ips": 6.0, "details": {"preprocess_images_per_s": 12.0}}) == 4.0
+    assert pipeline_ceiling(None) is None
+
+
+def test_goals_are_judged_against_their_targets(result):
+    goals = {g["ratio"]: g for g in result["goals"]}
+    assert goals["ours_vs_decentralized"]["met"] is True
+    assert goals["ours_vs_torchserve_tuned"]["met"] is False  # 1.1 < 1.2
+    assert goals["ours_vs_compute_ceiling"]["met"] is False  # 5.5 / 6.5 = 0.85 < 0.9
+    assert goals["p99_ours_vs_torchserve_tuned"]["met"] is True
+
+
+def test_goals_without_measurements_are_undecided():
+    goals = evaluate_goals({}, compute_ratios({}))
+    assert all(g["met"] is None for g in goals)
+
+
+def test_markdown_has_one_row_per_system_and_the_goals(result):
+    text = render_markdown(result, "latest.png")
+    rows = [line for line in text.splitlines() if line.startswith("| ") and not line.startswith("| System")]
+    assert any(r.startswith("| tsvk (ours) | 5.50 |") for r in rows)
+    assert any("LitServe | failed: UsageError" in r for r in rows)
+    assert "(best: 1 worker(s) x 2 thread(s))" in text
+    assert "| ours >= 1.2x best hand-tuned stock TorchServe | 1.2 | 1.10 | **no** |" in text
+    assert "![throughput and p99 latency](latest.png)" in text
+    assert "Command: `tsvk bench --test`" in text
+
+
+def test_diagnosis_explains_the_worker_split(result):
+    text = " ".join(result["diagnosis"])
+    assert "batches averaged 8.0 images" in text
+    assert "preprocessing is 5%" in text
+
+
+def test_outputs_are_timestamped_and_copied_to_latest(result, tmp_path):
+    written = write_outputs(result, tmp_path, tag="central")
+    assert written["json"].name == "20261122T051000Z-central.json"
+    latest = json.loads((tmp_path / "latest-central.json").read_text())
+    assert latest["ratios"] == result["ratios"]
+    assert set(latest) >= {"systems", "ratios", "goals", "options", "machine", "software", "git", "command"}
+    assert "latest-central.png" in (tmp_path / "latest-central.md").read_text()
+    pytest.importorskip("matplotlib")
+    assert (tmp_path / "latest-central.png").stat().st_size < 200_000

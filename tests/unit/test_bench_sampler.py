@@ -1,0 +1,38 @@
+"""The process-tree sampler sees a child's memory and CPU, and notices when it is gone."""
+
+import subprocess
+import sys
+import time
+
+from tsvk_tools.bench.sampler import Sample, TreeSampler, leftover, window_stats
+
+BUSY_CHILD = "import time\nblob = bytearray(64 * 2**20)\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
+
+
+def test_sampler_measures_a_busy_child_and_its_exit():
+    with TreeSampler(interval=0.1) as sampler:
+        child = subprocess.Popen([sys.executable, "-c", BUSY_CHILD])
+        child.wait()
+        time.sleep(0.2)
+    assert child.pid in sampler.seen_pids
+    stats = window_stats(sampler.samples)
+    assert stats["peak_rss_mb"] >= 64
+    assert stats["peak_cpu_pct"] >= 50
+    assert leftover(sampler.seen_pids) == []
+
+
+def test_leftover_lists_running_processes():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        assert leftover({child.pid}) == [child.pid]
+    finally:
+        child.kill()
+        child.wait()
+    assert leftover({child.pid}) == []
+
+
+def test_window_stats_uses_only_samples_inside_the_window():
+    samples = [Sample(1.0, 10.0, 100.0, 1), Sample(2.0, 150.0, 300.0, 2), Sample(3.0, 20.0, 900.0, 1)]
+    assert window_stats(samples, 1.5, 2.5) == {"peak_cpu_pct": 150.0, "mean_cpu_pct": 150.0, "peak_rss_mb": 300.0}
+    assert window_stats(samples)["peak_rss_mb"] == 900.0
+    assert window_stats(samples, 5.0)["peak_cpu_pct"] is None

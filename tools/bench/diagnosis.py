@@ -1,0 +1,88 @@
+"""Plain-language lines saying where ours spends its time, each computed from measured numbers.
+
+Sources: our handler's per-batch metrics (TsvkBatchSize, TsvkPreprocessMs = decode + resize + crop +
+normalize, TsvkInferenceMs = forward + top-k), TorchServe's counters (queue and end-to-end latency per
+request), and the ceiling probe (the same model in-process, decode and preprocess rates on their own).
+"""
+
+from __future__ import annotations
+
+
+def explain(systems: dict) -> list[str]:
+    ours = systems.get("ours") or {}
+    ceiling = systems.get("ceiling") or {}
+    lines = []
+    lines += _worker_split(ours)
+    lines += _model_speed(ours, ceiling)
+    lines += _busy_fraction(ours)
+    lines += _queueing(ours)
+    lines += _preprocess_split(ceiling)
+    lines += _stock_handler(systems.get("torchserve_tuned") or {})
+    return lines
+
+
+def _per_batch(system: dict, name: str) -> float | None:
+    return (((system.get("profile") or {}).get("per_batch") or {}).get(name) or {}).get("mean")
+
+
+def _worker_split(ours: dict) -> list[str]:
+    batch, prep, infer = (_per_batch(ours, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
+    if not (batch and prep is not None and infer):
+        return []
+    share = 100 * prep / (prep + infer)
+    return [f"ours: batches averaged {batch:.1f} images; per batch {prep:.0f} ms decode+preprocess and {infer:.0f} ms "
+            f"inference, so preprocessing is {share:.0f}% of the worker's busy time "
+            f"({prep / batch:.1f} ms and {infer / batch:.1f} ms per image)."]
+
+
+def _model_speed(ours: dict, ceiling: dict) -> list[str]:
+    batch, infer = _per_batch(ours, "TsvkBatchSize"), _per_batch(ours, "TsvkInferenceMs")
+    by_batch = (ceiling.get("details") or {}).get("images_per_s_by_batch") or {}
+    if not (batch and infer and by_batch):
+        return []
+    size = min(by_batch, key=lambda s: abs(int(s) - batch))
+    inside = 1e3 * batch / infer
+    return [f"inside the worker the model ran at {inside:.1f} img/s during its batches; in-process at batch {size} it runs at "
+            f"{by_batch[size]:.1f} img/s ({100 * inside / by_batch[size]:.0f}% of that, the rest is threads, "
+            f"memory and the other processes sharing the cores)."]
+
+
+def _busy_fraction(ours: dict) -> list[str]:
+    batch, prep, infer = (_per_batch(ours, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
+    rate = ours.get("throughput_ips")
+    workers = ((ours.get("details") or {}).get("plan") or {}).get("workers") or 1
+    if not (batch and infer and rate and prep is not None):
+        return []
+    busy = rate / batch * (prep + infer) / 1e3 / workers
+    return [f"ours' worker(s) were busy with batches {100 * min(busy, 1):.0f}% of the measured time; the rest is waiting "
+            f"for a batch to form (maxBatchDelay) and TorchServe's frontend passing requests and answers."]
+
+
+def _queueing(ours: dict) -> list[str]:
+    per_request = (ours.get("profile") or {}).get("per_request") or {}
+    queue, total = per_request.get("queue_ms"), per_request.get("frontend_latency_ms")
+    if queue is None or total is None:
+        return []
+    return [f"ours: a request waited {queue:.0f} ms on average in TorchServe's queue, of {total:.0f} ms end to end "
+            f"inside TorchServe (closed-loop clients keep the queue full: this is concurrency / throughput, not overhead)."]
+
+
+def _preprocess_split(ceiling: dict) -> list[str]:
+    details = ceiling.get("details") or {}
+    decode, prep = details.get("decode_images_per_s"), details.get("preprocess_images_per_s")
+    if not (decode and prep):
+        return []
+    decode_ms, prep_ms = 1e3 / decode, 1e3 / prep
+    return [f"in-process, decoding a photo takes {decode_ms:.1f} ms and resize+crop+normalize {max(prep_ms - decode_ms, 0):.1f} ms "
+            f"({prep:.0f} img/s for both, all vCPUs), against {1e3 / ceiling['throughput_ips']:.1f} ms of model per image "
+            f"at the best batch." if ceiling.get("throughput_ips") else
+            f"in-process, decoding a photo takes {decode_ms:.1f} ms and resize+crop+normalize {max(prep_ms - decode_ms, 0):.1f} ms."]
+
+
+def _stock_handler(tuned: dict) -> list[str]:
+    handler, prediction = _per_batch(tuned, "HandlerTime"), _per_batch(tuned, "PredictionTime")
+    queue = (((tuned.get("profile") or {}).get("per_request") or {}).get("QueueTime") or {}).get("mean")
+    if handler is None:
+        return []
+    extra = f", requests waited {queue:.0f} ms in its queue on average" if queue is not None else ""
+    return [f"hand-tuned stock: TorchServe's HandlerTime (decode + transform + inference) averaged {handler:.0f} ms per batch{extra}."]

@@ -1,0 +1,99 @@
+"""`tsvk bench` / `make bench`: measure every way of serving the model on this machine, in one run.
+
+    python -m tsvk_tools.bench.run --quick                       # about 10 minutes on 2 cores (resnet18)
+    python -m tsvk_tools.bench.run                               # the full run (resnet152)
+    python -m tsvk_tools.bench.run --central-figure              # issue #4: stock defaults vs ours, concurrency 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ..errors import UsageError
+from .options import CENTRAL_FIGURE_SYSTEMS, FULL, QUICK, SYSTEMS, with_preset
+
+CENTRAL_FIGURE_CONCURRENCY = 32
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a whole number >= 1, got {value}")
+    return value
+
+
+def _names(text: str) -> tuple[str, ...]:
+    names = tuple(n.strip() for n in text.split(",") if n.strip())
+    unknown = [n for n in names if n not in SYSTEMS]
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"must be comma-separated names from {', '.join(SYSTEMS)}; got {text!r}")
+    return names
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tsvk bench", description="Benchmark every way of serving one image classifier on this machine.")
+    p.add_argument("--quick", action="store_true", help=f"small run (~10 min on 2 cores): {QUICK.model}, {QUICK.jobs} jobs")
+    p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
+    p.add_argument("--jobs", type=_positive, help=f"measured requests per served system (default {FULL.jobs}; --quick: {QUICK.jobs})")
+    p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
+    p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
+                   f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
+    p.add_argument("--image", help="comma-separated photos: skimage:chelsea|coffee|astronaut or JPEG files (default: all three)")
+    p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
+    p.add_argument("--central-figure", action="store_true", help="issue #4: only torchserve_default and ours at concurrency 32")
+    p.add_argument("--backend", help="our archive's backend: aoti (default), export, torchscript, eager")
+    p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
+    p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
+    p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
+    p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
+    p.add_argument("--tag", help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'central' with --central-figure)")
+    return p
+
+
+def options_from_args(args: argparse.Namespace, argv: list[str]):
+    systems, concurrency, tag = args.systems, args.concurrency, args.tag
+    if args.central_figure:
+        systems = systems or CENTRAL_FIGURE_SYSTEMS
+        concurrency = concurrency or CENTRAL_FIGURE_CONCURRENCY
+        tag = tag if tag is not None else "central"
+    images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
+    return with_preset(
+        QUICK if args.quick else FULL, model=args.model, jobs=args.jobs, concurrency=concurrency,
+        decentralized_jobs=args.decentralized_jobs, images=images, systems=systems, backend=args.backend,
+        vcpus=args.vcpus, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
+        cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
+        command="python -m tsvk_tools.bench.run " + shlex.join(argv),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        from .harness import run_benchmark
+        from .markdown import render_markdown
+        from .report import write_outputs
+
+        options = options_from_args(args, argv)
+        result = run_benchmark(options)
+        written = write_outputs(result, options.output_dir, options.tag)
+    except UsageError as err:
+        print(f"tsvk bench: error: {err}", file=sys.stderr)
+        return 2
+    print(render_markdown(result))
+    print("wrote " + ", ".join(str(p) for p in written.values()))
+    failed = [name for name, system in result["systems"].items() if "error" in system]
+    if failed:
+        print(f"tsvk bench: {len(failed)} system(s) failed: {', '.join(failed)} (see their 'error' in the JSON)", file=sys.stderr)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
