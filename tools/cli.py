@@ -192,11 +192,11 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
     out = args.output_dir / args.model
     with scratch_dir(args.output_dir, f".{args.model}.compile-") as work:
-        result = build(build_request(args), work)
-        (work / "report.json").write_text(json.dumps(result.settings.to_dict(), indent=2))
+        (work / "out").mkdir()
+        result = build(build_request(args), work / "out")
+        (work / "out" / "report.json").write_text(json.dumps(result.settings.to_dict(), indent=2))
         shutil.rmtree(out, ignore_errors=True)
-        work.rename(out)
-        work.mkdir()  # scratch_dir removes it again
+        (work / "out").rename(out)  # same filesystem: the finished directory appears whole
     print(f"wrote {out}/{result.artifact.name} and report.json in {result.seconds:.1f} s")
     return 0
 

@@ -325,7 +325,7 @@ def test_dashboard_reads_histograms_when_the_handler_sends_them(render):
     values["grafanaDashboard"] = {"enabled": True, "handlerMetricType": "histogram"}
     (board_json,) = render(values).one("ConfigMap", "-dashboard")["data"].values()
     exprs = [t["expr"] for panel in json.loads(board_json)["panels"] for t in panel["targets"]]
-    assert any("histogram_quantile(0.95" in e and "tsvk_inference_ms_bucket" in e for e in exprs)
+    assert any("histogram_quantile(0.95" in e and "TsvkInferenceMs_bucket" in e for e in exprs)
 
 
 def test_set_file_config_reaches_the_config_map(render, tmp_path):

@@ -87,3 +87,14 @@ def test_bad_archive_arguments(tmp_path, capsys, argv, message):
 def test_make_archive_suggests_the_right_name():
     done = subprocess.run(["make", "-s", "archive", "MODEL=resnt152", "WEIGHTS=none"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode != 0 and "did you mean resnet152" in done.stderr
+
+
+def test_compile_writes_artifact_and_report_only(tmp_path):
+    import json
+
+    out = tmp_path / "build"
+    args = [a for a in TINY_ARGS]
+    assert main(["compile", *args, "--backend", "export", "--output-dir", str(out)]) == 0
+    assert sorted(p.name for p in (out / "tiny").iterdir()) == ["model.pt2", "report.json"]
+    assert json.loads((out / "tiny" / "report.json").read_text())["provenance"]["verification"]["passed"] is True
+    assert [p.name for p in out.iterdir()] == ["tiny"]

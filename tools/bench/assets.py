@@ -32,7 +32,7 @@ class Photo:
 
 
 def model_dir(options: BenchOptions) -> Path:
-    return Path(options.cache_dir) / options.model
+    return Path(options.cache_dir).resolve() / options.model
 
 
 def shared_weights(options: BenchOptions) -> Path:
@@ -174,7 +174,7 @@ def photos(options: BenchOptions) -> list[Photo]:
     """The real photographs as JPEG bytes (and files), `skimage:<name>` resized to the benchmark size."""
     from ..images import jpeg_bytes, photo_array
 
-    folder = Path(options.cache_dir) / "images"
+    folder = Path(options.cache_dir).resolve() / "images"
     folder.mkdir(parents=True, exist_ok=True)
     found = []
     for index, spec in enumerate(options.images):

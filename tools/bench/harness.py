@@ -32,17 +32,25 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
 
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
-    ctx = RunContext(options, resolved_vcpus(options), Path(options.cache_dir) / "runs" / started.strftime("%Y%m%dT%H%M%SZ"))
-    systems = [registry()[name] for name in options.systems]
-    log(f"bench: {options.model}, {len(systems)} system(s), {ctx.vcpus} vCPUs; preparing weights, archives and photos")
-    ctx.photos
-    for system in systems:
-        system.prepare(ctx)
+    ctx, systems = prepare(options, started, log)
     results = {}
     for system in systems:
         results[system.name] = measure_system(system, ctx, log)
         time.sleep(SETTLE_S)
     return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed)
+
+
+def prepare(options: BenchOptions, started: datetime | None = None, log=print) -> tuple[RunContext, list[System]]:
+    """Build the weights, archives and photos the chosen systems need (cached; never timed)."""
+    started = started or datetime.now(timezone.utc)
+    run_dir = Path(options.cache_dir).resolve() / "runs" / started.strftime("%Y%m%dT%H%M%SZ")
+    ctx = RunContext(options, resolved_vcpus(options), run_dir)
+    systems = [registry()[name] for name in options.systems]
+    log(f"bench: {options.model}, {len(systems)} system(s), {ctx.vcpus} vCPUs; preparing weights, archives and photos")
+    ctx.photos
+    for system in systems:
+        system.prepare(ctx)
+    return ctx, systems
 
 
 def _drop_thread_variables() -> dict[str, str]:

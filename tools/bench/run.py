@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -53,7 +54,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
     p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
-    p.add_argument("--tag", help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'central' with --central-figure)")
+    p.add_argument("--tag", help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'quick' with --quick, "
+                   "'central' with --central-figure)")
+    p.add_argument("--prepare-only", action="store_true", help="build the weights, archives and photos the systems need, measure nothing")
     return p
 
 
@@ -63,6 +66,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         systems = systems or CENTRAL_FIGURE_SYSTEMS
         concurrency = concurrency or CENTRAL_FIGURE_CONCURRENCY
         tag = tag if tag is not None else "central"
+    if args.quick and tag is None:
+        tag = "quick"
     images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     return with_preset(
         QUICK if args.quick else FULL, model=args.model, jobs=args.jobs, concurrency=concurrency,
@@ -73,15 +78,27 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
     )
 
 
+def _interrupt_on_sigterm() -> None:
+    """`kill <pid>` then unwinds like Ctrl+C, so every started server is stopped on the way out."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     try:
-        from .harness import run_benchmark
+        from .harness import prepare, run_benchmark
         from .markdown import render_markdown
         from .report import write_outputs
 
         options = options_from_args(args, argv)
+        if args.prepare_only:
+            prepare(options)
+            return 0
+        _interrupt_on_sigterm()
         result = run_benchmark(options)
         written = write_outputs(result, options.output_dir, options.tag)
     except UsageError as err:

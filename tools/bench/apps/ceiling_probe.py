@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 import zipfile
@@ -26,27 +27,31 @@ def timed_calls(call, seconds: float, min_calls: int = 3) -> list[float]:
     return durations
 
 
-def model_throughput(forward, batch: torch.Tensor, sizes: list[int], seconds: float) -> dict[str, dict]:
-    """Batch size -> images/s and per-call latency, after one warm-up call each."""
-    results = {}
+def model_throughput(forward, batch: torch.Tensor, sizes: list[int], seconds: float, rounds: int = 3) -> dict[str, dict]:
+    """Batch size -> images/s from the median call (a ceiling: robust to another process's burst),
+    the mean-based rate beside it; sizes are interleaved over `rounds` so a burst cannot hit one size only."""
+    calls: dict[int, list[float]] = {size: [] for size in sizes}
+    parts = {size: batch[:size].contiguous() for size in sizes}
     with torch.inference_mode():
         for size in sizes:
-            part = batch[:size].contiguous()
-            forward(part)
-            calls = timed_calls(lambda: forward(part), seconds)
-            results[str(size)] = {"images_per_s": round(size * len(calls) / sum(calls), 2), "calls": len(calls),
-                                  "call_ms": sorted(round(c * 1e3, 2) for c in calls)}
-    return results
+            forward(parts[size])  # warm-up
+        for _ in range(rounds):
+            for size in sizes:
+                calls[size] += timed_calls(lambda: forward(parts[size]), seconds / rounds)
+    return {str(size): {"images_per_s": round(size / statistics.median(durations), 2),
+                        "mean_images_per_s": round(size * len(durations) / sum(durations), 2),
+                        "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}
+            for size, durations in calls.items()}
 
 
 def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, seconds: float) -> dict[str, float]:
-    """Images/s for decode alone and for decode + resize + crop + normalize, `batch` images per call."""
+    """Images/s (median call) for decode alone and for decode + resize + crop + normalize, `batch` images per call."""
     group = [encoded[i % len(encoded)] for i in range(batch)]
     decode_calls = timed_calls(lambda: [decode(image) for image in group], seconds)
     full_calls = timed_calls(lambda: preprocessor(group), seconds)
     return {
-        "decode_images_per_s": round(batch * len(decode_calls) / sum(decode_calls), 2),
-        "preprocess_images_per_s": round(batch * len(full_calls) / sum(full_calls), 2),
+        "decode_images_per_s": round(batch / statistics.median(decode_calls), 2),
+        "preprocess_images_per_s": round(batch / statistics.median(full_calls), 2),
     }
 
 

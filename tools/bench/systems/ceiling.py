@@ -50,6 +50,8 @@ def summarize_probe(probe: dict) -> dict:
             "threads": probe["threads"],
             "format": probe["format"],
             "images_per_s_by_batch": {size: b["images_per_s"] for size, b in probe["batches"].items()},
+            "mean_images_per_s_by_batch": {size: b["mean_images_per_s"] for size, b in probe["batches"].items()},
+            "throughput_means": "batch size / median time of one call at the best batch size (mean-based rates beside it)",
             "decode_images_per_s": probe["decode_images_per_s"],
             "preprocess_images_per_s": probe["preprocess_images_per_s"],
             "latency_means": "per call of one batch of the best size",

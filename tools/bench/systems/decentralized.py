@@ -54,15 +54,20 @@ def run_jobs(ctx: RunContext, jobs: int, parallel: int) -> list[JobResult]:
     pending = list(range(jobs))
     running: list[tuple[subprocess.Popen, float, int]] = []
     done: list[JobResult] = []
-    while pending or running:
-        while pending and len(running) < parallel:
-            image = pending.pop(0) % len(ctx.photos)
-            process = subprocess.Popen(job_command(ctx, image), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-            running.append((process, time.monotonic(), image))
-        time.sleep(0.02)
-        for entry in [e for e in running if e[0].poll() is not None]:
-            running.remove(entry)
-            done.append(_collect(*entry))
+    try:
+        while pending or running:
+            while pending and len(running) < parallel:
+                image = pending.pop(0) % len(ctx.photos)
+                process = subprocess.Popen(job_command(ctx, image), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                running.append((process, time.monotonic(), image))
+            time.sleep(0.02)
+            for entry in [e for e in running if e[0].poll() is not None]:
+                running.remove(entry)
+                done.append(_collect(*entry))
+    finally:
+        for process, _, _ in running:  # only when interrupted: no job outlives the run
+            process.kill()
+            process.wait()
     return done
 
 

@@ -57,7 +57,7 @@ def serve(ctx: RunContext, folder: Path, config: Path, model: str, env: dict[str
     run = start_torchserve(config, folder / "run", env=env)
     try:
         run.wait_ready([model], timeout=ctx.options.ready_timeout_s)
-    except Exception:
+    except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
         run.stop()
         raise
     target = HttpTarget(f"{run.url('inference')}/predictions/{model}", identity, timeout_s=RESPONSE_TIMEOUT_S)
@@ -118,11 +118,9 @@ class Ours(System):
             vcpus=ctx.vcpus, models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
             concurrency=ctx.options.concurrency, inference_address=addresses["inference_address"],
             management_address=addresses["management_address"], metrics_address=addresses["metrics_address"],
+            grpc_inference_port=int(addresses["grpc_inference_port"]), grpc_management_port=int(addresses["grpc_management_port"]),
         )
         plan = write_config(request, config)
-        grpc = {k: v for k, v in addresses.items() if k.startswith("grpc_")}
-        with open(config, "a") as handle:  # tsvk config has no gRPC ports; others' TorchServes hold 7070/7071
-            handle.write("# benchmark: gRPC on free ports\n" + render(grpc))
         deployment = serve(ctx, folder, config, ctx.options.model)
         model = plan.models[0]
         deployment.details["plan"] = {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,

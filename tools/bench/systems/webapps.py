@@ -44,7 +44,7 @@ class FlaskGunicorn(System):
         server = ServerProcess(command, env, folder / "server.log", folder)
         try:
             wait_until(lambda: len(list(ready_dir.iterdir())) >= workers, server, ctx.options.ready_timeout_s, "gunicorn")
-        except Exception:
+        except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
             server.stop()
             raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predictions", lambda jpeg: jpeg)
@@ -72,7 +72,7 @@ class LitServeBatched(System):
         server = ServerProcess(command, clean_env(), folder / "server.log", folder)
         try:
             wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), server, ctx.options.ready_timeout_s, "LitServe")
-        except Exception:
+        except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
             server.stop()
             raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
