@@ -42,7 +42,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
 
-.PHONY: help setup archive compile config serve stop predict demo test test-unit clean
+.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench-preprocess bench-compile bench-pinning
 
 help: ## list the targets and their main options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -79,6 +79,15 @@ predict: ## classify IMAGE (a file or skimage:chelsea) with the running server
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop
 	$(PYTHON) -m tsvk_tools.demo --model $(MODEL)
+
+bench-preprocess: setup ## preprocessing images/s of each backend vs TorchServe's PIL path (ratios, one run)
+	$(PYTHON) -m tsvk_tools.bench.preprocess
+
+bench-compile: setup ## `make archive` time per backend and compiled vs eager img/s (MODEL, cold Inductor cache)
+	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) $(PYTHON) -m tsvk_tools.bench.compiled --model $(MODEL)
+
+bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
+	$(PYTHON) -m tsvk_tools.bench.pinning --model $(MODEL) $(call opt,--workers,$(WORKERS))
 
 test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

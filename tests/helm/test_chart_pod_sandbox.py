@@ -23,20 +23,12 @@ from pathlib import Path
 import pytest
 from helm_support import REPO
 
+from tsvk_tools.ports import free_ports
+
 pytestmark = [pytest.mark.helm, pytest.mark.integration]
 
 FIXTURES = REPO / "tests" / "fixtures"
 START_TIMEOUT_S = 240
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for sock in sockets:
-        sock.bind(("127.0.0.1", 0))
-    ports = [sock.getsockname()[1] for sock in sockets]
-    for sock in sockets:
-        sock.close()
-    return ports
 
 
 def tsvk(*args: str) -> None:

@@ -10,7 +10,8 @@ import torch
 import torchvision
 from PIL import Image
 
-from tests.support.torchserve import isolated_env, post_image, request_on_free_ports, running_torchserve
+from tests.support.torchserve import isolated_env, post_concurrently, post_image, running_torchserve
+from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
 
 
@@ -33,13 +34,16 @@ def test_isolation_really_hides_tsvk():
     assert done.returncode != 0 and "No module named 'tsvk'" in done.stderr
 
 
-@pytest.mark.parametrize("photo", ["chelsea", "coffee"])
-def test_served_top5_equals_eager_top5(resnet18_store, resnet18_weights, tmp_path, photo):
-    array = photo_array(photo)
-    with running_torchserve(request_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1), tmp_path) as run:
-        response = post_image(run, "resnet18", jpeg_bytes(array))
-    assert response.status_code == 200, response.text
-    assert list(response.json()) == eager_top5(resnet18_weights, array)
+def test_served_top5_equals_eager_top5_in_one_batch(resnet18_store, resnet18_weights, tmp_path):
+    """Three real photographs and one non-image sent together: batched, each answered on its own."""
+    photos = ["chelsea", "coffee", "astronaut"]
+    bodies = [jpeg_bytes(photo_array(name)) for name in photos] + [b"not an image"]
+    request = serving_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=500)
+    with running_torchserve(request, tmp_path) as run:
+        responses = post_concurrently(f"{run.url('inference')}/predictions/resnet18", bodies, run.headers("inference"))
+    assert [r.status_code for r in responses] == [200, 200, 200, 400], [r.text for r in responses]
+    for name, response in zip(photos, responses):
+        assert list(response.json()) == eager_top5(resnet18_weights, photo_array(name)), name
 
 
 @pytest.mark.parametrize("backend", ["eager", "torchscript"])
@@ -54,7 +58,7 @@ def test_custom_model_served_from_its_own_file(tmp_path, backend):
     assert main(["archive", "--model", "tiny", "--backend", backend, "--model-file", str(fixtures / "tiny_model.py"),
                  "--model-factory", "TinyNet", "--resize", "40", "--crop", "32", "--labels", str(fixtures / "tiny_labels.txt"),
                  "--weights", "none", "--max-batch", "2", "--topk", "2", "--model-store", str(store)]) == 0
-    with running_torchserve(request_on_free_ports(model_store=store, vcpus=2, workers=1), tmp_path) as run:
+    with running_torchserve(serving_on_free_ports(model_store=store, vcpus=2, workers=1), tmp_path) as run:
         response = post_image(run, "tiny", jpeg_bytes(photo_array("coffee")))
     assert response.status_code == 200, response.text
     answer = response.json()

@@ -10,7 +10,8 @@ import pytest
 import requests
 
 from tsvk.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
-from tests.support.torchserve import post_image, request_on_free_ports, running_torchserve
+from tests.support.torchserve import post_image, running_torchserve
+from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
 
 PLANS = [
@@ -40,7 +41,7 @@ def model_description(run) -> dict:
 @pytest.mark.parametrize("fields, workers, threads, batch", PLANS)
 def test_generated_config_is_what_runs(resnet18_store, tmp_path, fields, workers, threads, batch):
     body = jpeg_bytes(photo_array("astronaut"), size=(640, 480))
-    with running_torchserve(request_on_free_ports(model_store=resnet18_store, **fields), tmp_path) as run:
+    with running_torchserve(serving_on_free_ports(model_store=resnet18_store, **fields), tmp_path) as run:
         description = model_description(run)
         assert (description["minWorkers"], description["maxWorkers"], description["batchSize"]) == (workers, workers, batch)
         assert len([w for w in description["workers"] if w["status"] == "READY"]) == workers
@@ -61,7 +62,7 @@ def test_generated_config_is_what_runs(resnet18_store, tmp_path, fields, workers
 def test_batches_really_form(resnet18_store, tmp_path):
     """With one worker and a 200 ms batch window, concurrent requests are answered in batches > 1."""
     body = jpeg_bytes(photo_array("chelsea"), size=(640, 480))
-    request = request_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=200)
+    request = serving_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=200)
     with running_torchserve(request, tmp_path) as run:
         with ThreadPoolExecutor(max_workers=8) as pool:
             assert all(r.status_code == 200 for r in pool.map(lambda _: post_image(run, "resnet18", body), range(16)))

@@ -2,69 +2,43 @@
 errors (400 corrupt / empty / non-image, 413 bomb) beside 200s of the same batch, and the handler's
 metrics on the Prometheus endpoint.
 
-The .mar is staged here from the tiny eager model (model.py + state_dict) and packed with
-torch-model-archiver, exactly as `tsvk archive` lays it out, so this test needs no weights download.
+The .mar is the tiny custom model of tests/fixtures built by `tsvk archive` (eager, random weights),
+served with a config from `tsvk config`, so this test needs no weights download.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
-import shutil
-import socket
-import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import pytest
 import requests
 import yaml
 from PIL import Image
 
+from tests.support.torchserve import post_concurrently, running_torchserve
 from tsvk import metrics as tsvk_metrics
+from tsvk_tools.cli import main as tsvk
+from tsvk_tools.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
-HANDLERS = ROOT / "handlers"
+FIXTURES = ROOT / "tests" / "fixtures"
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from handler_fakes import encode, noise_image, write_tiny_eager_archive  # noqa: E402
+from handler_fakes import encode, noise_image  # noqa: E402
 
 MODEL = "tiny"
+LABELS = {"cat", "dog", "bird"}
 BATCH_SIZE = 4
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def build_mar(work: Path, model_store: Path) -> Path:
-    """Stage handler + tsvk package + model code + labels + settings, and pack them."""
-    source = work / "source"
-    write_tiny_eager_archive(source, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
-    extra = work / "extra"
-    shutil.copytree(HANDLERS / "tsvk", extra / "tsvk", ignore=shutil.ignore_patterns("__pycache__"))
-    for name in ("model.py", "index_to_name.json"):
-        shutil.copy2(source / name, extra / name)
-    model_store.mkdir(parents=True, exist_ok=True)
-    subprocess.run(
-        [
-            str(Path(sys.executable).with_name("torch-model-archiver")),
-            "--model-name", MODEL, "--version", "1.0",
-            "--serialized-file", str(source / "model_state.pt"),
-            "--handler", str(HANDLERS / "image_classifier.py"),
-            "--extra-files", str(extra),
-            "--config-file", str(source / "model-config.yaml"),
-            "--export-path", str(model_store),
-        ],
-        check=True,
-    )
-    return model_store / f"{MODEL}.mar"
+def build_mar(model_store: Path) -> None:
+    assert tsvk(["archive", "--model", MODEL, "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
+                 "--model-factory", "TinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
+                 "--weights", "none", "--max-batch", str(BATCH_SIZE), "--model-store", str(model_store)]) == 0
 
 
 def write_metrics_yaml(path: Path) -> Path:
@@ -78,68 +52,22 @@ def write_metrics_yaml(path: Path) -> Path:
     return path
 
 
-def write_config(path: Path, model_store: Path, metrics_yaml: Path | None, model: str = MODEL) -> tuple[Path, dict[str, str]]:
-    """One worker, batchSize 4, 1 s batch delay; metrics_yaml None: model_metrics_auto_detect=true instead."""
-    ports = {api: _free_port() for api in ("inference", "management", "metrics")}
-    models = {model: {"1.0": {"defaultVersion": True, "marName": f"{model}.mar", "minWorkers": 1, "maxWorkers": 1,
-                              "batchSize": BATCH_SIZE, "maxBatchDelay": 1000, "responseTimeout": 120}}}
-    lines = [
-        *(f"{api}_address=http://127.0.0.1:{port}" for api, port in ports.items()),
-        f"model_store={model_store}",
-        f"load_models={model}.mar",
-        f"models={json.dumps(models)}",
-        "metrics_mode=prometheus",
-        f"metrics_config={metrics_yaml}" if metrics_yaml else "model_metrics_auto_detect=true",
-        f"grpc_inference_port={_free_port()}",  # ours alone: another TorchServe may hold 7070/7071
-        f"grpc_management_port={_free_port()}",
-        "disable_token_authorization=true",
-        "default_workers_per_model=1",
-        f"tsvk.threads.{model}=1,1",
-    ]
-    path.write_text("\n".join(lines) + "\n")
-    return path, {api: f"http://127.0.0.1:{port}" for api, port in ports.items()}
-
-
 @contextlib.contextmanager
-def serving(work: Path, metrics_config: bool = True, model: str = MODEL, build: Callable[[Path, Path], Path] = build_mar):
-    """A TorchServe of our own serving `model`, whose .mar `build(work, model_store)` writes."""
-    if shutil.which("java") is None:
-        pytest.skip("TorchServe needs Java 17 (no `java` on PATH)")
-    from tsvk_tools.server import start_torchserve
-
+def serving(work: Path, metrics_config: bool = True):
+    """One worker, batchSize 4, 1 s batch delay, auth off; metrics from a metrics yaml or auto-detected."""
     model_store = work / "model_store"
-    build(work, model_store)
-    metrics_yaml = write_metrics_yaml(work / "metrics.yaml") if metrics_config else None
-    config, urls = write_config(work / "config.properties", model_store, metrics_yaml, model)
-    run = start_torchserve(config, work / "run")
-    try:
-        run.wait_ready([model], timeout=240)
+    build_mar(model_store)
+    request = serving_on_free_ports(model_store=model_store, vcpus=1, workers=1, batch=BATCH_SIZE, max_batch_delay_ms=1000, auth=False)
+    extra = {"metrics_config": str(write_metrics_yaml(work / "metrics.yaml"))} if metrics_config else {}
+    with running_torchserve(request, work, extra_properties=extra) as run:
+        urls = {api: run.url(api) for api in ("inference", "management", "metrics")}
         yield urls, run
-    finally:
-        run.stop()
 
 
 @pytest.fixture(scope="module")
 def torchserve(tmp_path_factory):
     with serving(tmp_path_factory.mktemp("ts"), metrics_config=True) as server:
         yield server
-
-
-def post_concurrently(url: str, bodies: list[bytes]) -> list[requests.Response]:
-    """Send all at once so TorchServe's batch aggregator puts them in one batch."""
-    responses: list[requests.Response | None] = [None] * len(bodies)
-    barrier = threading.Barrier(len(bodies))
-
-    def send(index: int) -> None:
-        barrier.wait()
-        responses[index] = requests.post(url, data=bodies[index], timeout=120)
-
-    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return responses  # type: ignore[return-value]
 
 
 def _bomb() -> bytes:
@@ -156,7 +84,7 @@ def test_good_image_gets_topk(torchserve):
     response = requests.post(f"{urls['inference']}/predictions/{MODEL}", data=encode(noise_image(), "JPEG"), timeout=120)
     assert response.status_code == 200, response.text
     answer = response.json()
-    assert len(answer) == 3 and all(label.startswith("class_") for label in answer)
+    assert len(answer) == 3 and set(answer) == LABELS
 
 
 def test_bad_requests_fail_alone_inside_a_real_batch(torchserve):

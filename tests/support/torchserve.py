@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 from pathlib import Path
 from typing import Iterator
 
@@ -16,39 +15,20 @@ from tsvk_tools.serving_config import ServingRequest, write_config
 WITHOUT_TSVK = Path(__file__).parent / "without_tsvk"
 
 
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
-def request_on_free_ports(**fields) -> ServingRequest:
-    inference, management, metrics, grpc_inference, grpc_management = free_ports(5)
-    return ServingRequest(
-        inference_address=f"http://127.0.0.1:{inference}",
-        management_address=f"http://127.0.0.1:{management}",
-        metrics_address=f"http://127.0.0.1:{metrics}",
-        grpc_inference_port=grpc_inference,
-        grpc_management_port=grpc_management,
-        **fields,
-    )
-
-
 def isolated_env() -> dict[str, str]:
     """Workers see no installed tsvk: only the copy inside the archive."""
     return {"PYTHONPATH": os.pathsep.join(filter(None, [str(WITHOUT_TSVK), os.environ.get("PYTHONPATH")]))}
 
 
 @contextlib.contextmanager
-def running_torchserve(request: ServingRequest, workdir: Path, timeout: float = 300) -> Iterator[TorchServeRun]:
-    """Generate the config, start TorchServe with tsvk hidden, wait for every model, always stop it."""
+def running_torchserve(request: ServingRequest, workdir: Path, timeout: float = 300,
+                       extra_properties: dict[str, str] | None = None) -> Iterator[TorchServeRun]:
+    """Generate the config (plus any extra properties), start TorchServe with tsvk hidden, wait, always stop."""
     config = workdir / "config.properties"
     write_config(request, config)
+    if extra_properties:
+        with config.open("a") as properties:
+            properties.writelines(f"{key}={value}\n" for key, value in extra_properties.items())
     run = start_torchserve(config, workdir / "run", env=isolated_env())
     try:
         run.wait_ready(timeout=timeout)
@@ -59,3 +39,22 @@ def running_torchserve(request: ServingRequest, workdir: Path, timeout: float = 
 
 def post_image(run: TorchServeRun, model: str, body: bytes, **kwargs) -> requests.Response:
     return requests.post(f"{run.url('inference')}/predictions/{model}", data=body, headers=run.headers("inference"), timeout=120, **kwargs)
+
+
+def post_concurrently(url: str, bodies: list[bytes], headers: dict[str, str] | None = None) -> list[requests.Response]:
+    """Send all at once (a barrier releases the senders together) so TorchServe batches them."""
+    import threading
+
+    responses: list[requests.Response | None] = [None] * len(bodies)
+    barrier = threading.Barrier(len(bodies))
+
+    def send(index: int) -> None:
+        barrier.wait()
+        responses[index] = requests.post(url, data=bodies[index], headers=headers or {}, timeout=120)
+
+    threads = [threading.Thread(target=send, args=(i,)) for i in range(len(bodies))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return responses  # type: ignore[return-value]

@@ -93,3 +93,13 @@ def test_outputs_are_timestamped_and_copied_to_latest(result, tmp_path):
     assert "latest-central.png" in (tmp_path / "latest-central.md").read_text()
     pytest.importorskip("matplotlib")
     assert (tmp_path / "latest-central.png").stat().st_size < 200_000
+
+
+def test_render_rewrites_the_report_from_a_saved_result(result, tmp_path):
+    from tsvk_tools.bench.run import main
+
+    written = write_outputs(result, tmp_path)
+    (tmp_path / "latest.md").unlink()
+    assert main(["--render", str(written["json"])]) == 0
+    assert "| tsvk (ours) | 5.50 |" in (tmp_path / "latest.md").read_text()
+    assert main(["--render", str(tmp_path / "missing.json")]) == 2

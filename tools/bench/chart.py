@@ -22,10 +22,12 @@ def write_chart(result: dict, path: Path) -> Path | None:
     labels = [systems[n]["label"].replace(" (", "\n(").replace(", ", ",\n", 1) for n in names]
     colors = ["tab:green" if n == "ours" else ("tab:gray" if n == "ceiling" else "tab:blue") for n in names]
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=80)
-    left.barh(labels, [systems[n]["throughput_ips"] for n in names], color=colors)
+    left.bar_label(left.barh(labels, [systems[n]["throughput_ips"] for n in names], color=colors), fmt="%.1f", fontsize=7)
     left.set_xlabel("images / s (higher is better)")
-    right.barh(labels, [(systems[n].get("latency_ms") or {}).get("p99") or 0 for n in names], color=colors)
-    right.set_xlabel("p99 latency, ms (lower is better)")
+    p99 = [(systems[n].get("latency_ms") or {}).get("p99") or 0 for n in names]
+    right.bar_label(right.barh(labels, p99, color=colors), fmt="%.0f", fontsize=7)
+    right.set_xscale("log")  # one process per job is seconds; servers are tens to hundreds of ms
+    right.set_xlabel("p99 latency, ms, log scale (lower is better)")
     right.set_yticklabels([])
     for axis in (left, right):
         axis.invert_yaxis()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -92,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for row in rows:
         row["images_per_s"] = {b: speeds[b][row["backend"]] for b in batches}
-    command = "python -m tsvk_tools.bench.compiled " + " ".join(argv if argv is not None else sys.argv[1:])
+    cache = "TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) " if os.environ.get("TORCHINDUCTOR_CACHE_DIR") else ""  # cold compile
+    command = cache + "python -m tsvk_tools.bench.compiled " + " ".join(argv if argv is not None else sys.argv[1:])
     table = markdown(rows, batches, args.model, torch.get_num_threads(), command.strip())
     print(table)
     args.output_dir.mkdir(parents=True, exist_ok=True)

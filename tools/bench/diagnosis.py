@@ -12,6 +12,7 @@ def explain(systems: dict) -> list[str]:
     ours = systems.get("ours") or {}
     ceiling = systems.get("ceiling") or {}
     lines = []
+    lines += _ceiling_decomposition(ours, ceiling)
     lines += _worker_split(ours)
     lines += _model_speed(ours, ceiling)
     lines += _busy_fraction(ours)
@@ -23,6 +24,27 @@ def explain(systems: dict) -> list[str]:
 
 def _per_batch(system: dict, name: str) -> float | None:
     return (((system.get("profile") or {}).get("per_batch") or {}).get(name) or {}).get("mean")
+
+
+def _ceiling_decomposition(ours: dict, ceiling: dict) -> list[str]:
+    """ours / ceiling = busy fraction x inference share of busy time x model speed inside the worker."""
+    batch, prep, infer = (_per_batch(ours, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
+    rate, top = ours.get("throughput_ips"), ceiling.get("throughput_ips")
+    workers = ((ours.get("details") or {}).get("plan") or {}).get("workers") or 1
+    by_batch = (ceiling.get("details") or {}).get("images_per_s_by_batch") or {}
+    if not (batch and infer and prep is not None and rate and top and by_batch):
+        return []
+    size = min(by_batch, key=lambda s: abs(int(s) - batch))
+    busy = rate / batch * (prep + infer) / 1e3 / workers
+    share = infer / (prep + infer)
+    speed = 1e3 * batch / infer / by_batch[size]
+    factors = [f"busy {busy:.2f}", f"inference share of busy time {share:.2f}",
+               f"model speed inside the worker vs in-process {speed:.2f}"]
+    if workers > 1:
+        factors.append(f"workers {workers}")
+    if by_batch[size] != top:
+        factors.append(f"batch {size} vs the ceiling's best batch {by_batch[size] / top:.2f}")
+    return [f"ours / ceiling = {rate / top:.2f} = " + " x ".join(factors) + "; each factor below 1 is a cause (below)."]
 
 
 def _worker_split(ours: dict) -> list[str]:

@@ -32,11 +32,14 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
 
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
-    ctx, systems = prepare(options, started, log)
-    results = {}
-    for system in systems:
-        results[system.name] = measure_system(system, ctx, log)
-        time.sleep(SETTLE_S)
+    try:
+        ctx, systems = prepare(options, started, log)
+        results = {}
+        for system in systems:
+            results[system.name] = measure_system(system, ctx, log)
+            time.sleep(SETTLE_S)
+    finally:
+        os.environ.update(removed)
     return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "flask_gunicorn", "litserve", "ceiling")
@@ -40,6 +40,7 @@ class BenchOptions:
     max_batch: int = 8
     batch: int = 8  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
+    ours_workers: int | None = None  # None: what `tsvk config` plans (the archive's suggestion)
     vcpus: int | None = None  # None: detected
     warmup: int | None = None  # None: 2 rounds of min(concurrency, 2 x batch)
     output_dir: Path = Path("benchmarks/results")
@@ -48,7 +49,6 @@ class BenchOptions:
     quick: bool = False
     ready_timeout_s: float = 1200
     command: str = ""  # the command line that produced the run, for the report
-    extra: dict = field(default_factory=dict)
 
     def __post_init__(self):
         problems = validation_problems(self)
@@ -97,7 +97,3 @@ def resolved_vcpus(options: BenchOptions) -> int:
     from tsvk.cpus import detect_vcpus
 
     return options.vcpus or detect_vcpus()
-
-
-def for_systems(options: BenchOptions, systems: tuple[str, ...]) -> BenchOptions:
-    return replace(options, systems=systems)

@@ -8,7 +8,6 @@ alternating so drift in the machine's load hits both, and prints throughput and 
 from __future__ import annotations
 
 import argparse
-import socket
 import statistics
 import sys
 import tempfile
@@ -18,27 +17,13 @@ from ..archive import build_archive
 from ..build import BuildRequest
 from ..images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
 from ..server import start_torchserve
-from ..serving_config import ServingRequest, write_config
+from ..ports import serving_on_free_ports
+from ..serving_config import write_config
 from .loadgen import HttpTarget, run_closed_loop, summarize_records
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    for s in sockets:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in sockets]
-    for s in sockets:
-        s.close()
-    return ports
-
-
 def serve_and_measure(store: Path, model: str, workers: int, pinning: bool, requests: int, concurrency: int, workdir: Path) -> dict:
-    inference, management, metrics, grpc_i, grpc_m = _free_ports(5)
-    request = ServingRequest(
-        workers=workers, model_store=store, auth=False, core_pinning=pinning,
-        inference_address=f"http://127.0.0.1:{inference}", management_address=f"http://127.0.0.1:{management}",
-        metrics_address=f"http://127.0.0.1:{metrics}", grpc_inference_port=grpc_i, grpc_management_port=grpc_m,
-    )
+    request = serving_on_free_ports(workers=workers, model_store=store, auth=False, core_pinning=pinning)
     config = workdir / "config.properties"
     plan = write_config(request, config)
     run = start_torchserve(config, workdir / "run")

@@ -57,7 +57,6 @@ def _options_dict(options: BenchOptions) -> dict:
     raw = asdict(options)
     raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), images=list(options.images),
                systems=list(options.systems), image_size=list(options.image_size), warmup=options.warmup_requests)
-    raw.pop("extra", None)
     return raw
 
 
@@ -151,6 +150,12 @@ def git_state() -> dict:
             return ""
 
     return {"commit": git("rev-parse", "HEAD") or None, "dirty": bool(git("status", "--porcelain"))}
+
+
+def refresh(result: dict) -> dict:
+    """Recompute ratios, goals and diagnosis from a result's measurements (after a report change)."""
+    ratios = compute_ratios(result["systems"])
+    return {**result, "ratios": ratios, "goals": evaluate_goals(result["systems"], ratios), "diagnosis": diagnose(result["systems"])}
 
 
 def result_stem(result: dict, tag: str) -> str:

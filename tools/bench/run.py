@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument("--central-figure", action="store_true", help="issue #4: only torchserve_default and ours at concurrency 32")
     p.add_argument("--backend", help="our archive's backend: aoti (default), export, torchscript, eager")
+    p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
@@ -56,6 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
     p.add_argument("--tag", help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'quick' with --quick, "
                    "'central' with --central-figure)")
+    p.add_argument("--render", type=Path, metavar="RESULT_JSON",
+                   help="measure nothing: rewrite RESULT_JSON's report (ratios, goals, Markdown, chart) from its measurements")
     p.add_argument("--prepare-only", action="store_true", help="build the weights, archives and photos the systems need, measure nothing")
     return p
 
@@ -72,10 +75,25 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
     return with_preset(
         QUICK if args.quick else FULL, model=args.model, jobs=args.jobs, concurrency=concurrency,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems, backend=args.backend,
-        vcpus=args.vcpus, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
+        vcpus=args.vcpus, ours_workers=args.ours_workers, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
         command="python -m tsvk_tools.bench.run " + shlex.join(argv),
     )
+
+
+def render_existing(path: Path, tag: str) -> int:
+    """Rewrite <stem>.md/.png (and latest[-tag].*) of an existing result, recomputing what is derived."""
+    import json
+
+    from .report import refresh, write_outputs
+
+    if not path.is_file():
+        print(f"tsvk bench: error: {path} does not exist", file=sys.stderr)
+        return 2
+    result = refresh(json.loads(path.read_text()))
+    written = write_outputs(result, path.parent, tag or result["options"].get("tag", ""))
+    print("wrote " + ", ".join(str(p) for p in written.values()))
+    return 0
 
 
 def _interrupt_on_sigterm() -> None:
@@ -89,6 +107,8 @@ def _interrupt_on_sigterm() -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
+    if args.render:
+        return render_existing(args.render, args.tag or "")
     try:
         from .harness import prepare, run_benchmark
         from .markdown import render_markdown

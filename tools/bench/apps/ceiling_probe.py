@@ -55,14 +55,48 @@ def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, secon
     }
 
 
-def main(argv: list[str] | None = None) -> None:
-    from tsvk.decode import decode_rgb, probe
-    from tsvk.labels import load_labels, label_for
+def load_archive(mar: Path, folder: str):
+    """Settings, loaded model, preprocessor and labels of an unpacked archive, as the handler loads them."""
+    import yaml
+    from tsvk.labels import load_labels
     from tsvk.loading import load_model
     from tsvk.preprocess import build_preprocessor
     from tsvk.settings import HandlerSettings
-    import yaml
 
+    zipfile.ZipFile(mar).extractall(folder)
+    settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
+    model = load_model(settings.artifact, Path(folder), torch.device("cpu"))
+    preprocessor, _ = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
+    return settings, model, preprocessor, load_labels(Path(folder) / settings.labels_file)
+
+
+def top1_labels(model, batch: torch.Tensor, labels) -> dict[str, str]:
+    from tsvk.labels import label_for
+
+    with torch.inference_mode():
+        indices = model.forward(batch).argmax(1).tolist()
+    return {str(i): label_for(labels, index) for i, index in enumerate(indices)}
+
+
+def probe_archive(mar: Path, images: list[Path], seconds: float) -> dict:
+    from tsvk.decode import decode_rgb, probe
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
+        settings, model, preprocessor, labels = load_archive(mar, folder)
+        encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in images]
+        max_batch = settings.artifact.max_batch
+        batch = preprocessor([encoded[i % len(encoded)] for i in range(max_batch)]).batch
+        top1 = top1_labels(model, batch[: len(encoded)], labels)
+        ready_s = time.monotonic() - started
+        sizes = sorted({1, 2, 4, max_batch} & set(range(1, max_batch + 1)))
+        results = model_throughput(model.forward, batch, sizes, seconds)
+        rates = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, seconds)
+    return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
+            "batches": results, "top1": top1, **rates}
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mar", type=Path, required=True)
     parser.add_argument("--images", type=Path, nargs="+", required=True)
@@ -70,25 +104,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-
-    started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as unpacked:
-        zipfile.ZipFile(args.mar).extractall(unpacked)
-        settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(unpacked, "model-config.yaml").read_text()))
-        model = load_model(settings.artifact, Path(unpacked), torch.device("cpu"))
-        labels = load_labels(Path(unpacked) / settings.labels_file)
-        preprocessor, _ = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in args.images]
-        max_batch = settings.artifact.max_batch
-        batch = preprocessor([encoded[i % len(encoded)] for i in range(max_batch)]).batch
-        with torch.inference_mode():
-            top1 = [label_for(labels, i) for i in model.forward(batch[: len(encoded)]).argmax(1).tolist()]
-        ready_s = time.monotonic() - started
-        sizes = sorted({1, 2, 4, max_batch} & set(range(1, max_batch + 1)))
-        model_results = model_throughput(model.forward, batch, sizes, args.seconds)
-        prep = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, args.seconds)
-    print(json.dumps({"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
-                      "batches": model_results, "top1": {str(i): label for i, label in enumerate(top1)}, **prep}))
+    print(json.dumps(probe_archive(args.mar, args.images, args.seconds)))
 
 
 if __name__ == "__main__":

@@ -115,7 +115,7 @@ class Ours(System):
         config = folder / "config.properties"
         addresses = address_properties()
         request = ServingRequest(
-            vcpus=ctx.vcpus, models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
+            vcpus=ctx.vcpus, workers=ctx.options.ours_workers, models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
             concurrency=ctx.options.concurrency, inference_address=addresses["inference_address"],
             management_address=addresses["management_address"], metrics_address=addresses["metrics_address"],
             grpc_inference_port=int(addresses["grpc_inference_port"]), grpc_management_port=int(addresses["grpc_management_port"]),
