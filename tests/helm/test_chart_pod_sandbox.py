@@ -92,6 +92,9 @@ class Sandbox:
                 shadowed.append(anchor)
         for path, source, writable in self.binds:
             args += ["--bind" if writable else "--ro-bind", str(source), path]
+        # the venv stands in for the image's Python; keep it visible when a pod mount (an emptyDir
+        # on /tmp, say) would hide it because the checkout lives there
+        args += ["--ro-bind", sys.prefix, sys.prefix]
         for anchor in shadowed:
             args += ["--remount-ro", str(anchor)]
         for name, value in env.items():
