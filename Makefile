@@ -42,7 +42,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
 
-.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench-preprocess bench-compile bench-pinning
+.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning
 
 help: ## list the targets and their main options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -79,6 +79,19 @@ predict: ## classify IMAGE (a file or skimage:chelsea) with the running server
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop
 	$(PYTHON) -m tsvk_tools.demo --model $(MODEL)
+
+QUICK ?=
+JOBS ?=
+CONCURRENCY ?=
+given = $(filter command line environment,$(origin $(1)))
+BENCH_FLAGS = $(if $(QUICK),--quick) $(if $(call given,MODEL),--model $(MODEL)) $(call opt,--jobs,$(JOBS)) \
+  $(call opt,--concurrency,$(CONCURRENCY)) $(if $(call given,IMAGE),--image $(IMAGE))
+
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: ~10 min, resnet18; MODEL JOBS CONCURRENCY IMAGE)
+	$(TSVK) bench $(BENCH_FLAGS)
+
+bench-central: setup ## issue 4's figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32
+	$(TSVK) bench --central-figure $(if $(call given,MODEL),--model $(MODEL))
 
 bench-preprocess: setup ## preprocessing images/s of each backend vs TorchServe's PIL path (ratios, one run)
 	$(PYTHON) -m tsvk_tools.bench.preprocess

@@ -260,10 +260,19 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
-_REGISTRARS = [_register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict]
+def _register_bench(commands) -> None:
+    commands.add_parser("bench", help="benchmark every way of serving the model, side by side (`tsvk bench --help`)")
+
+
+_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict]
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["bench"]:  # the benchmark has its own parser; hand it everything, --help included
+        from .bench.run import main as bench_main
+
+        return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
