@@ -87,18 +87,18 @@ class TorchServeRun:
 
     def stop(self, timeout: float = 60) -> None:
         """SIGTERM our process session (frontend and workers), SIGKILL what is left after `timeout`."""
-        _signal_group(self.pid, signal.SIGTERM)
+        signal_group(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and self._group_alive():
+        while time.monotonic() < deadline and self.session_alive():
             time.sleep(0.5)
-        _signal_group(self.pid, signal.SIGKILL)
+        signal_group(self.pid, signal.SIGKILL)
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
         (self.run_dir / KEY_FILE).unlink(missing_ok=True)
 
-    def _group_alive(self) -> bool:
+    def session_alive(self) -> bool:
         if self.process is not None:
             self.process.poll()  # reap our own child so it does not linger as a zombie
-        return _group_alive(self.pid)
+        return group_alive(self.pid)
 
 
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> TorchServeRun:
@@ -126,7 +126,7 @@ def find_running(run_dir: Path) -> TorchServeRun | None:
         return None
     pid_text, config = (pid_file.read_text().splitlines() + [""])[:2]
     run = TorchServeRun(Path(run_dir).resolve(), Path(config), int(pid_text))
-    if not _group_alive(run.pid):
+    if not group_alive(run.pid):
         pid_file.unlink(missing_ok=True)
         return None
     return run
@@ -182,14 +182,14 @@ def _model_ready(run: TorchServeRun, model: str) -> bool:
     return len(workers) >= info.get("minWorkers", 1) and all(w.get("status") == "READY" for w in workers)
 
 
-def _signal_group(pid: int, sig: int) -> None:
+def signal_group(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
 
-def _group_alive(pid: int) -> bool:
+def group_alive(pid: int) -> bool:
     try:
         os.killpg(pid, 0)
     except (ProcessLookupError, PermissionError):

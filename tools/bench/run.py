@@ -77,7 +77,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems, backend=args.backend,
         vcpus=args.vcpus, ours_workers=args.ours_workers, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
-        command="python -m tsvk_tools.bench.run " + shlex.join(argv),
+        command=("python -m tsvk_tools.bench.run " + shlex.join(argv)).strip(),
     )
 
 

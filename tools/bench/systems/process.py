@@ -10,6 +10,8 @@ from pathlib import Path
 
 import requests
 
+from ...server import group_alive, signal_group
+
 
 class ServerProcess:
     def __init__(self, command: list[str], env: dict[str, str], log: Path, cwd: Path):
@@ -22,12 +24,12 @@ class ServerProcess:
 
     def stop(self, timeout: float = 30) -> None:
         """SIGTERM the session (server and workers), SIGKILL whatever is left after `timeout`."""
-        _signal_group(self.process.pid, signal.SIGTERM)
+        signal_group(self.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and _group_alive(self.process.pid):
+        while time.monotonic() < deadline and group_alive(self.process.pid):
             self.process.poll()
             time.sleep(0.2)
-        _signal_group(self.process.pid, signal.SIGKILL)
+        signal_group(self.process.pid, signal.SIGKILL)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
@@ -66,18 +68,3 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "TORCH_NUM_THREADS")
-
-
-def _signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True
