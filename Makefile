@@ -84,10 +84,11 @@ QUICK ?=
 JOBS ?=
 CONCURRENCY ?=
 given = $(filter command line environment,$(origin $(1)))
-BENCH_FLAGS = $(if $(QUICK),--quick) $(if $(call given,MODEL),--model $(MODEL)) $(call opt,--jobs,$(JOBS)) \
+GPU ?=
+BENCH_FLAGS = $(if $(QUICK),--quick) $(if $(GPU),--gpu) $(if $(call given,MODEL),--model $(MODEL)) $(call opt,--jobs,$(JOBS)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(if $(call given,IMAGE),--image $(IMAGE))
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: ~10 min, resnet18; MODEL JOBS CONCURRENCY IMAGE)
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: ~10 min, resnet18; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE)
 	$(TSVK) bench $(BENCH_FLAGS)
 
 bench-central: setup ## issue 4's figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32

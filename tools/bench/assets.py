@@ -94,28 +94,34 @@ def _torch_version() -> str:
 def ours_archive(options: BenchOptions, weights: Path) -> Path:
     """Our .mar (tsvk archive), cached by what goes into it."""
     key = hashlib.sha256(f"{file_digest(weights)}|{sources_digest()}|{_torch_version()}|{options.batch}".encode()).hexdigest()[:12]
-    prefix = f"ours-{options.backend}-mb{options.max_batch}-"
+    prefix = f"ours-{options.backend}-{options.device}-{options.precision}-mb{options.max_batch}-"
     store = model_dir(options) / f"{prefix}{key}"
     target = store / f"{options.model}.mar"
     if target.is_file():
         return target
     _remove_stale(model_dir(options), prefix)
-    print(f"bench: building our {options.backend} archive of {options.model} (cached in {store})", flush=True)
+    print(f"bench: building our {options.backend} {options.device} {options.precision} archive of {options.model} "
+          f"(cached in {store})", flush=True)
     _build_ours(options, weights, store)
     return target
 
 
 def _build_ours(options: BenchOptions, weights: Path, store: Path) -> None:
+    from ..archive import build_archive
+
+    build_archive(ours_build_request(options, weights), store, force=True)
+
+
+def ours_build_request(options: BenchOptions, weights: Path):
+    """`tsvk archive` for this run: its backend, device and precision, verified against eager as always."""
     from tsvk.settings import ServingDefaults
 
-    from ..archive import build_archive
     from ..build import BuildRequest
 
-    request = BuildRequest(
-        model=options.model, backend=options.backend, max_batch=options.max_batch, weights=str(weights),
-        serving=ServingDefaults(batch_size=options.batch),
+    return BuildRequest(
+        model=options.model, backend=options.backend, device=options.device, precision=options.precision,
+        max_batch=options.max_batch, weights=str(weights), serving=ServingDefaults(batch_size=options.batch),
     )
-    build_archive(request, store, force=True)
 
 
 def _remove_stale(parent: Path, prefix: str) -> None:

@@ -33,7 +33,8 @@ def write_chart(result: dict, path: Path) -> Path | None:
         axis.invert_yaxis()
         axis.tick_params(labelsize=7)
     options = result["options"]
-    figure.suptitle(f"{options['model']}, {result['machine']['vcpus']} vCPUs, concurrency {options['concurrency']}", fontsize=9)
+    where = "GPU" if options.get("device") == "cuda" else f"{result['machine']['vcpus']} vCPUs"
+    figure.suptitle(f"{options['model']}, {where}, concurrency {options['concurrency']}", fontsize=9)
     figure.tight_layout()
     figure.savefig(path)
     plt.close(figure)

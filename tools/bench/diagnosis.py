@@ -13,6 +13,7 @@ def explain(systems: dict) -> list[str]:
     ceiling = systems.get("ceiling") or {}
     lines = []
     lines += _ceiling_decomposition(ours, ceiling)
+    lines += _pipeline_bound(ours, ceiling)
     lines += _worker_split(ours)
     lines += _model_speed(ours, ceiling)
     lines += _busy_fraction(ours)
@@ -45,6 +46,18 @@ def _ceiling_decomposition(ours: dict, ceiling: dict) -> list[str]:
     if by_batch[size] != top:
         factors.append(f"batch {size} vs the ceiling's best batch {by_batch[size] / top:.2f}")
     return [f"ours / ceiling = {rate / top:.2f} = " + " x ".join(factors) + "; each factor below 1 is a cause (below)."]
+
+
+def _pipeline_bound(ours: dict, ceiling: dict) -> list[str]:
+    """The compute ceiling skips decoding; a server cannot. With both done back to back on the same
+    hardware, `model * prep / (model + prep)` images/s is the most any server could serve."""
+    model, prep = ceiling.get("throughput_ips"), (ceiling.get("details") or {}).get("preprocess_images_per_s")
+    rate = ours.get("throughput_ips")
+    if not (model and prep and rate):
+        return []
+    bound = model * prep / (model + prep)
+    return [f"bound: the ceiling skips decode + preprocess ({prep:.0f} img/s on their own); doing both back to back, no server "
+            f"can pass {bound:.1f} img/s = {bound / model:.2f}x the compute ceiling, and ours reached {rate / bound:.2f} of that bound."]
 
 
 def _worker_split(ours: dict) -> list[str]:

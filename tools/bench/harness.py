@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from .loadgen import run_closed_loop, summarize_records
-from .options import BenchOptions, resolved_vcpus
+from .options import BenchOptions, require_device, resolved_vcpus
 from .sampler import TreeSampler, leftover, window_stats
 from .systems import registry
 from .systems.base import RunContext, System
@@ -32,6 +32,7 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
 
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
+    hidden = _hide_gpus_unless_asked(options.device)
     try:
         ctx, systems = prepare(options, started, log)
         results = {}
@@ -39,21 +40,40 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
             results[system.name] = measure_system(system, ctx, log)
             time.sleep(SETTLE_S)
     finally:
+        _restore(hidden)
         os.environ.update(removed)
     return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed)
 
 
 def prepare(options: BenchOptions, started: datetime | None = None, log=print) -> tuple[RunContext, list[System]]:
     """Build the weights, archives and photos the chosen systems need (cached; never timed)."""
+    require_device(options)
     started = started or datetime.now(timezone.utc)
     run_dir = Path(options.cache_dir).resolve() / "runs" / started.strftime("%Y%m%dT%H%M%SZ")
     ctx = RunContext(options, resolved_vcpus(options), run_dir)
     systems = [registry()[name] for name in options.systems]
-    log(f"bench: {options.model}, {len(systems)} system(s), {ctx.vcpus} vCPUs; preparing weights, archives and photos")
+    log(f"bench: {options.model} on {options.device}, {len(systems)} system(s), {ctx.vcpus} vCPUs; "
+        "preparing weights, archives and photos")
     ctx.photos
     for system in systems:
         system.prepare(ctx)
     return ctx, systems
+
+
+def _hide_gpus_unless_asked(device: str) -> str | None:
+    """A CPU run stays on the CPU on a GPU machine too: stock TorchServe would otherwise take the GPUs.
+    Returns the caller's CUDA_VISIBLE_DEVICES (None when unset) for `_restore`."""
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if device == "cpu":
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    return before
+
+
+def _restore(cuda_visible_devices: str | None) -> None:
+    if cuda_visible_devices is None:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+    else:
+        os.environ["CUDA_VISIBLE_DEVICES"] = cuda_visible_devices
 
 
 def _drop_thread_variables() -> dict[str, str]:

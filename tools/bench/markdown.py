@@ -34,16 +34,17 @@ def _variant_note(system: dict) -> str:
         return f" (best: {variant['workers']} worker(s) x {variant['threads']} thread(s))"
     plan = (system.get("details") or {}).get("plan")
     if plan:
-        return f" ({plan['workers']} worker(s) x {plan['threads']} thread(s), batch {plan['batch']}, {plan['backend']})"
+        precision = f" {plan['precision']}" if plan.get("precision", "fp32") != "fp32" else ""
+        return f" ({plan['workers']} worker(s) x {plan['threads']} thread(s), batch {plan['batch']}, {plan['backend']}{precision})"
     return ""
 
 
 def render_markdown(result: dict, chart_name: str | None = None) -> str:
     options, machine = result["options"], result["machine"]
     lines = [
-        f"# Benchmark: {options['model']}, {options['jobs']} jobs, concurrency {options['concurrency']}",
+        f"# Benchmark: {options['model']}{_device_title(options)}, {options['jobs']} jobs, concurrency {options['concurrency']}",
         "",
-        f"{result['created']} on {machine['vcpus']} vCPUs ({machine['cpu']}, {machine['memory_gib']} GiB), "
+        f"{result['created']} on {machine['vcpus']} vCPUs ({machine['cpu']}, {machine['memory_gib']} GiB){_gpus(machine)}, "
         f"torch {result['software'].get('torch')}, TorchServe {result['software'].get('torchserve')}; "
         f"git {str(result['git'].get('commit'))[:10]}{' (dirty)' if result['git'].get('dirty') else ''}.",
         "",
@@ -77,6 +78,18 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
     if chart_name:
         lines += ["", f"![throughput and p99 latency]({chart_name})"]
     return "\n".join(lines) + "\n"
+
+
+def _device_title(options: dict) -> str:
+    """' on the GPU (tensorrt fp16)' for the GPU mode; nothing for CPU runs (older results have no device)."""
+    if options.get("device", "cpu") != "cuda":
+        return ""
+    note = f"; {options['backend_note']}" if options.get("backend_note") else ""
+    return f" on the GPU ({options['backend']} {options['precision']}{note})"
+
+
+def _gpus(machine: dict) -> str:
+    return f", GPU: {', '.join(machine['gpus'])}" if machine.get("gpus") else ""
 
 
 def _met(met) -> str:

@@ -8,7 +8,8 @@ from pathlib import Path
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "flask_gunicorn", "litserve", "ceiling")
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 DEFAULT_IMAGES = ("skimage:chelsea", "skimage:coffee", "skimage:astronaut")
-BACKENDS = ("aoti", "export", "torchscript", "eager")
+BACKENDS = ("aoti", "export", "torchscript", "eager", "tensorrt")
+DEVICES = ("cpu", "cuda")
 
 
 @dataclass(frozen=True)
@@ -24,6 +25,8 @@ class Preset:
 
 FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0)
 QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0)
+# A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
+GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
 
 @dataclass(frozen=True)
@@ -37,6 +40,9 @@ class BenchOptions:
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
     systems: tuple[str, ...] = SYSTEMS
     backend: str = "aoti"  # our archive's backend
+    device: str = "cpu"  # where every system runs its model: cpu, or cuda (the GPU mode)
+    precision: str = "fp32"  # our archive's precision (fp16 in the GPU mode)
+    backend_note: str = ""  # why this backend, when the run chose it (the GPU mode)
     max_batch: int = 8
     batch: int = 8  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
@@ -76,6 +82,10 @@ def validation_problems(options: BenchOptions) -> list[str]:
         problems.append(f"BATCH ({options.batch}) must not exceed MAX_BATCH ({options.max_batch})")
     if options.backend not in BACKENDS:
         problems.append(f"backend must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
+    elif options.device not in DEVICES:
+        problems.append(f"device must be one of {', '.join(DEVICES)}, got {options.device!r}")
+    else:
+        problems += _target_problems(options.backend, options.device, options.precision)
     if options.vcpus is not None and options.vcpus < 1:
         problems.append(f"VCPUS must be >= 1, got {options.vcpus}")
     if not options.images:
@@ -83,6 +93,40 @@ def validation_problems(options: BenchOptions) -> list[str]:
     if options.tag and not options.tag.replace("-", "").replace("_", "").isalnum():
         problems.append(f"tag must be letters, digits, - or _, got {options.tag!r}")
     return problems
+
+
+def _target_problems(backend: str, device: str, precision: str) -> list[str]:
+    """The backend/device/precision combinations our archive can be built for (no device is probed here)."""
+    from ..backends import get_backend
+
+    supported = get_backend(backend).precisions
+    if device not in supported:
+        return [f"backend {backend} does not run on device {device}; it runs on {', '.join(supported)}"]
+    if precision not in supported[device]:
+        return [f"backend {backend} on {device} supports precision {', '.join(supported[device])}, got {precision!r}"]
+    return []
+
+
+def gpu_backend() -> tuple[str, str]:
+    """The GPU mode's backend for our archive, and why: TensorRT where it imports, else AOTInductor on CUDA."""
+    from tsvk import features
+
+    if features.has_torch_tensorrt():
+        return "tensorrt", "torch_tensorrt imports"
+    return "aoti", f"torch_tensorrt is not usable here ({features.unavailable_reason('torch_tensorrt')}), so AOTInductor on CUDA"
+
+
+def require_device(options: BenchOptions) -> None:
+    """Fail before building anything when the run asks for a GPU this machine does not have."""
+    if options.device != "cuda":
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        from ..errors import UsageError
+
+        raise UsageError(f"the GPU mode (--gpu / DEVICE=cuda) needs a CUDA GPU, and torch {torch.__version__} sees none here "
+                         "(torch.cuda.is_available() is False); run without --gpu for the CPU table")
 
 
 def with_preset(preset: Preset, **overrides) -> BenchOptions:

@@ -42,7 +42,7 @@ def build_result(options: BenchOptions, vcpus: int, systems: dict, started: date
         "duration_s": round((finished - started).total_seconds(), 1),
         "command": options.command,
         "options": _options_dict(options),
-        "machine": machine_info(vcpus),
+        "machine": machine_info(vcpus, options.device),
         "software": software_versions(),
         "git": git_state(),
         "removed_environment": removed_env or {},
@@ -102,11 +102,21 @@ def diagnose(systems: dict) -> list[str]:
     return explain(systems)
 
 
-def machine_info(vcpus: int) -> dict:
+def machine_info(vcpus: int, device: str = "cpu") -> dict:
     import psutil
 
-    return {"vcpus": vcpus, "cpu": _cpu_model(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "platform": platform.platform(), "python": platform.python_version()}
+    info = {"vcpus": vcpus, "cpu": _cpu_model(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+            "platform": platform.platform(), "python": platform.python_version(), "device": device}
+    if device == "cuda":
+        info["gpus"] = gpu_names()
+    return info
+
+
+def gpu_names() -> list[str]:
+    """The visible CUDA devices by name (the GPU mode only; the CPU mode hides them from every system)."""
+    import torch
+
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
 def _cpu_model() -> str:

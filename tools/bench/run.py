@@ -3,6 +3,7 @@
     python -m tsvk_tools.bench.run --quick                       # about 10 minutes on 2 cores (resnet18)
     python -m tsvk_tools.bench.run                               # the full run (resnet152)
     python -m tsvk_tools.bench.run --central-figure              # issue #4: stock defaults vs ours, concurrency 32
+    python -m tsvk_tools.bench.run --gpu                         # the same table with every system on the GPU
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from .options import CENTRAL_FIGURE_SYSTEMS, FULL, QUICK, SYSTEMS, with_preset
+from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
 
 CENTRAL_FIGURE_CONCURRENCY = 32
 
@@ -48,7 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--image", help="comma-separated photos: skimage:chelsea|coffee|astronaut or JPEG files (default: all three)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument("--central-figure", action="store_true", help="issue #4: only torchserve_default and ours at concurrency 32")
-    p.add_argument("--backend", help="our archive's backend: aoti (default), export, torchscript, eager")
+    p.add_argument("--gpu", action="store_true", help=f"every system on the GPU (CUDA): ours with TensorRT fp16 (AOTInductor "
+                   f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}")
+    p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
+    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="our archive's precision (default fp32; --gpu: fp16)")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
@@ -69,16 +73,28 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         systems = systems or CENTRAL_FIGURE_SYSTEMS
         concurrency = concurrency or CENTRAL_FIGURE_CONCURRENCY
         tag = tag if tag is not None else "central"
-    if args.quick and tag is None:
-        tag = "quick"
+    if tag is None and (args.quick or args.gpu):
+        tag = "-".join(name for name, on in (("gpu", args.gpu), ("quick", args.quick)) if on)
     images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
+    preset = QUICK if args.quick else GPU if args.gpu else FULL
     return with_preset(
-        QUICK if args.quick else FULL, model=args.model, jobs=args.jobs, concurrency=concurrency,
-        decentralized_jobs=args.decentralized_jobs, images=images, systems=systems, backend=args.backend,
+        preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency,
+        decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
         vcpus=args.vcpus, ours_workers=args.ours_workers, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
         command=("python -m tsvk_tools.bench.run " + shlex.join(argv)).strip(),
     )
+
+
+def _gpu_overrides(args: argparse.Namespace) -> dict:
+    """What --gpu changes: device, precision and (unless named) the backend, with the reason for it."""
+    if not args.gpu:
+        return {"backend": args.backend, "precision": args.precision}
+    if args.backend:
+        backend, note = args.backend, "as asked"
+    else:
+        backend, note = gpu_backend()
+    return {"device": "cuda", "backend": backend, "backend_note": note, "precision": args.precision or "fp16"}
 
 
 def render_existing(path: Path, tag: str) -> int:

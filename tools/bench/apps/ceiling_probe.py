@@ -1,6 +1,8 @@
 """The ceiling: our compiled model run in-process on already-preprocessed tensors (no HTTP, no
 decoding) at each batch size, and decode + preprocess measured on its own, with the same code the
 handler uses. Runs as its own process with `--threads` torch threads; prints one JSON object.
+With `--device cuda` the model, the batch and the preprocessing backend the handler would pick are on
+the GPU, and every timed call waits for the GPU to finish (CUDA calls return before the work is done).
 """
 
 from __future__ import annotations
@@ -16,46 +18,60 @@ from pathlib import Path
 import torch
 
 
-def timed_calls(call, seconds: float, min_calls: int = 3) -> list[float]:
+def no_sync() -> None:
+    """On the CPU a call is done when it returns."""
+
+
+def device_sync(device: torch.device):
+    """What waits for `device` to finish its queued work: needed to time CUDA calls."""
+    return torch.cuda.synchronize if device.type == "cuda" else no_sync
+
+
+def timed_calls(call, seconds: float, min_calls: int = 3, sync=no_sync) -> list[float]:
     """Seconds per call, calling until `seconds` have passed and at least `min_calls` were made."""
     durations: list[float] = []
     deadline = time.perf_counter() + seconds
     while time.perf_counter() < deadline or len(durations) < min_calls:
         started = time.perf_counter()
         call()
+        sync()
         durations.append(time.perf_counter() - started)
     return durations
 
 
-def model_throughput(forward, batch: torch.Tensor, sizes: list[int], seconds: float, rounds: int = 3) -> dict[str, dict]:
+def model_throughput(forward, batch: torch.Tensor, sizes: list[int], seconds: float, rounds: int = 3,
+                     sync=no_sync) -> dict[str, dict]:
     """Batch size -> images/s from the median call (a ceiling: robust to another process's burst),
     the mean-based rate beside it; sizes are interleaved over `rounds` so a burst cannot hit one size only."""
     calls: dict[int, list[float]] = {size: [] for size in sizes}
     parts = {size: batch[:size].contiguous() for size in sizes}
     with torch.inference_mode():
         for size in sizes:
-            forward(parts[size])  # warm-up
+            forward(parts[size])  # warm-up (and, on a GPU, the first call's kernel selection)
+        sync()
         for _ in range(rounds):
             for size in sizes:
-                calls[size] += timed_calls(lambda: forward(parts[size]), seconds / rounds)
+                calls[size] += timed_calls(lambda: forward(parts[size]), seconds / rounds, sync=sync)
     return {str(size): {"images_per_s": round(size / statistics.median(durations), 2),
                         "mean_images_per_s": round(size * len(durations) / sum(durations), 2),
                         "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}
             for size, durations in calls.items()}
 
 
-def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, seconds: float) -> dict[str, float]:
-    """Images/s (median call) for decode alone and for decode + resize + crop + normalize, `batch` images per call."""
+def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, seconds: float, sync=no_sync) -> dict[str, float]:
+    """Images/s (median call) for CPU decode alone and for the backend's decode + resize + crop + normalize,
+    `batch` images per call."""
     group = [encoded[i % len(encoded)] for i in range(batch)]
     decode_calls = timed_calls(lambda: [decode(image) for image in group], seconds)
-    full_calls = timed_calls(lambda: preprocessor(group), seconds)
+    preprocessor(group)  # warm-up: a GPU backend allocates its buffers on the first batch
+    full_calls = timed_calls(lambda: preprocessor(group), seconds, sync=sync)
     return {
         "decode_images_per_s": round(batch / statistics.median(decode_calls), 2),
         "preprocess_images_per_s": round(batch / statistics.median(full_calls), 2),
     }
 
 
-def load_archive(mar: Path, folder: str):
+def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cpu")):
     """Settings, loaded model, preprocessor and labels of an unpacked archive, as the handler loads them."""
     import yaml
     from tsvk.labels import load_labels
@@ -65,9 +81,9 @@ def load_archive(mar: Path, folder: str):
 
     zipfile.ZipFile(mar).extractall(folder)
     settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
-    model = load_model(settings.artifact, Path(folder), torch.device("cpu"))
-    preprocessor, _ = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-    return settings, model, preprocessor, load_labels(Path(folder) / settings.labels_file)
+    model = load_model(settings.artifact, Path(folder), device)
+    preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
+    return settings, model, preprocessor, choice, load_labels(Path(folder) / settings.labels_file)
 
 
 def top1_labels(model, batch: torch.Tensor, labels) -> dict[str, str]:
@@ -78,22 +94,23 @@ def top1_labels(model, batch: torch.Tensor, labels) -> dict[str, str]:
     return {str(i): label_for(labels, index) for i, index in enumerate(indices)}
 
 
-def probe_archive(mar: Path, images: list[Path], seconds: float) -> dict:
+def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.device = torch.device("cpu")) -> dict:
     from tsvk.decode import decode_rgb, probe
 
     started = time.monotonic()
+    sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
-        settings, model, preprocessor, labels = load_archive(mar, folder)
+        settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
         encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in images]
         max_batch = settings.artifact.max_batch
         batch = preprocessor([encoded[i % len(encoded)] for i in range(max_batch)]).batch
         top1 = top1_labels(model, batch[: len(encoded)], labels)
         ready_s = time.monotonic() - started
         sizes = sorted({1, 2, 4, max_batch} & set(range(1, max_batch + 1)))
-        results = model_throughput(model.forward, batch, sizes, seconds)
-        rates = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, seconds)
+        results = model_throughput(model.forward, batch, sizes, seconds, sync=sync)
+        rates = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, seconds, sync=sync)
     return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
-            "batches": results, "top1": top1, **rates}
+            "device": str(model.device), "preprocess_backend": choice.name, "batches": results, "top1": top1, **rates}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -102,9 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--images", type=Path, nargs="+", required=True)
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(json.dumps(probe_archive(args.mar, args.images, args.seconds)))
+    print(json.dumps(probe_archive(args.mar, args.images, args.seconds, torch.device(args.device))))
 
 
 if __name__ == "__main__":

@@ -1,7 +1,8 @@
 """The model code a user writes without tsvk: torchvision eager model, the weights' own transforms.
 
 Shared by the Flask app, the LitServe app and the one-process-per-job runs, so the three differ only
-in how they serve, not in how they classify.
+in how they serve, not in how they classify. On a GPU (`device="cuda"`) the model and each batch
+live there, as a user moving a CPU script to a GPU box would write it; decoding stays on the CPU.
 """
 
 from __future__ import annotations
@@ -14,24 +15,25 @@ import torch
 TOPK = 5
 
 
-def load_eager_model(name: str, weights: Path) -> torch.nn.Module:
+def load_eager_model(name: str, weights: Path, device: str = "cpu") -> torch.nn.Module:
     import torchvision.models as tvm
 
     model = tvm.get_model(name, weights=None)
     model.load_state_dict(torch.load(weights, map_location="cpu", weights_only=True))
-    return model.eval()
+    return model.eval().to(device)
 
 
 class EagerClassifier:
     """Decode with Pillow, transform with the weights' transforms, run the eager model, top-5."""
 
-    def __init__(self, name: str, weights: Path):
+    def __init__(self, name: str, weights: Path, device: str = "cpu"):
         import torchvision.models as tvm
 
         meta = tvm.get_model_weights(name).DEFAULT
         self.transform = meta.transforms()
         self.labels = list(meta.meta["categories"])
-        self.model = load_eager_model(name, weights)
+        self.device = torch.device(device)
+        self.model = load_eager_model(name, weights, device)
 
     def tensor(self, jpeg: bytes) -> torch.Tensor:
         from PIL import Image
@@ -41,7 +43,7 @@ class EagerClassifier:
 
     def logits(self, batch: torch.Tensor) -> torch.Tensor:
         with torch.inference_mode():
-            return self.model(batch)
+            return self.model(batch.to(self.device))
 
     def answers(self, logits: torch.Tensor) -> list[dict[str, float]]:
         """The {label: probability} shape TorchServe's image_classifier returns."""

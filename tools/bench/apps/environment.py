@@ -3,4 +3,5 @@
 MODEL_ENV = "TSVK_BENCH_MODEL"
 WEIGHTS_ENV = "TSVK_BENCH_WEIGHTS"
 THREADS_ENV = "TSVK_BENCH_THREADS"
+DEVICE_ENV = "TSVK_BENCH_DEVICE"  # cpu or cuda: where each worker puts its model
 READY_DIR_ENV = "TSVK_BENCH_READY_DIR"  # gunicorn_conf touches <dir>/<worker pid> once the worker is ready

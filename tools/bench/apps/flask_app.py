@@ -12,12 +12,12 @@ import torch
 from flask import Flask, jsonify, request
 
 from .eager import EagerClassifier
-from .environment import MODEL_ENV, THREADS_ENV, WEIGHTS_ENV
+from .environment import DEVICE_ENV, MODEL_ENV, THREADS_ENV, WEIGHTS_ENV
 
 
 def create_app() -> Flask:
     torch.set_num_threads(int(os.environ.get(THREADS_ENV, "1")))
-    classifier = EagerClassifier(os.environ[MODEL_ENV], Path(os.environ[WEIGHTS_ENV]))
+    classifier = EagerClassifier(os.environ[MODEL_ENV], Path(os.environ[WEIGHTS_ENV]), os.environ.get(DEVICE_ENV, "cpu"))
     app = Flask(__name__)
 
     @app.get("/health")

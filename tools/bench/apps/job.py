@@ -18,6 +18,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--weights", type=Path, required=True)
     parser.add_argument("--image", type=Path, required=True)
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
 
     import torch
@@ -26,7 +27,7 @@ def main(argv: list[str] | None = None) -> None:
     from .eager import EagerClassifier
 
     imported = time.monotonic()
-    classifier = EagerClassifier(args.model, args.weights)
+    classifier = EagerClassifier(args.model, args.weights, args.device)
     loaded = time.monotonic()
     answer = classifier.classify(args.image.read_bytes())
     done = time.monotonic()
@@ -36,6 +37,7 @@ def main(argv: list[str] | None = None) -> None:
         "load_s": round(loaded - imported, 3),
         "classify_s": round(done - loaded, 3),
         "threads": torch.get_num_threads(),
+        "device": str(classifier.device),
     }))
 
 

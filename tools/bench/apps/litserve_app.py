@@ -21,7 +21,8 @@ class ImageClassifierAPI(ls.LitAPI):
         self.model_name, self.weights = model, weights
 
     def setup(self, device):
-        self.classifier = EagerClassifier(self.model_name, self.weights)
+        """LitServe names the device of this inference worker: "cpu", or "cuda:N" with accelerator="cuda"."""
+        self.classifier = EagerClassifier(self.model_name, self.weights, device)
 
     def decode_request(self, request):
         return self.classifier.tensor(base64.b64decode(request["image"]))
@@ -47,10 +48,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--max-batch-size", type=int, default=8)
     parser.add_argument("--batch-timeout", type=float, default=0.1)
     parser.add_argument("--timeout", type=float, default=300)
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     args = parser.parse_args(argv)
     api = ImageClassifierAPI(args.model, args.weights, max_batch_size=args.max_batch_size,
                              batch_timeout=args.batch_timeout, api_path="/predict")
-    server = ls.LitServer(api, accelerator="cpu", timeout=args.timeout)
+    server = ls.LitServer(api, accelerator=args.device, timeout=args.timeout)
     server.run(host="127.0.0.1", port=args.port, generate_client_file=False, log_level="warning")
 
 

@@ -27,7 +27,7 @@ class ComputeCeiling(System):
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.ceiling_probe", "--mar", str(ctx.ours_mar),
-                   "--threads", str(ctx.vcpus), "--seconds", str(ctx.options.ceiling_seconds),
+                   "--threads", str(ctx.vcpus), "--seconds", str(ctx.options.ceiling_seconds), "--device", ctx.options.device,
                    "--images", *[str(p.file) for p in ctx.photos]]
         done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
         if done.returncode != 0:
@@ -49,6 +49,8 @@ def summarize_probe(probe: dict) -> dict:
             "best_batch": int(best_size),
             "threads": probe["threads"],
             "format": probe["format"],
+            "device": probe.get("device", "cpu"),
+            "preprocess_backend": probe.get("preprocess_backend", "cpu"),
             "images_per_s_by_batch": {size: b["images_per_s"] for size, b in probe["batches"].items()},
             "mean_images_per_s_by_batch": {size: b["mean_images_per_s"] for size, b in probe["batches"].items()},
             "throughput_means": "batch size / median time of one call at the best batch size (mean-based rates beside it)",

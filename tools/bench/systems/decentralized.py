@@ -1,6 +1,7 @@
 """Decentralized: every job is its own process that loads the model and classifies one photo, with
-one torch thread, at most one job per vCPU at a time. No server, so no warm-up: each job pays the
-interpreter start, the imports and the model load; that is the point of the comparison.
+one torch thread, at most one job per vCPU at a time (in the GPU mode each job also puts its model on
+the GPU). No server, so no warm-up: each job pays the interpreter start, the imports and the model
+load (and a CUDA context); that is the point of the comparison.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Decentralized(System):
 def job_command(ctx: RunContext, image_index: int) -> list[str]:
     photo = ctx.photos[image_index]
     return [sys.executable, "-m", "tsvk_tools.bench.apps.job", "--model", ctx.options.model,
-            "--weights", str(ctx.weights), "--image", str(photo.file), "--threads", "1"]
+            "--weights", str(ctx.weights), "--image", str(photo.file), "--threads", "1", "--device", ctx.options.device]
 
 
 def run_jobs(ctx: RunContext, jobs: int, parallel: int) -> list[JobResult]:

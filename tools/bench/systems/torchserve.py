@@ -4,6 +4,8 @@ Every TorchServe here gets its own ports (never 8080-8082 / 7070-7071, which oth
 own run directory, and token auth off; beyond that, stock-default gets nothing (TorchServe starts one
 worker per vCPU, batch 1, torch's default threads), stock-tuned gets batch 8 / 100 ms and OMP_NUM_THREADS
 = vCPUs / workers (the only thread control the built-in handler has), and ours gets `tsvk config`.
+In the GPU mode nothing is added for the stock systems: TorchServe finds the GPUs itself (one worker
+per GPU by default) and its built-in handler loads the model onto the worker's GPU.
 """
 
 from __future__ import annotations
@@ -88,7 +90,7 @@ class TorchServeTuned(TorchServeDefault):
                    "vCPUs / W in TorchServe's environment; every W from 1 to vCPUs is run, the best is reported")
 
     def variants(self, ctx: RunContext) -> list[dict]:
-        return [{"workers": w, "threads": max(1, ctx.vcpus // w)} for w in range(1, ctx.vcpus + 1)]
+        return [{"workers": w, "threads": max(1, ctx.vcpus // w)} for w in tuned_worker_counts(ctx.vcpus, ctx.options.device)]
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         folder = ctx.system_dir(f"{self.name}-w{variant['workers']}")
@@ -98,6 +100,13 @@ class TorchServeTuned(TorchServeDefault):
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
         return serve(ctx, folder, config, ctx.options.model, env=env)
+
+
+def tuned_worker_counts(vcpus: int, device: str) -> list[int]:
+    """Every count up to the vCPUs on a CPU; on a GPU, where workers share the device, 1, 2 and 4."""
+    if device == "cuda":
+        return [w for w in (1, 2, 4) if w <= vcpus]
+    return list(range(1, vcpus + 1))
 
 
 class Ours(System):
@@ -115,7 +124,8 @@ class Ours(System):
         config = folder / "config.properties"
         addresses = address_properties()
         request = ServingRequest(
-            vcpus=ctx.vcpus, workers=ctx.options.ours_workers, models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
+            vcpus=ctx.vcpus, workers=ctx.options.ours_workers, gpus=None if ctx.options.device == "cuda" else 0,
+            models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
             concurrency=ctx.options.concurrency, inference_address=addresses["inference_address"],
             management_address=addresses["management_address"], metrics_address=addresses["metrics_address"],
             grpc_inference_port=int(addresses["grpc_inference_port"]), grpc_management_port=int(addresses["grpc_management_port"]),
@@ -124,5 +134,7 @@ class Ours(System):
         deployment = serve(ctx, folder, config, ctx.options.model)
         model = plan.models[0]
         deployment.details["plan"] = {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,
-                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": ctx.options.backend}
+                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": ctx.options.backend,
+                                      "device": ctx.options.device, "precision": ctx.options.precision,
+                                      "gpus": plan.gpus}
         return deployment

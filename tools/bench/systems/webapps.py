@@ -2,7 +2,8 @@
 
 Both run the same eager model code (apps/eager.py) on the same weights. Flask: one gunicorn sync
 worker per vCPU, each with its own model and one torch thread. LitServe: its defaults (one inference
-worker on the CPU, torch's default threads) with max_batch_size 8 and batch_timeout 0.1 s.
+worker per device, torch's default threads) with max_batch_size 8 and batch_timeout 0.1 s. In the GPU
+mode both put their models on the GPU (LitServe with accelerator="cuda").
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class FlaskGunicorn(System):
         command = [_bin("gunicorn"), "--workers", str(workers), "--threads", "1", "--bind", f"127.0.0.1:{port}",
                    "--timeout", "300", "--config", GUNICORN_CONF, "tsvk_tools.bench.apps.flask_app:app"]
         env = clean_env(**{environment.MODEL_ENV: ctx.options.model, environment.WEIGHTS_ENV: str(ctx.weights),
-                           environment.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", environment.READY_DIR_ENV: str(ready_dir)})
+                           environment.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", environment.READY_DIR_ENV: str(ready_dir),
+                           environment.DEVICE_ENV: ctx.options.device})
         server = ServerProcess(command, env, folder / "server.log", folder)
         try:
             wait_until(lambda: len(list(ready_dir.iterdir())) >= workers, server, ctx.options.ready_timeout_s, "gunicorn")
@@ -48,7 +50,8 @@ class FlaskGunicorn(System):
             server.stop()
             raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predictions", lambda jpeg: jpeg)
-        return Deployment(target, server.stop, {"workers": workers, "threads": 1, "log": str(folder / "server.log")})
+        return Deployment(target, server.stop, {"workers": workers, "threads": 1, "device": ctx.options.device,
+                                                "log": str(folder / "server.log")})
 
 
 def litserve_body(jpeg: bytes) -> bytes:
@@ -68,7 +71,7 @@ class LitServeBatched(System):
         port = free_port()
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_app", "--model", ctx.options.model,
                    "--weights", str(ctx.weights), "--port", str(port), "--max-batch-size", str(ctx.options.batch),
-                   "--batch-timeout", "0.1"]
+                   "--batch-timeout", "0.1", "--device", ctx.options.device]
         server = ServerProcess(command, clean_env(), folder / "server.log", folder)
         try:
             wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), server, ctx.options.ready_timeout_s, "LitServe")
@@ -77,4 +80,4 @@ class LitServeBatched(System):
             raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
         return Deployment(target, server.stop, {"max_batch_size": ctx.options.batch, "batch_timeout_s": 0.1,
-                                                "log": str(folder / "server.log")})
+                                                "device": ctx.options.device, "log": str(folder / "server.log")})
