@@ -36,7 +36,7 @@ ARCHIVE_FLAGS = --model $(MODEL) --backend $(BACKEND) --device $(DEVICE) --preci
   --max-batch $(MAX_BATCH) --weights $(WEIGHTS) $(call opt,--model-file,$(MODEL_FILE)) \
   $(call opt,--model-factory,$(MODEL_FACTORY)) $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) \
   $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) $(call opt,--labels,$(LABELS)) \
-  $(call opt,--tolerance,$(TOLERANCE)) $(if $(FORCE),--force)
+  $(call opt,--tolerance,$(TOLERANCE)) $(if $(EXACT_JPEG),--exact-jpeg-decode) $(if $(FORCE),--force)
 
 CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
@@ -46,7 +46,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
 
 help: ## list the targets and their main options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
-	@echo "Options: MODEL BACKEND DEVICE PRECISION MAX_BATCH WEIGHTS FORCE MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS"
+	@echo "Options: MODEL BACKEND DEVICE PRECISION MAX_BATCH WEIGHTS FORCE MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS EXACT_JPEG"
 	@echo "         VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING CONFIG IMAGE  (see README.md)"
 
 setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)

@@ -28,6 +28,7 @@ class BuildRequest:
     tolerance: Tolerance | None = None
     serving: ServingDefaults = field(default_factory=ServingDefaults)
     topk: int = 5
+    jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
 
 
 @dataclass
@@ -90,7 +91,7 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Path, re
             file=artifact.name, format=request.backend, device=request.device,
             precision=request.precision, max_batch=request.max_batch, source=resolved.source,
         ),
-        preprocess=resolved.preprocess,
+        preprocess=replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling),
         runtime=RuntimeSettings(topk=request.topk),
         serving=request.serving,
         provenance={

@@ -133,6 +133,8 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-batch-delay", type=non_negative_int, default=50, dest="max_batch_delay_ms")
     p.add_argument("--workers", type=positive_int, default=1, help="suggested workers per model")
     p.add_argument("--topk", type=positive_int, default=5)
+    p.add_argument("--exact-jpeg-decode", action="store_true",
+                   help="decode large JPEGs at full size instead of a reduced DCT scale (slower; see docs/handler.md)")
 
 
 def build_request(args: argparse.Namespace):
@@ -154,6 +156,7 @@ def build_request(args: argparse.Namespace):
     return BuildRequest(
         model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
         weights=args.weights, custom=custom, tolerance=args.tolerance, serving=serving, topk=args.topk,
+        jpeg_dct_scaling=not args.exact_jpeg_decode,
     )
 
 

@@ -3,7 +3,9 @@
 `probe` reads only the header (microseconds), so a decompression bomb is refused before a single
 pixel is decoded. `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
 fastest CPU decoder here; see docs/handler.md) and Pillow for everything else, applies the EXIF
-orientation, and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB.
+orientation, and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. A JPEG far larger
+than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg scales in
+the DCT domain, so a 12 MP photo never exists at full size in memory.
 The returned tensor is a channels-last view (HWC memory), which torchvision resizes fastest.
 """
 
@@ -72,9 +74,14 @@ def probe(data: bytes, max_pixels: int) -> EncodedImage:
     return EncodedImage(data, fmt, width, height, mode, orientation)
 
 
-def decode_rgb(image: EncodedImage) -> torch.Tensor:
-    """RGB uint8 (3, H, W) on the CPU, EXIF orientation applied; BadRequest when the pixels are broken."""
+def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
+    """RGB uint8 (3, H, W) on the CPU, EXIF orientation applied; BadRequest when the pixels are broken.
+
+    With `min_short_side`, a JPEG whose shorter side is at least twice that is decoded at the smallest
+    DCT scale (1/2, 1/4, 1/8) that keeps its shorter side >= `min_short_side`."""
     try:
+        if image.is_jpeg and _reducible(image, min_short_side):
+            return _decode_with_pillow(image.data, min_short_side)
         if image.is_jpeg and image.mode in _TURBO_MODES:
             return _decode_jpeg_turbo(image.data)
         return _decode_with_pillow(image.data)
@@ -115,9 +122,22 @@ def _decode_jpeg_turbo(data: bytes) -> torch.Tensor:
     return decode_jpeg(jpeg_bytes_tensor(data), mode=ImageReadMode.RGB, apply_exif_orientation=True)
 
 
-def _decode_with_pillow(data: bytes) -> torch.Tensor:
+def _reducible(image: EncodedImage, min_short_side: int) -> bool:
+    """Only where at least a 1/2 scale fits: below that, DCT scaling cannot reduce anything."""
+    return min_short_side > 0 and min(image.width, image.height) >= 2 * min_short_side
+
+
+def _draft_size(width: int, height: int, min_short_side: int) -> tuple[int, int]:
+    """The size to ask Pillow's JPEG draft for: it picks the smallest scale at least this large."""
+    factor = min(width, height) / min_short_side
+    return max(1, int(width / factor)), max(1, int(height / factor))
+
+
+def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:
     with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
         image.seek(0)  # GIF / animated WebP: the first frame
+        if min_short_side:
+            image.draft(image.mode, _draft_size(image.width, image.height, min_short_side))  # JPEG only
         image.load()
         oriented = ImageOps.exif_transpose(image)
         pixels = to_rgb_array(oriented)

@@ -36,10 +36,17 @@ def test_archive_is_self_contained(tmp_path):
     assert settings["artifact"] | {"source": None} == {"file": "model_state.pt", "format": "eager", "device": "cpu",
                                                         "precision": "fp32", "max_batch": 4, "source": None}
     assert settings["preprocess"]["resize"] == 40 and settings["preprocess"]["mean"] == [0.5, 0.5, 0.5]
+    assert settings["preprocess"]["jpeg_dct_scaling"] is True
     assert settings["serving"]["batch_size"] == 4
     assert settings["provenance"]["weights"]["random"] is True
     assert settings["provenance"]["verification"]["passed"] is True
     assert '"2": "bird"' in labels
+
+
+def test_exact_jpeg_decode_is_recorded_in_the_archive(tmp_path):
+    assert archive(tmp_path, "--backend", "eager", "--exact-jpeg-decode") == 0
+    with zipfile.ZipFile(tmp_path / "tiny.mar") as mar:
+        assert yaml.safe_load(mar.read("model-config.yaml"))["tsvk"]["preprocess"]["jpeg_dct_scaling"] is False
 
 
 def top_level_modules_after(statement: str) -> set[str]:

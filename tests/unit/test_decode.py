@@ -110,3 +110,39 @@ def test_truncated_image_fails_at_decode_with_400(fmt):
 def test_tiff_is_not_an_allowed_format():
     with pytest.raises(BadRequest, match="allowed formats: JPEG, PNG"):
         probe(encode(noise_image(), "TIFF"), LIMIT)
+
+
+@pytest.mark.parametrize(("min_short_side", "shape"), [
+    (0, (3, 1536, 2048)),  # not asked: full size
+    (512, (3, 768, 1024)),  # 1/2: 1/4 would leave 384 < 512
+    (256, (3, 384, 512)),  # 1/4
+    (100, (3, 192, 256)),  # 1/8 is the smallest scale libjpeg has
+    (1024, (3, 1536, 2048)),  # 1/2 would leave 768 < 1024: full size
+])
+def test_large_jpeg_is_decoded_at_the_smallest_scale_that_keeps_the_asked_size(min_short_side, shape):
+    encoded = probe(encode(noise_image(2048, 1536), "JPEG", quality=90), LIMIT)
+    assert tuple(decode_rgb(encoded, min_short_side).shape) == shape
+
+
+def test_reduced_jpeg_decode_applies_exif_orientation():
+    image = Image.new("RGB", (2048, 1024), (255, 255, 255))
+    image.paste((255, 0, 0), (0, 0, 512, 1024))  # red band on the left quarter
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    decoded = decode_rgb(probe(encode(image, "JPEG", exif=exif, quality=95), LIMIT), 256)
+    assert tuple(decoded.shape) == (3, 512, 256)  # 1/4 scale, then portrait
+    assert decoded[:, 10, 128].tolist() == pytest.approx([255, 0, 0], abs=8)  # left edge went to the top
+    assert decoded[:, 500, 128].tolist() == pytest.approx([255, 255, 255], abs=8)
+
+
+@pytest.mark.parametrize("mode", ["CMYK", "L"])
+def test_reduced_jpeg_decode_turns_any_mode_into_rgb(mode):
+    decoded = decode_rgb(probe(encode(Image.new(mode, (2048, 1536)), "JPEG"), LIMIT), 256)
+    assert tuple(decoded.shape) == (3, 384, 512)
+
+
+def test_truncated_large_jpeg_fails_the_reduced_decode_with_400():
+    data = encode(noise_image(2048, 1536), "JPEG", quality=90)
+    with pytest.raises(BadRequest) as info:
+        decode_rgb(probe(data[: len(data) // 2], LIMIT), 256)
+    assert info.value.status == 400

@@ -167,6 +167,13 @@ def test_bad_settings_fail_at_load_naming_the_key(tmp_path):
         ClassifierService.from_context(FakeContext(tmp_path, config))
 
 
+def test_jpeg_dct_scaling_must_be_a_boolean(tmp_path):
+    config = write_tiny_eager_archive(tmp_path)
+    config["tsvk"]["preprocess"]["jpeg_dct_scaling"] = "yes"
+    with pytest.raises(SettingsError, match="tsvk.preprocess.jpeg_dct_scaling"):
+        ClassifierService.from_context(FakeContext(tmp_path, config))
+
+
 def test_cuda_artifact_on_this_cpu_worker_fails_at_load(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["artifact"]["device"] = "cuda"

@@ -1,5 +1,6 @@
 """CPU preprocessing against torchvision's reference transforms, on real photographs."""
 
+import dataclasses
 import io
 
 import pytest
@@ -137,3 +138,28 @@ def test_cvcuda_crop_rects_match_torchvision_geometry(height, width):
     marker = torch.arange(resized.numel(), dtype=torch.float32).view(resized.shape)
     x, y, w, h = crop_rects([(height, width)], 232, 224)[0]
     assert torch.equal(marker[..., y : y + h, x : x + w], F.center_crop(marker, [224, 224]))
+
+
+@pytest.fixture(scope="module")
+def large_photo_jpegs():
+    """Phone-camera sizes: DCT scaling decodes these at 1/4 (resize 232: 800x600 left of 3200x2400)."""
+    return [encode(photo(name, (3200, 2400)), "JPEG", quality=92) for name in PHOTOS]
+
+
+def test_large_photographs_decoded_at_reduced_scale_stay_within_the_documented_tolerance(large_photo_jpegs):
+    reference = torch.stack([_reference(data) for data in large_photo_jpegs])
+    reduced = _cpu_batch(large_photo_jpegs)
+    full = _cpu_batch(large_photo_jpegs, dataclasses.replace(RESNET_SETTINGS, jpeg_dct_scaling=False))
+    assert (full - reference).abs().max().item() <= ONE_LEVEL + 1e-4  # switched off: the exact path
+    difference = (reduced - reference).abs()
+    assert 0 < difference.max().item() <= 5 * ONE_LEVEL  # docs/handler.md: at most 5 levels, mean under 0.3
+    assert difference.mean().item() < 0.3 * ONE_LEVEL
+    torch.manual_seed(0)
+    model = resnet18(num_classes=1000).eval()
+    with torch.inference_mode():
+        assert torch.equal(model(reduced).topk(5).indices, model(reference).topk(5).indices)
+
+
+def test_reduced_decode_is_asked_for_twice_the_resize_and_can_be_switched_off():
+    assert CpuPreprocessor(RESNET_SETTINGS).min_short_side == 2 * RESNET_SETTINGS.resize
+    assert CpuPreprocessor(dataclasses.replace(RESNET_SETTINGS, jpeg_dct_scaling=False)).min_short_side == 0

@@ -1,5 +1,6 @@
 """The preprocessing benchmark runs every path on the same batches and reports ratios to the PIL path."""
 
+import pytest
 import torch
 
 from tsvk_tools.bench import preprocess as bench
@@ -26,3 +27,15 @@ def test_main_prints_the_table(capsys):
     assert bench.main(["--batch-size", "2", "--rounds", "1", "--batches", "1"]) == 0
     assert "images/s" in capsys.readouterr().out
     torch.set_num_threads(1)
+
+
+def test_at_phone_camera_sizes_the_full_size_decode_runs_beside_ours(capsys):
+    results = bench.run_benchmark(batch_size=2, rounds=1, batches_per_round=1, threads=1, size=(2048, 1536))
+    assert [r.name for r in results][:3] == [bench.BASELINE, "tsvk cpu", "tsvk cpu, full-size decode"]
+    assert "2048x1536 JPEG" in bench.format_results(results, 2, 1, (2048, 1536))
+
+
+def test_a_bad_size_says_what_is_allowed(capsys):
+    with pytest.raises(SystemExit):
+        bench.main(["--size", "big"])
+    assert "must be WIDTHxHEIGHT in pixels, e.g. 4032x3024" in capsys.readouterr().err

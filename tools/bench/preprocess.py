@@ -1,7 +1,9 @@
 """Preprocessing throughput: each tsvk backend available here against TorchServe's built-in PIL path.
 
-The images are real photographs (scikit-image's bundled samples) resized to 640x480 and encoded as
-JPEG, sent in batches of 8 exactly as TorchServe hands them to a handler (a list of {"data": bytes}).
+The images are real photographs (scikit-image's bundled samples) resized to 640x480 (`--size`) and
+encoded as JPEG, sent in batches of 8 exactly as TorchServe hands them to a handler (a list of
+{"data": bytes}). At phone-camera sizes our CPU path decodes at a reduced DCT scale; the same path
+with that switched off runs beside it, so its gain is a ratio from the same run too.
 The baseline is the `preprocess` of TorchServe's own `image_classifier` handler: per image PIL
 decode, Resize(256), CenterCrop(224), ToTensor, Normalize, then stack. Every path does the same
 work (same resize/crop/mean/std) and must produce a (batch, 3, 224, 224) tensor; on a GPU the
@@ -17,6 +19,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+DEFAULT_SIZE = (640, 480)
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "retina", "camera")
 BASELINE = "torchserve-builtin (PIL)"
 
@@ -35,7 +38,7 @@ class BenchResult:
         return 1000.0 * self.seconds * batch_size / self.images
 
 
-def photo_jpegs(size: tuple[int, int] = (640, 480), quality: int = 90) -> list[bytes]:
+def photo_jpegs(size: tuple[int, int] = DEFAULT_SIZE, quality: int = 90) -> list[bytes]:
     """The sample photographs as JPEG bytes of `size` (width, height)."""
     import skimage.data
     from PIL import Image
@@ -59,7 +62,7 @@ def torchserve_builtin_path() -> Callable[[list[dict]], object]:
     return handler.preprocess
 
 
-def tsvk_path(backend: str, resize: int = 256, crop: int = 224) -> Callable[[list[dict]], object]:
+def tsvk_path(backend: str, resize: int = 256, crop: int = 224, jpeg_dct_scaling: bool = True) -> Callable[[list[dict]], object]:
     """Our handler's path for one backend: find the bytes, probe the header, preprocess the batch."""
     import torch
     from tsvk.decode import probe
@@ -67,7 +70,7 @@ def tsvk_path(backend: str, resize: int = 256, crop: int = 224) -> Callable[[lis
     from tsvk.preprocess import build_preprocessor
     from tsvk.settings import PreprocessSettings
 
-    settings = PreprocessSettings(resize=resize, crop=crop, backend=backend, strict=True)
+    settings = PreprocessSettings(resize=resize, crop=crop, backend=backend, strict=True, jpeg_dct_scaling=jpeg_dct_scaling)
     device = torch.device("cuda" if backend != "cpu" else "cpu")
     preprocessor, _ = build_preprocessor(settings, device)
 
@@ -80,11 +83,14 @@ def tsvk_path(backend: str, resize: int = 256, crop: int = 224) -> Callable[[lis
     return run
 
 
-def available_paths() -> dict[str, Callable[[list[dict]], object]]:
+def available_paths(size: tuple[int, int] = DEFAULT_SIZE) -> dict[str, Callable[[list[dict]], object]]:
     """The baseline plus every tsvk backend this machine can run (GPU ones only with CUDA)."""
     from tsvk import features
+    from tsvk.preprocess.cpu import DCT_OVERSAMPLE
 
     paths = {BASELINE: torchserve_builtin_path(), "tsvk cpu": tsvk_path("cpu")}
+    if min(size) >= 2 * DCT_OVERSAMPLE * 256:  # large enough for a reduced scale: show what it buys
+        paths["tsvk cpu, full-size decode"] = tsvk_path("cpu", jpeg_dct_scaling=False)
     if features.has_cuda():
         paths["tsvk cuda"] = tsvk_path("cuda")
     if features.has_cvcuda():
@@ -94,15 +100,15 @@ def available_paths() -> dict[str, Callable[[list[dict]], object]]:
 
 def run_benchmark(
     batch_size: int = 8, rounds: int = 5, batches_per_round: int = 10, threads: int = 1,
-    paths: dict[str, Callable[[list[dict]], object]] | None = None,
+    paths: dict[str, Callable[[list[dict]], object]] | None = None, size: tuple[int, int] = DEFAULT_SIZE,
 ) -> list[BenchResult]:
     """Time every path on the same batches, interleaved round by round; returns one result per path."""
     import torch
 
     torch.set_num_threads(threads)
-    payloads = photo_jpegs()
+    payloads = photo_jpegs(size)
     batches = [[{"data": payloads[(b * batch_size + i) % len(payloads)]} for i in range(batch_size)] for b in range(batches_per_round)]
-    paths = paths or available_paths()
+    paths = paths or available_paths(size)
     for run in paths.values():  # warm up: lazy inits, allocator, CUDA context
         _check_output(run(batches[0]), batch_size)
     seconds = dict.fromkeys(paths, 0.0)
@@ -121,10 +127,10 @@ def _check_output(batch, batch_size: int) -> None:
         raise RuntimeError(f"preprocessing produced {tuple(batch.shape)}, expected ({batch_size}, 3, 224, 224)")
 
 
-def format_results(results: Sequence[BenchResult], batch_size: int, threads: int) -> str:
+def format_results(results: Sequence[BenchResult], batch_size: int, threads: int, size: tuple[int, int] = DEFAULT_SIZE) -> str:
     baseline = next((r for r in results if r.name == BASELINE), results[0])
     lines = [
-        f"preprocess throughput: {len(PHOTOS)} photos as 640x480 JPEG, batch {batch_size}, "
+        f"preprocess throughput: {len(PHOTOS)} photos as {size[0]}x{size[1]} JPEG, batch {batch_size}, "
         f"resize 256 / crop 224, torch threads {threads}",
         f"{'path':<28}{'images/s':>10}{'ms/batch':>10}{'vs ' + 'PIL':>10}",
     ]
@@ -134,15 +140,27 @@ def format_results(results: Sequence[BenchResult], batch_size: int, threads: int
     return "\n".join(lines)
 
 
+def _size(text: str) -> tuple[int, int]:
+    try:
+        width, height = (int(part) for part in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be WIDTHxHEIGHT in pixels, e.g. 4032x3024; got {text!r}") from None
+    if width < 224 or height < 224:
+        raise argparse.ArgumentTypeError(f"both sides must be at least 224 (the crop), got {width}x{height}")
+    return width, height
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tsvk bench preprocess", description=__doc__.split("\n\n")[0])
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over all paths")
     parser.add_argument("--batches", type=int, default=10, help="batches per path per round")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a worker's share)")
+    parser.add_argument("--size", type=_size, default=DEFAULT_SIZE, metavar="WxH",
+                        help="photo size, e.g. 4032x3024 for a 12 MP phone photo (default 640x480)")
     args = parser.parse_args(argv)
-    results = run_benchmark(args.batch_size, args.rounds, args.batches, args.threads)
-    print(format_results(results, args.batch_size, args.threads))
+    results = run_benchmark(args.batch_size, args.rounds, args.batches, args.threads, size=args.size)
+    print(format_results(results, args.batch_size, args.threads, args.size))
     return 0
 
 
