@@ -15,14 +15,14 @@ from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
 
 
-def eager_top5(weights_path, array) -> list[str]:
-    """What the eager model says on torchvision's own preprocessing of the same JPEG."""
+def eager_top5(weights_path, array, size: tuple[int, int] | None = None) -> list[str]:
+    """What the eager model says on torchvision's own preprocessing of the same JPEG (full-size decode)."""
     import io
 
     meta = torchvision.models.ResNet18_Weights.DEFAULT
     model = torchvision.models.resnet18()
     model.load_state_dict(torch.load(weights_path, weights_only=True))
-    image = Image.open(io.BytesIO(jpeg_bytes(array))).convert("RGB")
+    image = Image.open(io.BytesIO(jpeg_bytes(array, size=size))).convert("RGB")
     with torch.no_grad():
         probabilities = model.eval()(meta.transforms()(image).unsqueeze(0)).softmax(1)[0]
     return [meta.meta["categories"][i] for i in probabilities.topk(5).indices.tolist()]
@@ -44,6 +44,18 @@ def test_served_top5_equals_eager_top5_in_one_batch(resnet18_store, resnet18_wei
     assert [r.status_code for r in responses] == [200, 200, 200, 400], [r.text for r in responses]
     for name, response in zip(photos, responses):
         assert list(response.json()) == eager_top5(resnet18_weights, photo_array(name)), name
+
+
+def test_phone_camera_photos_get_the_eager_top5(resnet18_store, resnet18_weights, tmp_path):
+    """12 MP JPEGs (decoded by the handler at a reduced DCT scale) against torchvision on the full image."""
+    photos, size = ["chelsea", "coffee"], (4032, 3024)
+    bodies = [jpeg_bytes(photo_array(name), size=size) for name in photos]
+    request = serving_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1, batch=2, max_batch_delay_ms=500)
+    with running_torchserve(request, tmp_path) as run:
+        responses = post_concurrently(f"{run.url('inference')}/predictions/resnet18", bodies, run.headers("inference"))
+    assert [r.status_code for r in responses] == [200, 200], [r.text for r in responses]
+    for name, response in zip(photos, responses):
+        assert list(response.json()) == eager_top5(resnet18_weights, photo_array(name), size), name
 
 
 @pytest.mark.parametrize("backend", ["eager", "torchscript"])
