@@ -128,9 +128,11 @@ def _reducible(image: EncodedImage, min_short_side: int) -> bool:
 
 
 def _draft_size(width: int, height: int, min_short_side: int) -> tuple[int, int]:
-    """The size to ask Pillow's JPEG draft for: it picks the smallest scale at least this large."""
-    factor = min(width, height) / min_short_side
-    return max(1, int(width / factor)), max(1, int(height / factor))
+    """The size to ask Pillow's JPEG draft for (it picks the smallest scale at least this large):
+    the shorter side exactly `min_short_side`, the longer one in proportion, rounded up."""
+    if width <= height:
+        return min_short_side, -(-height * min_short_side // width)
+    return -(-width * min_short_side // height), min_short_side
 
 
 def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:

@@ -96,15 +96,19 @@ def test_each_process_is_told_the_device(tmp_path):
     assert job_command(_context(tmp_path), 0)[-2:] == ["--device", "cpu"]
 
 
+class _ProbeStarted(Exception):
+    """Raised where the ceiling would start its child process (the part that needs the GPU)."""
+
+
 def test_ceiling_probe_runs_on_the_runs_device(tmp_path, monkeypatch):
     seen = {}
 
-    def fake_run(command, **kwargs):  # the seam: the child process that would need the GPU
+    def fake_run(command, **kwargs):
         seen["command"] = command
-        raise SystemExit
+        raise _ProbeStarted
 
     monkeypatch.setattr("subprocess.run", fake_run)
-    with pytest.raises(SystemExit):
+    with pytest.raises(_ProbeStarted):
         ComputeCeiling().run(_context(tmp_path, device="cuda", precision="fp16"), {})
     command = seen["command"]
     assert command[command.index("--device") + 1] == "cuda"

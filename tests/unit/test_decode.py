@@ -124,6 +124,11 @@ def test_large_jpeg_is_decoded_at_the_smallest_scale_that_keeps_the_asked_size(m
     assert tuple(decode_rgb(encoded, min_short_side).shape) == shape
 
 
+def test_portrait_jpegs_are_reduced_by_their_shorter_side_too():
+    encoded = probe(encode(noise_image(1536, 2048), "JPEG", quality=90), LIMIT)
+    assert tuple(decode_rgb(encoded, 256).shape) == (3, 512, 384)
+
+
 def test_reduced_jpeg_decode_applies_exif_orientation():
     image = Image.new("RGB", (2048, 1024), (255, 255, 255))
     image.paste((255, 0, 0), (0, 0, 512, 1024))  # red band on the left quarter
