@@ -156,3 +156,13 @@ def test_gpu_report_names_the_device_the_backend_and_why(monkeypatch):
     assert "# Benchmark: resnet152 on the GPU (aoti fp16; torch_tensorrt is not usable here (x))" in markdown
     assert "GPU: NVIDIA H100 80GB HBM3" in markdown
     assert "| tsvk (ours) (1 worker(s) x 16 thread(s), batch 8, aoti fp16) |" in markdown
+
+
+def test_on_a_gpu_the_diagnosis_does_not_split_decode_from_transform_with_cpu_timings():
+    from tsvk_tools.bench.diagnosis import explain
+
+    ceiling = {"throughput_ips": 2000.0, "details": {"device": "cuda:0", "preprocess_backend": "cvcuda",
+                                                      "decode_images_per_s": 700.0, "preprocess_images_per_s": 3000.0}}
+    lines = explain({"ceiling": ceiling})
+    assert lines == ["in-process, the cvcuda backend decodes and preprocesses 3000 img/s (CPU decoding alone: 700 img/s), "
+                     "against 0.50 ms of model per image at the best batch."]
