@@ -45,11 +45,12 @@ class TorchServeRun:
         return address.replace("://0.0.0.0:", "://127.0.0.1:")
 
     def keys(self) -> dict[str, str]:
-        """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off."""
-        path = self.run_dir / KEY_FILE
-        if not path.is_file():
+        """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off,
+        and while TorchServe is still writing the file at start-up (wait_ready then simply polls again)."""
+        try:
+            raw = json.loads((self.run_dir / KEY_FILE).read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
             return {}
-        raw = json.loads(path.read_text())
         return {api: raw[api]["key"] for api in ("inference", "management") if api in raw}
 
     def headers(self, api: str) -> dict[str, str]:
