@@ -19,13 +19,19 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import BadRequest, ImageTooLarge
+from .errors import BadImage, ImageTooLarge, UnsupportedFormat
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec, which a stock TorchServe image
 # does not have; they are still the fastest here (docs/handler.md), so say it once, not per image.
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
 
 ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")
+# Leading bytes of image formats a client may send that are not decoded here: answered 415, not 400.
+_UNSUPPORTED_MAGIC = {
+    b"II*\x00": "TIFF", b"MM\x00*": "TIFF", b"\x00\x00\x00\x0cjP  ": "JPEG 2000", b"\xff\x4f\xff\x51": "JPEG 2000",
+    b"8BPS": "PSD", b"\x00\x00\x01\x00": "ICO", b"\xff\x0a": "JPEG XL", b"qoif": "QOI",
+}
+_UNSUPPORTED_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"mif1": "HEIF", b"avif": "AVIF"}  # ISO-BMFF 'ftyp' brands
 _JPEG_FORMATS = ("JPEG", "MPO")  # Pillow reports phone JPEGs with extra frames as MPO; frame 0 is the photo
 _TURBO_MODES = ("RGB", "L")  # JPEG modes libjpeg-turbo turns into RGB itself; CMYK etc. go via Pillow
 _WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # 16-bit greyscale: scale, don't clip
@@ -49,33 +55,59 @@ class EncodedImage:
 
 
 def probe(data: bytes, max_pixels: int) -> EncodedImage:
-    """Read the header only: format, size and mode; refuse non-images and oversized images."""
+    """Read the header only: format, size and mode; refuse non-images and oversized images.
+
+    The pixel count is checked before anything else is read: for some formats even metadata costs
+    a full decode (Pillow loads a whole PNG to look for an EXIF chunk after the pixels)."""
     if not data:
-        raise BadRequest("request body is empty")
+        raise BadImage("request body is empty")
     Image.init()  # register every format plugin, so `formats=` can name WEBP
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
             with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
                 width, height, fmt, mode = image.width, image.height, image.format, image.mode
+                check_pixel_count(width, height, max_pixels)
                 orientation = _exif_orientation(image)
+    except ImageTooLarge:
+        raise
     except Image.DecompressionBombError as err:
         raise ImageTooLarge(f"image is too large to decode safely: {err}") from None
     except UnidentifiedImageError:
-        raise BadRequest(
-            f"request body is not a recognised image ({len(data)} bytes); allowed formats: {', '.join(ALLOWED_FORMATS)}"
-        ) from None
+        raise _unrecognised(data) from None
     except Exception as err:  # noqa: BLE001 - a broken header is the client's problem, not ours
-        raise BadRequest(f"image header is corrupt or truncated: {err}") from None
+        raise BadImage(f"image header is corrupt or truncated: {err}") from None
+    return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+def _unrecognised(data: bytes) -> BadImage | UnsupportedFormat:
+    """415 for an image format we know but do not decode, 400 for anything else."""
+    allowed = ", ".join(ALLOWED_FORMATS)
+    name = next((fmt for magic, fmt in _UNSUPPORTED_MAGIC.items() if data.startswith(magic)), None)
+    if name is None and data[4:8] == b"ftyp":
+        name = _UNSUPPORTED_BRANDS.get(data[8:12])
+    if name:
+        return UnsupportedFormat(f"{name} images are not supported; allowed formats: {allowed}")
+    return BadImage(f"request body is not a recognised image ({len(data)} bytes); allowed formats: {allowed}")
+
+
+def check_pixel_count(width: int, height: int, max_pixels: int) -> None:
     if width * height > max_pixels:
         raise ImageTooLarge(
             f"image is {width}x{height} = {width * height} pixels; the limit is {max_pixels} (preprocess.max_pixels)"
         )
-    return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+def decoded_pixels(image: EncodedImage, min_short_side: int = 0) -> int:
+    """Pixels `decode_rgb` will hold in memory for this image: a reducible JPEG is counted at its DCT scale."""
+    if image.is_jpeg and _reducible(image, min_short_side):
+        scale = _dct_scale(image.width, image.height, min_short_side)
+        return -(-image.width // scale) * -(-image.height // scale)
+    return image.width * image.height
 
 
 def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
-    """RGB uint8 (3, H, W) on the CPU, EXIF orientation applied; BadRequest when the pixels are broken.
+    """RGB uint8 (3, H, W) on the CPU, EXIF orientation applied; BadImage when the pixels are broken.
 
     With `min_short_side`, a JPEG whose shorter side is at least twice that is decoded at the smallest
     DCT scale (1/2, 1/4, 1/8) that keeps its shorter side >= `min_short_side`."""
@@ -85,10 +117,10 @@ def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
         if image.is_jpeg and image.mode in _TURBO_MODES:
             return _decode_jpeg_turbo(image.data)
         return _decode_with_pillow(image.data)
-    except BadRequest:
+    except BadImage:
         raise
     except Exception as err:  # noqa: BLE001 - truncated or corrupt data: fail this request only
-        raise BadRequest(f"cannot decode the {image.format} image ({image.width}x{image.height}): {err}") from None
+        raise BadImage(f"cannot decode the {image.format} image ({image.width}x{image.height}): {err}") from None
 
 
 def apply_orientation(image: torch.Tensor, orientation: int) -> torch.Tensor:
@@ -135,6 +167,13 @@ def _draft_size(width: int, height: int, min_short_side: int) -> tuple[int, int]
     return -(-width * min_short_side // height), min_short_side
 
 
+def _dct_scale(width: int, height: int, min_short_side: int) -> int:
+    """The divisor Pillow's JPEG `draft` picks for `_draft_size`: the largest of 8, 4, 2, 1 that fits."""
+    want_w, want_h = _draft_size(width, height, min_short_side)
+    fits = min(width // want_w, height // want_h)
+    return next(scale for scale in (8, 4, 2, 1) if fits >= scale)
+
+
 def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:
     with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
         image.seek(0)  # GIF / animated WebP: the first frame
@@ -147,6 +186,9 @@ def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:
 
 
 def _exif_orientation(image: Image.Image) -> int:
+    """The EXIF orientation from the header only; 1 where reading it would mean decoding pixels."""
+    if image.format == "PNG" and "exif" not in image.info:
+        return 1  # an eXIf chunk after the pixels: Pillow would decode the whole image to find it
     try:
         value = image.getexif().get(0x0112, 1)
     except Exception:  # noqa: BLE001 - unreadable EXIF: show the image as stored

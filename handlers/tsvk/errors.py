@@ -1,12 +1,16 @@
-"""Per-request failures: each carries the HTTP status and a message the client can act on.
+"""Per-request failures: each carries the HTTP status, a machine-readable code and a message.
 
 The handler catches these per request, so one bad image fails alone and the rest of the batch is
-answered normally.
+answered normally. Every body the handler writes has an `error` field (e.g. `image_too_large`);
+TorchServe's own error bodies never do, so a client can tell "your image is too big" (ours) from
+"the worker died" or "token authorization failed" (TorchServe's) even where the status is the same.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+ERROR_SOURCE = "tsvk"
 
 
 class RequestError(Exception):
@@ -14,17 +18,33 @@ class RequestError(Exception):
 
     status = 400
     kind = "InvalidInput"
+    code = "bad_request"
 
     def __init__(self, message: str):
         super().__init__(message)
         self.message = message
 
     def body(self) -> dict[str, Any]:
-        return {"code": self.status, "type": self.kind, "message": self.message}
+        """TorchServe's error shape (code, type, message) plus our machine-readable `error` and source."""
+        return {"code": self.status, "type": self.kind, "error": self.code, "source": ERROR_SOURCE, "message": self.message}
 
 
 class BadRequest(RequestError):
-    """The request does not hold a usable image (empty, corrupt, truncated, not an image)."""
+    """The request holds no usable payload (no body, JSON without an image, text that is not base64)."""
+
+
+class BadImage(BadRequest):
+    """The payload is not a decodable image: empty, corrupt, truncated, or unknown bytes."""
+
+    code = "bad_image"
+
+
+class UnsupportedFormat(RequestError):
+    """A recognised image format the handler does not decode (TIFF, HEIC, ...)."""
+
+    status = 415
+    kind = "UnsupportedMediaType"
+    code = "unsupported_format"
 
 
 class ImageTooLarge(RequestError):
@@ -32,6 +52,15 @@ class ImageTooLarge(RequestError):
 
     status = 413
     kind = "ImageTooLarge"
+    code = "image_too_large"
+
+
+class DeadlineExceeded(RequestError):
+    """The request waited longer than the model's deadline before its batch reached the worker."""
+
+    status = 503
+    kind = "ServiceUnavailable"
+    code = "deadline_exceeded"
 
 
 class InferenceFailed(RequestError):
@@ -39,3 +68,9 @@ class InferenceFailed(RequestError):
 
     status = 500
     kind = "InferenceError"
+    code = "inference_failed"
+
+
+ERROR_CLASSES = (BadRequest, BadImage, UnsupportedFormat, ImageTooLarge, DeadlineExceeded, InferenceFailed)
+PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
+           503: "Service Unavailable"}

@@ -12,7 +12,7 @@ import binascii
 import json
 from typing import Any, Mapping
 
-from .errors import BadRequest
+from .errors import BadImage, BadRequest
 
 BODY_KEYS = ("data", "body")
 JSON_IMAGE_KEYS = ("image", "data", "b64")
@@ -54,7 +54,7 @@ def _to_image_bytes(value: Any) -> bytes:
 
 def _from_bytes(data: bytes) -> bytes:
     if not data:
-        raise BadRequest("request body is empty")
+        raise BadImage("request body is empty")
     if looks_like_image(data):
         return data
     stripped = data.lstrip()
@@ -67,7 +67,7 @@ def _from_bytes(data: bytes) -> bytes:
 def _from_text(text: str) -> bytes:
     text = text.strip()
     if not text:
-        raise BadRequest("request body is empty")
+        raise BadImage("request body is empty")
     if text.startswith("{"):
         try:
             parsed = json.loads(text)

@@ -22,6 +22,7 @@ INFERENCE_MS = "TsvkInferenceMs"  # gauge, ms: the model's forward pass (and top
 BATCH_SIZE = "TsvkBatchSize"  # gauge, count: requests TorchServe put in the batch
 IMAGES_TOTAL = "TsvkImagesTotal"  # counter, count: images preprocessed, by backend
 REJECTED_TOTAL = "TsvkRejectedTotal"  # counter, count: requests answered with an error, by status
+WORKER_STARTS = "TsvkWorkerStarts"  # gauge, count: workers started for the model; above the workers: restarts
 
 BACKEND_DIMENSION = "Backend"
 STATUS_DIMENSION = "Status"
@@ -49,6 +50,7 @@ def metric_definitions() -> dict[str, dict[str, Any]]:
         BATCH_SIZE: {"type": "gauge", "unit": "count", "dimensions": dims + [BACKEND_DIMENSION]},
         IMAGES_TOTAL: {"type": "counter", "unit": "count", "dimensions": dims + [BACKEND_DIMENSION]},
         REJECTED_TOTAL: {"type": "counter", "unit": "count", "dimensions": dims + [STATUS_DIMENSION]},
+        WORKER_STARTS: {"type": "gauge", "unit": "count", "dimensions": dims + [BACKEND_DIMENSION]},
     }
 
 
@@ -63,11 +65,12 @@ def model_metrics_yaml_section() -> dict[str, list[dict[str, Any]]]:
 class BatchMetrics:
     """Writes the per-batch metrics; a metrics failure is logged once and never fails a request."""
 
-    def __init__(self, metrics: Any, backend: str, model_name: str, gauge_type: Any = None):
+    def __init__(self, metrics: Any, backend: str, model_name: str, gauge_type: Any = None, worker_starts: int = 0):
         self.metrics = metrics
         self.backend = backend
         self.model_name = model_name
         self.gauge_type = gauge_type
+        self.worker_starts = worker_starts
         self._warned = False
 
     def record(self, batch_size: int, images: int, preprocess_ms: float, inference_ms: float, statuses: list[int]) -> None:
@@ -86,6 +89,8 @@ class BatchMetrics:
         self.metrics.add_time(INFERENCE_MS, round(inference_ms, 3), None, "ms", list(backend))
         gauge = {"metric_type": self.gauge_type} if self.gauge_type is not None else {}
         self.metrics.add_metric(BATCH_SIZE, batch_size, "count", None, list(backend), **gauge)
+        if self.worker_starts:
+            self.metrics.add_metric(WORKER_STARTS, self.worker_starts, "count", None, list(backend), **gauge)
         if images:
             self.metrics.add_counter(IMAGES_TOTAL, images, None, list(backend))
         for status in sorted(set(s for s in statuses if s != 200)):

@@ -4,21 +4,26 @@
 model_yaml_config, metrics, set_response_status), so tests drive it with a small fake and the
 handler module stays a few lines. Every request of a batch gets exactly one answer: top-k
 probabilities, or an error body with its own HTTP status; nothing a client sends can kill the worker.
+
+A batch moves through three stages (read, preprocess, infer); each returns what it produced and
+which requests it failed, and `BatchRecord` collects those fates, so no stage writes into another's
+state.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import torch
 
 from . import features
+from .deadline import arrival_times, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
-from .errors import BadRequest, InferenceFailed, RequestError
+from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
 from .inputs import request_payload
 from .labels import load_labels
 from .loading import LoadedModel, load_model, worker_device
@@ -26,11 +31,10 @@ from .metrics import BatchMetrics
 from .postprocess import first_tensor, topk_answers
 from .preprocess import BackendChoice, Preprocessor, build_preprocessor
 from .settings import HandlerSettings
-from .threads import apply_threads, resolve_threads
+from .threads import apply_threads, find_torchserve_config, read_properties, resolve_threads
+from .worker_starts import record_worker_start
 
 log = logging.getLogger(__name__)
-
-PHRASES = {400: "Bad Request", 413: "Payload Too Large", 500: "Internal Server Error"}
 
 
 @dataclass
@@ -41,6 +45,49 @@ class BatchOutcome:
     statuses: list[int]
 
 
+@dataclass(frozen=True)
+class StageResult:
+    """What one stage produced, by input position, and the requests it failed."""
+
+    produced: Mapping[int, Any] = field(default_factory=dict)
+    failed: Mapping[int, RequestError] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """The preprocessed batch: `batch[i]` is the request at input position `positions[i]`."""
+
+    positions: list[int]
+    batch: torch.Tensor | None
+    failed: Mapping[int, RequestError]
+
+
+class BatchRecord:
+    """Each request's fate in one batch, assembled from the stages' results in the order they ran."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.failures: dict[int, RequestError] = {}
+        self.answers: dict[int, Any] = {}
+
+    def add(self, failed: Mapping[int, RequestError], answers: Mapping[int, Any] | None = None) -> None:
+        self.failures.update(failed)
+        self.answers.update(answers or {})
+
+    def outcome(self) -> BatchOutcome:
+        answers = [self.failures[i].body() if i in self.failures else self.answers.get(i) for i in range(self.size)]
+        statuses = [self.failures[i].status if i in self.failures else 200 for i in range(self.size)]
+        return BatchOutcome(answers, statuses)
+
+
+@dataclass(frozen=True)
+class WorkerInfo:
+    """What the worker learned about itself at load: its deadline and how many workers started before it."""
+
+    deadline_ms: int | None = None
+    start_number: int = 0
+
+
 class ClassifierService:
     def __init__(
         self,
@@ -49,12 +96,14 @@ class ClassifierService:
         preprocessor: Preprocessor,
         labels: list[str] | None,
         metrics: BatchMetrics | None = None,
+        worker: WorkerInfo = WorkerInfo(),
     ):
         self.settings = settings
         self.model = model
         self.preprocessor = preprocessor
         self.labels = labels
         self.metrics = metrics
+        self.worker = worker
 
     @classmethod
     def from_context(cls, context: Any, gauge_type: Any = None) -> "ClassifierService":
@@ -63,75 +112,91 @@ class ClassifierService:
         properties = context.system_properties
         model_dir = Path(properties.get("model_dir") or ".")
         model_name = getattr(context, "model_name", None) or settings.model_name
-        plan = resolve_threads(settings.runtime, model_name)
+        config_path = find_torchserve_config()
+        plan = resolve_threads(settings.runtime, model_name, config_path)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(model_dir / settings.labels_file)
-        worker = worker_device(properties.get("gpu_id"))
-        model = load_model(settings.artifact, model_dir, worker, num_classes=len(labels) if labels else None)
+        device = worker_device(properties.get("gpu_id"))
+        model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source)
-        metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type)
-        return cls(settings, model, preprocessor, labels, metrics)
+        worker = WorkerInfo(_configured_deadline(config_path, model_name), record_worker_start(model_dir))
+        _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source, worker)
+        metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type, worker.start_number)
+        return cls(settings, model, preprocessor, labels, metrics, worker)
 
     def handle(self, data: Sequence[Any], context: Any = None) -> list[Any]:
         """TorchServe's entry point: answers in request order, statuses set on the context."""
-        outcome = self.answer(data)
+        arrivals = arrival_times(context, len(data)) if context is not None else None
+        outcome = self.answer(data, arrivals)
         if context is not None:
             report_statuses(context, outcome.statuses)
         return outcome.answers
 
-    def answer(self, data: Sequence[Any]) -> BatchOutcome:
-        answers: list[Any] = [None] * len(data)
-        errors: dict[int, RequestError] = {}
-        encoded = self._read_requests(data, errors)
+    def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
+        record = BatchRecord(len(data))
+        read = self._read_requests(data, arrivals)
+        record.add(read.failed)
         started = time.perf_counter()
-        positions, batch = self._preprocess(encoded, errors)
+        prepared = self._preprocess(read.produced)
+        record.add(prepared.failed)
         preprocessed = time.perf_counter()
-        for position, answer in zip(positions, self._infer(batch, positions, errors)):
-            answers[position] = answer
+        inferred = self._infer(prepared)
+        record.add(inferred.failed, inferred.produced)
         finished = time.perf_counter()
-        for position, error in errors.items():
-            answers[position] = error.body()
-        statuses = [errors[i].status if i in errors else 200 for i in range(len(data))]
+        outcome = record.outcome()
         if self.metrics is not None:
-            self.metrics.record(len(data), len(positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, statuses)
-        return BatchOutcome(answers, statuses)
+            self.metrics.record(len(data), len(prepared.positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, outcome.statuses)
+        return outcome
 
-    def _read_requests(self, data: Sequence[Any], errors: dict[int, RequestError]) -> dict[int, EncodedImage]:
+    def _read_requests(self, data: Sequence[Any], arrivals: Sequence[float | None] | None) -> StageResult:
+        """Each request's image header, or why it is refused (too old, unreadable, too large)."""
         encoded: dict[int, EncodedImage] = {}
+        failed: dict[int, RequestError] = {}
         for position, request in enumerate(data):
+            late = self._late(arrivals[position] if arrivals else None)
+            if late is not None:
+                failed[position] = late
+                continue
             try:
                 encoded[position] = probe(request_payload(request), self.settings.preprocess.max_pixels)
             except RequestError as err:
-                errors[position] = err
+                failed[position] = err
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
-                errors[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
-        return encoded
+                failed[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
+        return StageResult(encoded, failed)
 
-    def _preprocess(self, encoded: dict[int, EncodedImage], errors: dict[int, RequestError]) -> tuple[list[int], torch.Tensor | None]:
-        """Input positions that made it into the batch, and the batch."""
+    def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:
+        deadline = self.worker.deadline_ms
+        age = request_age_ms(arrival_s) if deadline else None
+        if age is None or age <= deadline:
+            return None
+        return DeadlineExceeded(f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
+                                "(the server is overloaded: retry later or with fewer concurrent requests)")
+
+    def _preprocess(self, encoded: Mapping[int, EncodedImage]) -> Prepared:
+        """Input positions that made it into the batch, the batch, and the requests that did not."""
         if not encoded:
-            return [], None
+            return Prepared([], None, {})
         order = sorted(encoded)
         try:
             result = self.preprocessor([encoded[p] for p in order])
         except Exception as err:  # noqa: BLE001 - a backend failure fails this batch only
             log.exception("preprocessing failed for a batch of %d", len(order))
-            errors.update({p: InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}") for p in order})
-            return [], None
-        errors.update({order[i]: error for i, error in result.failed.items()})
-        return [order[i] for i in result.kept], result.batch
+            return Prepared([], None, {p: InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}") for p in order})
+        failed = {order[i]: error for i, error in result.failed.items()}
+        return Prepared([order[i] for i in result.kept], result.batch, failed)
 
-    def _infer(self, batch: torch.Tensor | None, positions: list[int], errors: dict[int, RequestError]) -> list[Any]:
-        if batch is None or not positions:
-            return []
+    def _infer(self, prepared: Prepared) -> StageResult:
+        """Top-k answers by input position, or every position failed when the model fails."""
+        if prepared.batch is None or not prepared.positions:
+            return StageResult()
         try:
-            logits = self.predict(batch)
-            return topk_answers(logits, self.labels, self.settings.runtime.topk)
+            answers = topk_answers(self.predict(prepared.batch), self.labels, self.settings.runtime.topk)
         except Exception as err:  # noqa: BLE001 - the model failing fails this batch, not the worker
-            log.exception("inference failed for a batch of %d", len(positions))
-            errors.update({p: InferenceFailed(f"inference failed: {type(err).__name__}: {err}") for p in positions})
-            return []
+            log.exception("inference failed for a batch of %d", len(prepared.positions))
+            error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
+            return StageResult(failed={p: error for p in prepared.positions})
+        return StageResult(dict(zip(prepared.positions, answers)))
 
     def predict(self, batch: torch.Tensor) -> torch.Tensor:
         """Logits for the batch, run in chunks no larger than the artifact was built for."""
@@ -141,16 +206,24 @@ class ClassifierService:
         return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
 
 
-def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str) -> None:
+def _configured_deadline(config_path: Path | None, model_name: str) -> int | None:
+    return deadline_from_config(read_properties(config_path), model_name) if config_path else None
+
+
+def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str,
+                worker: WorkerInfo) -> None:
     """The one line an operator reads to know what this worker runs, and on what."""
     log.info(
         "tsvk loaded %s: artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
-        "batch_size=%s threads=intra %d, inter %d (%s)%s; features %s",
+        "batch_size=%s threads=intra %d, inter %d (%s)%s; deadline %s; features %s",
         settings.model_name, settings.artifact.format, settings.artifact.file, model.device,
         settings.artifact.precision, choice.name, choice.reason, batch_size,
         torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
-        f"; {model.note}" if model.note else "", features.describe(("cuda", "nvjpeg", "cvcuda")),
+        f"; {model.note}" if model.note else "", f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
+        features.describe(("cuda", "nvjpeg", "cvcuda")),
     )
+    log.info("tsvk worker start %d for %s since the model was loaded (more starts than workers: workers died and "
+             "TorchServe restarted them)", worker.start_number, settings.model_name)
 
 
 def report_statuses(context: Any, statuses: list[int]) -> None:

@@ -8,6 +8,7 @@ naming the key and what is allowed, so a bad archive fails at load with a messag
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -22,6 +23,8 @@ INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")
 
 DEFAULT_MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
+# Decoded pixels one CPU batch may hold at once (~240 MB as RGB): larger batches are decoded in chunks.
+DEFAULT_MAX_BATCH_PIXELS = 2 * DEFAULT_MAX_PIXELS
 
 
 class SettingsError(ValueError):
@@ -67,6 +70,7 @@ class PreprocessSettings:
     backend: str = "auto"
     strict: bool = False
     max_pixels: int = DEFAULT_MAX_PIXELS
+    max_batch_pixels: int = DEFAULT_MAX_BATCH_PIXELS
     # CPU: decode a JPEG over 4x `resize` at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
     # at least 2x `resize` for the antialiased resize: 3x faster on 12 MP photos (docs/handler.md).
     jpeg_dct_scaling: bool = True
@@ -121,6 +125,7 @@ class HandlerSettings:
         problems: list[str] = []
         reader = _Reader(raw, SETTINGS_KEY, problems)
         settings = _build_handler_settings(reader, problems)
+        reader.report_unknown_keys()
         if problems:
             raise SettingsError(problems)
         return settings
@@ -172,6 +177,7 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
         backend=reader.choice("backend", PREPROCESS_BACKENDS, defaults.backend),
         strict=reader.boolean("strict", defaults.strict),
         max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
+        max_batch_pixels=reader.integer("max_batch_pixels", defaults.max_batch_pixels, minimum=1),
         jpeg_dct_scaling=reader.boolean("jpeg_dct_scaling", defaults.jpeg_dct_scaling),
     )
 
@@ -199,7 +205,10 @@ _REQUIRED = object()
 
 
 class _Reader:
-    """Typed access to one mapping; each failed read appends 'key must be X, got Y' to problems."""
+    """Typed access to one mapping; each failed read appends 'key must be X, got Y' to problems.
+
+    Every key read is remembered, so a key nobody reads (a typo such as `backnd`) is reported
+    instead of silently leaving the default in place."""
 
     def __init__(self, raw: Any, path: str, problems: list[str]):
         if raw is None:
@@ -208,8 +217,20 @@ class _Reader:
             problems.append(f"{path} must be a mapping, got {type(raw).__name__}")
             raw = {}
         self.raw, self.path, self.problems = raw, path, problems
+        self.known: set[str] = set()
+        self.children: list[_Reader] = []
+
+    def report_unknown_keys(self) -> None:
+        """One problem per key of this mapping (and of every section read from it) that no field reads."""
+        for key in sorted(set(map(str, self.raw)) - self.known):
+            close = difflib.get_close_matches(key, sorted(self.known), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            self.problems.append(f"{self.path}.{key} is not a known setting (known: {', '.join(sorted(self.known))}){hint}")
+        for child in self.children:
+            child.report_unknown_keys()
 
     def _get(self, key: str, default: Any) -> Any:
+        self.known.add(key)
         if key in self.raw and self.raw[key] is not None:
             return self.raw[key]
         if default is None or default is _REQUIRED:
@@ -221,11 +242,16 @@ class _Reader:
         self.problems.append(f"{self.path}.{key} must be {wanted}, got {value!r}")
 
     def section(self, key: str, required: bool = False) -> "_Reader":
+        self.known.add(key)
         if required and key not in self.raw:
             self.problems.append(f"{self.path}.{key} is required")
-        return _Reader(self.raw.get(key), f"{self.path}.{key}", self.problems)
+        child = _Reader(self.raw.get(key), f"{self.path}.{key}", self.problems)
+        self.children.append(child)
+        return child
 
     def mapping(self, key: str) -> dict[str, Any]:
+        """A free-form mapping (provenance): its own keys are not checked."""
+        self.known.add(key)
         value = self.raw.get(key) or {}
         if not isinstance(value, Mapping):
             self._bad(key, "a mapping", value)

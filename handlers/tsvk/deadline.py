@@ -1,0 +1,81 @@
+"""Request deadlines: a request that waited too long before reaching the worker is refused, not computed.
+
+TorchServe 0.12's own `clientTimeoutInMills` drops an expired request without ever answering it (its
+BatchAggregator logs "Drop ... due to client timeout" and the client waits until its own timeout), so
+tsvk enforces the deadline in the worker instead, where the request can still be answered: 503 with
+`error: deadline_exceeded`, at once and without decoding or running the model.
+
+The worker cannot see how long a request sat in TorchServe's queue, so the arrival time travels with
+the request in the `X-Request-Start` header, the convention load balancers use (nginx
+`t=${msec}`, Heroku `t=<microseconds>`): `t=<unix time>` or a bare number, in seconds,
+milliseconds or microseconds (told apart by magnitude). `tsvk config --deadline-ms` writes
+`tsvk.deadline.<model>=<ms>` into the config, which the worker reads like its threads. Requests
+without the header are never refused for age.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+DEADLINE_KEY_PREFIX = "tsvk.deadline."
+ARRIVAL_HEADER = "X-Request-Start"
+_PLAUSIBLE_AGE_S = 86_400.0  # a stamp more than a day off is a broken clock, not a late request
+
+
+def deadline_from_config(properties: dict[str, str], model_name: str) -> int | None:
+    """The model's deadline in ms from the TorchServe config, or None (no deadline)."""
+    raw = properties.get(DEADLINE_KEY_PREFIX + model_name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        log.warning("ignoring %s%s=%r: expected milliseconds", DEADLINE_KEY_PREFIX, model_name, raw)
+        return None
+    return value if value > 0 else None
+
+
+def parse_arrival(value: Any) -> float | None:
+    """Unix time in seconds from an X-Request-Start value, or None when it is missing or unreadable."""
+    if isinstance(value, (bytes, bytearray)):
+        value = value.decode("ascii", errors="replace")
+    if not isinstance(value, str):
+        return None
+    text = value.strip()
+    if text.startswith("t="):
+        text = text[2:]
+    try:
+        stamp = float(text)
+    except ValueError:
+        return None
+    for divisor in (1.0, 1e3, 1e6):  # seconds, ms, us: today's unix time is ~1.8e9 s
+        if stamp / divisor < 1e10:
+            return stamp / divisor
+    return None
+
+
+def request_age_ms(arrival_s: float | None, now_s: float | None = None) -> float | None:
+    """How long ago the request arrived, or None where the stamp is missing or implausible."""
+    if arrival_s is None:
+        return None
+    age = (time.time() if now_s is None else now_s) - arrival_s
+    return age * 1e3 if -1.0 <= age <= _PLAUSIBLE_AGE_S else None
+
+
+def arrival_times(context: Any, count: int) -> list[float | None]:
+    """Each request's X-Request-Start from TorchServe's context (headers travel there, not in the data)."""
+    getter = getattr(context, "get_request_header", None)
+    if getter is None:
+        return [None] * count
+    arrivals = []
+    for index in range(count):
+        try:
+            value = getter(index, ARRIVAL_HEADER) or getter(index, ARRIVAL_HEADER.lower())
+        except Exception:  # noqa: BLE001 - a context without headers means: no deadline information
+            value = None
+        arrivals.append(parse_arrival(value))
+    return arrivals
