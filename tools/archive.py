@@ -22,6 +22,7 @@ from .archive_info import MODEL_CONFIG_NAME
 from .build import BuildRequest, BuildResult, build
 from .errors import UsageError
 from .fsutil import atomic_path, scratch_dir
+from .limits import model_name_problem
 from .serving_config import MODEL_VERSION
 
 HANDLER_FILE = "image_classifier.py"
@@ -39,6 +40,9 @@ def handler_sources() -> tuple[Path, Path]:
 
 def build_archive(request: BuildRequest, model_store: Path, force: bool = False) -> tuple[Path, BuildResult]:
     """Compile, verify and pack `model_store/<model>.mar`; nothing is written unless all of it succeeds."""
+    problem = model_name_problem(request.model)
+    if problem:
+        raise UsageError(problem)
     target = Path(model_store) / f"{request.model}.mar"
     if target.exists() and not force:
         raise UsageError(f"{target} already exists; pass FORCE=1 (--force) to replace it")

@@ -89,7 +89,11 @@ def _register_config(commands) -> None:
     p.add_argument("--auth", type=on_off, default=True, help="TorchServe token authorization: on (default) or off")
     p.add_argument("--concurrency", type=positive_int, default=64, help="expected concurrent clients (sizes the job queue)")
     p.add_argument("--core-pinning", action="store_true", help="pin each worker to its own cores with TorchServe's CPU launcher")
-    p.add_argument("--max-request-mb", type=positive_int, default=16)
+    p.add_argument("--max-request-mb", type=positive_int, default=16, help="largest request body TorchServe accepts, MiB (1-1024)")
+    p.add_argument("--deadline-ms", type=positive_int, help="refuse (503 deadline_exceeded) requests that waited longer than this "
+                   "before reaching a worker; needs an X-Request-Start header (default: no deadline)")
+    p.add_argument("--token-expiry-min", type=positive_int, default=60,
+                   help="minutes before token-auth keys expire; `tsvk serve` renews them at half that age (default 60)")
     p.add_argument("--inference-address", default="http://0.0.0.0:8080")
     p.add_argument("--management-address", default="http://127.0.0.1:8081")
     p.add_argument("--metrics-address", default="http://127.0.0.1:8082")
@@ -218,15 +222,19 @@ def _register_serve(commands) -> None:
 def cmd_serve(args: argparse.Namespace) -> int:
     from .server import start_torchserve
 
+    from .keys import start_key_renewer
+
     run = start_torchserve(args.config, args.run_dir)
     try:
         run.wait_ready(timeout=args.timeout)
+        start_key_renewer(run)
     except UsageError:
         run.stop()
         raise
     print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
     if run.keys():
-        print(f"token auth is on: send 'Authorization: Bearer <inference key>' (key in {args.run_dir / 'key_file.json'})")
+        print(f"token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
+              f"while TorchServe runs: on a 400 InvalidKeyException, read it again)")
     return 0
 
 
@@ -263,11 +271,18 @@ def cmd_predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def _register_keys(commands) -> None:
+    from .keys import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side (`tsvk bench --help`)")
 
 
-_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict]
+_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
+               _register_keys]
 
 
 def main(argv: list[str] | None = None) -> int:

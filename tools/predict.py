@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import json
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tsvk.deadline import ARRIVAL_HEADER
+
 from .errors import UsageError
 from .images import image_bytes
+from .keys import call_with_fresh_key
 from .server import find_running
 
 
@@ -19,12 +23,19 @@ def predict(run_dir: Path, image: str, model: str | None = None) -> str:
     model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
     if not model:
         raise UsageError("no model named and none configured; pass MODEL=<name>")
-    request = urllib.request.Request(
-        f"{run.url('inference')}/predictions/{model}", data=image_bytes(image), method="POST",
-        headers={"Content-Type": "application/octet-stream", **run.headers("inference")},
-    )
+    url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
+    status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
+    if status != 200:
+        raise UsageError(f"{model} answered {status}: {answer.decode(errors='replace')}")
+    return json.dumps(json.loads(answer), indent=2)
+
+
+def _post(url: str, body: bytes, auth: dict[str, str]) -> tuple[int, bytes]:
+    """One POST stamped with its start time (X-Request-Start), so a server deadline can apply."""
+    headers = {"Content-Type": "application/octet-stream", ARRIVAL_HEADER: f"t={time.time():.6f}", **auth}
+    request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
         with urllib.request.urlopen(request, timeout=120) as response:
-            return json.dumps(json.loads(response.read()), indent=2)
+            return response.status, response.read()
     except urllib.error.HTTPError as err:
-        raise UsageError(f"{model} answered {err.code}: {err.read().decode(errors='replace')}") from err
+        return err.code, err.read()

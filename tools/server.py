@@ -2,7 +2,9 @@
 
 TorchServe keeps one pid file in the system temp dir and writes key_file.json to its working
 directory, so two of them collide. Each run here gets its own directory (working dir, temp dir,
-logs, key file), runs in its own process session, and is stopped by killing exactly that session.
+logs, key file), runs in its own process session, and is stopped by signalling exactly that session.
+A pid is only trusted while it is still the process we started: the pid file records its start time,
+and a pid that now belongs to another process (pids are reused) is never signalled.
 """
 
 from __future__ import annotations
@@ -19,12 +21,15 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
 from tsvk.threads import read_properties
 
 from .errors import UsageError
+from .keys import KEY_FILE
 
 PID_FILE = "torchserve.pid"
-KEY_FILE = "key_file.json"
+# Command-line words of a TorchServe frontend or one of its workers: what may remain in our group.
+_TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", "model_service_worker", "torchserve")
 
 
 @dataclass
@@ -33,6 +38,7 @@ class TorchServeRun:
     config: Path
     pid: int
     process: subprocess.Popen | None = field(default=None, repr=False)  # set when started by this process
+    started_at: float | None = None  # the leader's start time (psutil), which a reused pid cannot match
 
     @property
     def properties(self) -> dict[str, str]:
@@ -46,12 +52,11 @@ class TorchServeRun:
 
     def keys(self) -> dict[str, str]:
         """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off,
-        and while TorchServe is still writing the file at start-up (wait_ready then simply polls again)."""
-        try:
-            raw = json.loads((self.run_dir / KEY_FILE).read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
-        return {api: raw[api]["key"] for api in ("inference", "management") if api in raw}
+        and while TorchServe is still writing the file (wait_ready then simply polls again)."""
+        from .keys import KEY_TYPES, read_key_file
+
+        raw = read_key_file(self.run_dir)
+        return {api: raw[api]["key"] for api in KEY_TYPES if isinstance(raw.get(api), dict) and "key" in raw[api]}
 
     def headers(self, api: str) -> dict[str, str]:
         key = self.keys().get(api)
@@ -87,12 +92,18 @@ class TorchServeRun:
         return "\n".join(text)
 
     def stop(self, timeout: float = 60) -> None:
-        """SIGTERM our process session (frontend and workers), SIGKILL what is left after `timeout`."""
-        signal_group(self.pid, signal.SIGTERM)
+        """SIGTERM our process session (frontend, workers, key renewer); SIGKILL only what is still ours
+        and still running after `timeout`. Nothing is signalled once the pid is no longer ours."""
+        from .keys import stop_key_renewer
+
+        stop_key_renewer(self.run_dir)
+        if self.owned():
+            signal_group(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and self.session_alive():
             time.sleep(0.5)
-        signal_group(self.pid, signal.SIGKILL)
+        if self.session_alive() and self.owned():
+            signal_group(self.pid, signal.SIGKILL)
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
         (self.run_dir / KEY_FILE).unlink(missing_ok=True)
 
@@ -100,6 +111,10 @@ class TorchServeRun:
         if self.process is not None:
             self.process.poll()  # reap our own child so it does not linger as a zombie
         return group_alive(self.pid)
+
+    def owned(self) -> bool:
+        """True while process group `pid` is still the one we started (see `group_is_ours`)."""
+        return group_is_ours(self.pid, self.started_at)
 
 
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> TorchServeRun:
@@ -117,20 +132,62 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
             [_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
             cwd=run_dir, env=_server_env(run_dir, env), start_new_session=True, stdout=stdout, stderr=subprocess.STDOUT,
         )
-    (run_dir / PID_FILE).write_text(f"{process.pid}\n{config}\n")
-    return TorchServeRun(run_dir, config, process.pid, process)
+    started_at = process_start_time(process.pid)
+    (run_dir / PID_FILE).write_text(f"{process.pid}\n{config}\n{started_at or ''}\n")
+    return TorchServeRun(run_dir, config, process.pid, process, started_at)
 
 
 def find_running(run_dir: Path) -> TorchServeRun | None:
+    """The TorchServe started from `run_dir`, if its pid file names a process group that is still ours."""
     pid_file = Path(run_dir) / PID_FILE
     if not pid_file.is_file():
         return None
-    pid_text, config = (pid_file.read_text().splitlines() + [""])[:2]
-    run = TorchServeRun(Path(run_dir).resolve(), Path(config), int(pid_text))
-    if not group_alive(run.pid):
+    pid_text, config, stamp = (pid_file.read_text().splitlines() + ["", ""])[:3]
+    try:
+        pid, started_at = int(pid_text), (float(stamp) if stamp else None)
+    except ValueError:
         pid_file.unlink(missing_ok=True)
         return None
+    run = TorchServeRun(Path(run_dir).resolve(), Path(config), pid, started_at=started_at)
+    if not run.owned():
+        pid_file.unlink(missing_ok=True)  # stale: that pid is gone or belongs to someone else now
+        return None
     return run
+
+
+def process_start_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+def group_is_ours(pgid: int, started_at: float | None) -> bool:
+    """Whether process group `pgid` is still the TorchServe we started at `started_at`.
+
+    While the leader lives, its start time must match (a reused pid starts later). Once the leader
+    is gone, Linux does not hand its pid to a new process while the group still has members, but a
+    group of that id may still have been formed by another process since; so the members left must
+    be TorchServe processes that started no earlier than ours."""
+    if started_at is None or not group_alive(pgid):
+        return False
+    leader_start = process_start_time(pgid)
+    if leader_start is not None:
+        return abs(leader_start - started_at) < 0.05
+    members = [p for p in psutil.process_iter(["pid", "cmdline", "create_time"]) if _pgid(p.pid) == pgid]
+    return bool(members) and all(_is_torchserve(m) and m.info["create_time"] >= started_at - 0.05 for m in members)
+
+
+def _pgid(pid: int) -> int | None:
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
+def _is_torchserve(process: psutil.Process) -> bool:
+    words = " ".join(process.info.get("cmdline") or [])
+    return any(marker in words for marker in _TORCHSERVE_MARKERS)
 
 
 def _torchserve_bin() -> str:

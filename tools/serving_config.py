@@ -15,16 +15,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsvk.cpus import detect_vcpus
+from tsvk.deadline import DEADLINE_KEY_PREFIX
 from tsvk.threads import THREADS_KEY_PREFIX
 
 from .archive_info import list_archives, read_archive_settings
 from .errors import UsageError
 from .fsutil import write_text_atomic
+from .limits import BOUNDS, bound_problem, model_name_problem
 
 MODEL_VERSION = "1.0"  # every tsvk archive is built with this version (see archive.py)
 DEFAULT_BATCH = 8
 DEFAULT_MAX_BATCH_DELAY_MS = 50
 DEFAULT_RESPONSE_TIMEOUT_S = 120
+# Token-auth keys expire after this; `tsvk serve` renews them at half that age (see tools/keys.py).
+DEFAULT_TOKEN_EXPIRY_MIN = 60
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class ServingRequest:
     concurrency: int = 64
     core_pinning: bool = False
     max_request_mb: int = 16
+    deadline_ms: int | None = None
+    token_expiry_min: int = DEFAULT_TOKEN_EXPIRY_MIN
     inference_address: str = "http://0.0.0.0:8080"
     management_address: str = "http://127.0.0.1:8081"
     metrics_address: str = "http://127.0.0.1:8082"
@@ -82,6 +88,7 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
     vcpus = request.vcpus or detect_vcpus()
     gpus = request.gpus if request.gpus is not None else _detect_gpus()
     names, suggested = _resolve_models(request)
+    problems += [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
     workers = _workers_per_model(request, gpus)
     models = [_plan_model(name, request, suggested.get(name), workers, problems) for name in names]
     total = sum(m.workers for m in models)
@@ -110,19 +117,24 @@ def _workers_per_model(request: ServingRequest, gpus: int) -> int | None:
 
 
 def _check_counts(request: ServingRequest) -> list[str]:
-    problems = []
-    for name in ("vcpus", "workers", "gpus", "batch", "max_batch_delay_ms", "response_timeout_s", "concurrency", "max_request_mb",
-                 "grpc_inference_port", "grpc_management_port"):
-        value = getattr(request, name)
-        minimum = 0 if name in ("gpus", "max_batch_delay_ms") else 1
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < minimum):
-            problems.append(f"{name.upper()} must be an integer >= {minimum}, got {value!r}")
+    """Every number within what TorchServe parses, every name and address one property line long."""
+    problems = [p for p in (bound_problem(name, getattr(request, name)) for name in BOUNDS) if p]
     if request.vcpus and request.workers and request.workers > request.vcpus:
         problems.append(f"WORKERS ({request.workers}) must not exceed VCPUS ({request.vcpus})")
     for name in ("inference_address", "management_address", "metrics_address"):
-        if not re.fullmatch(r"https?://[^\s/:]+:\d{1,5}", getattr(request, name)):
-            problems.append(f"{name} must look like http://HOST:PORT, got {getattr(request, name)!r}")
+        problems += _address_problems(name, getattr(request, name))
+    problems += [p for p in map(model_name_problem, request.models or ()) if p]
+    if any(ord(c) < 32 for c in str(request.model_store)):
+        problems.append(f"--model-store must be a path without control characters, got {str(request.model_store)!r}")
     return problems
+
+
+def _address_problems(name: str, address: str) -> list[str]:
+    match = re.fullmatch(r"https?://[A-Za-z0-9.\-]+:(\d{1,5})|https?://\[[0-9A-Fa-f:.]+\]:(\d{1,5})", address)
+    port = int(match.group(1) or match.group(2)) if match else 0
+    if not 1 <= port <= 65_535:
+        return [f"--{name.replace('_', '-')} must look like http://HOST:PORT with a port from 1 to 65535, got {address!r}"]
+    return []
 
 
 def _resolve_models(request: ServingRequest) -> tuple[list[str], dict]:
@@ -196,7 +208,7 @@ def _summary(plan: ServingPlan) -> str:
 
 
 def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
-    return _network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _pinning(plan)
+    return _network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _deadlines(plan) + _pinning(plan)
 
 
 def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
@@ -218,13 +230,15 @@ def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
 def _security(plan: ServingPlan) -> list[tuple[str, str, str]]:
     r = plan.request
     store = Path(r.model_store).resolve() if r.archive_check else Path(r.model_store)
-    auth = ("token authorization on: TorchServe writes key_file.json at start; send 'Authorization: Bearer <inference key>'",
-            "disable_token_authorization", "false")
+    auth = [("token authorization on: TorchServe writes key_file.json at start; send 'Authorization: Bearer <inference key>'",
+             "disable_token_authorization", "false"),
+            (f"keys expire after {r.token_expiry_min} min (TorchServe's default, 60, is implicit); `tsvk serve` renews them at "
+             "half that age and clients re-read key_file.json when refused (docs/robustness.md)",
+             "token_expiration_min", str(r.token_expiry_min))]
     if not r.auth:
-        auth = ("token authorization off (AUTH=off): protect the ports another way (network policy, private network)",
-                "disable_token_authorization", "true")
-    return [
-        auth,
+        auth = [("token authorization off (AUTH=off): protect the ports another way (network policy, private network)",
+                 "disable_token_authorization", "true")]
+    return auth + [
         ("the model-registration API is off: only the archives named below are ever served", "enable_model_api", "false"),
         ("archives may only come from the model store, never from a URL", "allowed_urls", f"file://{re.escape(str(store))}/.*"),
         ("TS_* environment variables cannot silently override this file", "enable_envvars_config", "false"),
@@ -264,6 +278,17 @@ def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
         ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),
         ("fixed worker counts (min = max: no scaling surprises), batch size within each archive's compiled max batch",
          "models", json.dumps(entries, sort_keys=True, separators=(",", ":"))),
+    ]
+
+
+def _deadlines(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    deadline = plan.request.deadline_ms
+    if deadline is None:
+        return []
+    return [
+        (f"{m.name}: a request that waited over {deadline} ms before reaching a worker is answered 503 deadline_exceeded "
+         "without being computed (arrival from the X-Request-Start header)", f"{DEADLINE_KEY_PREFIX}{m.name}", str(deadline))
+        for m in plan.models
     ]
 
 

@@ -4,6 +4,8 @@ import subprocess
 import sys
 import time
 
+import psutil
+
 from tsvk_tools.bench.sampler import Sample, TreeSampler, leftover, window_stats
 
 BUSY_CHILD = "import time\nblob = bytearray(64 * 2**20)\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
@@ -18,17 +20,32 @@ def test_sampler_measures_a_busy_child_and_its_exit():
     stats = window_stats(sampler.samples)
     assert stats["peak_rss_mb"] >= 64
     assert stats["peak_cpu_pct"] >= 50
-    assert leftover(sampler.seen_pids) == []
+    assert leftover(list(sampler.seen.values())) == []
 
 
 def test_leftover_lists_running_processes():
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    process = psutil.Process(child.pid)
     try:
-        assert leftover({child.pid}) == [child.pid]
+        assert [p.pid for p in leftover([process])] == [child.pid]
     finally:
         child.kill()
         child.wait()
-    assert leftover({child.pid}) == []
+    assert leftover([process]) == []
+
+
+def test_leftover_does_not_mistake_a_reused_pid_for_the_process_it_saw():
+    """A Process object whose pid now names a younger process (pid reuse) counts as gone, so the
+    benchmark never kills it."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        seen = psutil.Process(child.pid)
+        seen._create_time = seen.create_time() - 1000  # as if the pid had belonged to an older process
+        seen._ident = (seen.pid, seen._create_time)
+        assert leftover([seen]) == []
+    finally:
+        child.kill()
+        child.wait()
 
 
 def test_window_stats_uses_only_samples_inside_the_window():

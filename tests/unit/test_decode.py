@@ -6,7 +6,7 @@ import torch
 from PIL import Image, ImageOps
 
 from tsvk.decode import apply_orientation, decode_rgb, probe
-from tsvk.errors import BadRequest, ImageTooLarge
+from tsvk.errors import BadRequest, ImageTooLarge, UnsupportedFormat
 
 from handler_fakes import encode, noise_image
 
@@ -107,9 +107,11 @@ def test_truncated_image_fails_at_decode_with_400(fmt):
         decode_rgb(encoded)
 
 
-def test_tiff_is_not_an_allowed_format():
-    with pytest.raises(BadRequest, match="allowed formats: JPEG, PNG"):
-        probe(encode(noise_image(), "TIFF"), LIMIT)
+@pytest.mark.parametrize("fmt", ["TIFF", "ICO"])
+def test_known_but_unsupported_formats_are_415_naming_the_allowed_ones(fmt):
+    with pytest.raises(UnsupportedFormat, match=f"{fmt} images are not supported; allowed formats: JPEG, PNG") as info:
+        probe(encode(noise_image(), fmt), LIMIT)
+    assert info.value.status == 415 and info.value.body()["error"] == "unsupported_format"
 
 
 @pytest.mark.parametrize(("min_short_side", "shape"), [

@@ -77,7 +77,9 @@ def test_bad_requests_fail_alone_with_their_own_status(service, context):
     assert "cannot decode the JPEG image" in answers[1]["message"]
     assert "empty" in answers[2]["message"]
     assert "not a recognised image" in answers[3]["message"]
-    assert answers[4] == {"code": 413, "type": "ImageTooLarge", "message": answers[4]["message"]}
+    assert answers[4] == {"code": 413, "type": "ImageTooLarge", "error": "image_too_large", "source": "tsvk",
+                          "message": answers[4]["message"]}
+    assert [answers[i]["error"] for i in (1, 2, 3)] == ["bad_image"] * 3
     assert "max_pixels" in answers[4]["message"]
     assert all(label.startswith("class_") for label in answers[0]) and all(label.startswith("class_") for label in answers[5])
     json.dumps(answers)  # TorchServe json-encodes each answer
@@ -139,10 +141,11 @@ def test_metric_definitions_match_what_is_recorded():
     definitions = tsvk_metrics.metric_definitions()
     assert set(definitions) == {
         tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE,
-        tsvk_metrics.IMAGES_TOTAL, tsvk_metrics.REJECTED_TOTAL,
+        tsvk_metrics.IMAGES_TOTAL, tsvk_metrics.REJECTED_TOTAL, tsvk_metrics.WORKER_STARTS,
     }
     section = tsvk_metrics.model_metrics_yaml_section()
-    assert {entry["name"] for entry in section["gauge"]} == {tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE}
+    assert {entry["name"] for entry in section["gauge"]} == {
+        tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE, tsvk_metrics.WORKER_STARTS}
 
 
 def test_missing_labels_give_index_strings(tmp_path):

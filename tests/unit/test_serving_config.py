@@ -102,12 +102,18 @@ def test_output_is_deterministic(tmp_path):
 
 @pytest.mark.parametrize("fields, message", [
     (dict(vcpus=2, workers=3), "WORKERS (3) must not exceed VCPUS (2)"),
-    (dict(vcpus=0), "VCPUS must be an integer >= 1"),
-    (dict(vcpus=2, workers=-1), "WORKERS must be an integer >= 1"),
+    (dict(vcpus=0), "--vcpus must be a whole number from 1 to 4096, got 0"),
+    (dict(vcpus=2, workers=-1), "--workers must be a whole number from 1 to 1024, got -1"),
     (dict(vcpus=4, batch=16), "BATCH 16 is above what m.mar was compiled for (max batch 8)"),
     (dict(vcpus=4, models=("n",)), "unknown model 'n'"),
     (dict(vcpus=4, models=("mm",)), "did you mean m?"),
-    (dict(vcpus=4, inference_address="0.0.0.0:8080"), "inference_address must look like http://HOST:PORT"),
+    (dict(vcpus=4, inference_address="0.0.0.0:8080"), "--inference-address must look like http://HOST:PORT"),
+    (dict(vcpus=4, inference_address="http://0.0.0.0:700000"), "with a port from 1 to 65535"),
+    (dict(vcpus=4, concurrency=10**12), "--concurrency must be a whole number from 1 to 1000000"),
+    (dict(vcpus=4, max_request_mb=4096), "--max-request-mb must be a whole number from 1 to 1024"),
+    (dict(vcpus=4, grpc_inference_port=700000), "--grpc-inference-port must be a whole number from 1 to 65535"),
+    (dict(vcpus=4, token_expiry_min=0), "--token-expiry-min must be a whole number from 1"),
+    (dict(vcpus=4, models=("m\nenable_model_api=true",)), "model name 'm\\nenable_model_api=true' is not allowed"),
 ])
 def test_bad_values_are_refused_and_nothing_is_written(tmp_path, fields, message):
     store = fake_store(tmp_path, m=8)

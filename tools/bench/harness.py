@@ -14,6 +14,8 @@ import traceback
 from datetime import datetime, timezone
 from pathlib import Path
 
+import psutil
+
 from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .sampler import TreeSampler, leftover, window_stats
@@ -109,7 +111,7 @@ def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:
     measured.update(window_stats(sampler.samples, *window))
     measured["peak_rss_mb"] = window_stats(sampler.samples)["peak_rss_mb"]  # whole life: start-up peaks count too
     measured["processes_seen"] = len(sampler.seen_pids)
-    measured["leftover_processes"] = _reap(sampler.seen_pids)
+    measured["leftover_processes"] = _reap(list(sampler.seen.values()))
     measured["variant"] = variant
     return measured
 
@@ -142,17 +144,18 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
     return measured, (load_start, load_end)
 
 
-def _reap(pids: set[int]) -> list[int]:
-    """Wait for the system's processes to go; kill (by pid, they are ours) and report any that stay."""
+def _reap(processes: list[psutil.Process]) -> list[int]:
+    """Wait for the system's processes to go; kill and report any that stay. psutil refuses to signal a
+    pid that now belongs to another process, so only the processes the sampler saw are ever killed."""
     deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while (alive := leftover(pids)) and time.monotonic() < deadline:
+    while (alive := leftover(processes)) and time.monotonic() < deadline:
         time.sleep(0.2)
-    for pid in alive:
+    for process in alive:
         try:
-            os.kill(pid, 9)
-        except OSError:
+            process.kill()
+        except psutil.Error:
             pass
-    return alive
+    return [process.pid for process in alive]
 
 
 def _describe(variant: dict) -> str:

@@ -31,7 +31,7 @@ class TreeSampler:
     root_pid: int = field(default_factory=os.getpid)
     interval: float = 0.2
     samples: list[Sample] = field(default_factory=list)
-    seen_pids: set[int] = field(default_factory=set)
+    seen: dict[int, psutil.Process] = field(default_factory=dict)  # every process seen, kept to tell reused pids apart
 
     def __post_init__(self):
         self._known: dict[int, psutil.Process] = {}
@@ -74,8 +74,13 @@ class TreeSampler:
         self._known = {pid: proc for pid, proc in self._known.items() if pid in pids}
         for process in current:
             self._known.setdefault(process.pid, process)
-        self.seen_pids |= pids
+        for pid, process in self._known.items():
+            self.seen.setdefault(pid, process)
         return list(self._known.values())
+
+    @property
+    def seen_pids(self) -> set[int]:
+        return set(self.seen)
 
 
 def window_stats(samples: list[Sample], start: float | None = None, end: float | None = None) -> dict[str, float | None]:
@@ -90,13 +95,14 @@ def window_stats(samples: list[Sample], start: float | None = None, end: float |
     }
 
 
-def leftover(pids: set[int]) -> list[int]:
-    """The pids among `pids` still running (zombies count as gone: they hold no resources)."""
+def leftover(processes: list[psutil.Process]) -> list[psutil.Process]:
+    """Those of `processes` still running as the same process (a reused pid is another process, and
+    zombies count as gone: they hold no resources)."""
     alive = []
-    for pid in sorted(pids):
+    for process in processes:
         try:
-            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
-                alive.append(pid)
+            if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                alive.append(process)
         except psutil.NoSuchProcess:
             continue
     return alive

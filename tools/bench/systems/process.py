@@ -10,7 +10,7 @@ from pathlib import Path
 
 import requests
 
-from ...server import group_alive, signal_group
+from ...server import group_alive, group_is_ours, process_start_time, signal_group
 
 
 class ServerProcess:
@@ -18,22 +18,29 @@ class ServerProcess:
         self.log = log
         with open(log, "ab") as out:
             self.process = subprocess.Popen(command, env=env, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self.started_at = process_start_time(self.process.pid)
 
     def alive(self) -> bool:
         return self.process.poll() is None
 
     def stop(self, timeout: float = 30) -> None:
-        """SIGTERM the session (server and workers), SIGKILL whatever is left after `timeout`."""
-        signal_group(self.process.pid, signal.SIGTERM)
+        """SIGTERM the session (server and workers), SIGKILL what is left after `timeout`, and only while
+        the session is still the one started here (see server.group_is_ours)."""
+        if self._ours():
+            signal_group(self.process.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline and group_alive(self.process.pid):
             self.process.poll()
             time.sleep(0.2)
-        signal_group(self.process.pid, signal.SIGKILL)
+        if group_alive(self.process.pid) and self._ours():
+            signal_group(self.process.pid, signal.SIGKILL)
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             pass
+
+    def _ours(self) -> bool:
+        return self.process.poll() is None or group_is_ours(self.process.pid, self.started_at)
 
     def log_tail(self, lines: int = 30) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
