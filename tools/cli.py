@@ -7,6 +7,7 @@ directly. A UsageError becomes one clear line on stderr and exit status 2, never
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -226,8 +227,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     run = start_torchserve(args.config, args.run_dir)
     try:
+        start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=args.timeout)
-        start_key_renewer(run)
     except UsageError:
         run.stop()
         raise
@@ -277,12 +278,22 @@ def _register_keys(commands) -> None:
     register(commands)
 
 
+def _register_robustness(commands) -> None:
+    from .robustness.run import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side (`tsvk bench --help`)")
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys]
+               _register_keys, _register_robustness]
+
+
+def _exit_on_sigterm(signum, frame) -> None:
+    raise SystemExit(128 + signum)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -292,6 +303,7 @@ def main(argv: list[str] | None = None) -> int:
 
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # run `finally` blocks: servers we started get stopped
     try:
         return args.func(args)
     except UsageError as err:

@@ -125,9 +125,9 @@ def renew_while_running(run_dir: Path, watch_pid: int, watch_started_at: float) 
     """The renewer's loop: renew at half the keys' lifetime until the watched TorchServe is gone."""
     from tsvk.threads import read_properties
 
-    from .server import TorchServeRun, group_is_ours
+    from .server import PID_FILE, TorchServeRun, group_is_ours
 
-    pid_text, config = ((Path(run_dir) / "torchserve.pid").read_text().splitlines() + [""])[:2]
+    pid_text, config = ((Path(run_dir) / PID_FILE).read_text().splitlines() + [""])[:2]
     run = TorchServeRun(Path(run_dir), Path(config), watch_pid, started_at=watch_started_at)
     period = renewal_period_s(read_properties(run.config))
     next_renewal = time.monotonic() + period

@@ -17,7 +17,7 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
-PREPROCESS_MS = "TsvkPreprocessMs"  # gauge, ms: decode + resize + crop + normalize of one batch
+PREPROCESS_MS = "TsvkPreprocessMs"  # gauge, ms: read headers + decode + resize + crop + normalize of one batch
 INFERENCE_MS = "TsvkInferenceMs"  # gauge, ms: the model's forward pass (and top-k) for one batch
 BATCH_SIZE = "TsvkBatchSize"  # gauge, count: requests TorchServe put in the batch
 IMAGES_TOTAL = "TsvkImagesTotal"  # counter, count: images preprocessed, by backend

@@ -1,0 +1,49 @@
+"""The robustness and soak results: JSON with the command, versions, machine and git revision, and a
+Markdown page with every figure, written as <name>-latest.* and a dated copy."""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..bench.report import git_state, machine_info, software_versions
+
+RESULTS_DIR = Path("benchmarks/results")
+
+
+def envelope(kind: str, vcpus: int, parts: dict, started: datetime) -> dict:
+    """Everything a reader needs to trust or repeat the run, around the parts' figures."""
+    checks = {f"{part}: {name}": ok for part, figures in parts.items() for name, ok in figures.get("checks", {}).items()}
+    return {
+        "kind": kind, "created": started.isoformat(), "finished": datetime.now(timezone.utc).isoformat(),
+        "command": " ".join(["tsvk", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("tsvk") else " ".join(sys.argv),
+        "machine": machine_info(vcpus), "software": software_versions(), "git": git_state(),
+        "passed": all(checks.values()), "checks": checks, "parts": parts,
+    }
+
+
+def write(result: dict, name: str, output_dir: Path = RESULTS_DIR, extra_md: str = "") -> dict[str, Path]:
+    """<name>-latest.{json,md} and <name>-<timestamp>.{json,md}."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.fromisoformat(result["created"]).strftime("%Y%m%dT%H%M%SZ")
+    written = {}
+    for stem in (f"{name}-latest", f"{name}-{stamp}"):
+        (output_dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
+        (output_dir / f"{stem}.md").write_text(render(result, name) + extra_md)
+        written = written or {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md"}
+    return written
+
+
+def render(result: dict, title: str) -> str:
+    lines = [f"# {title}: {'all checks passed' if result['passed'] else 'SOME CHECKS FAILED'}", "",
+             f"`{result['command']}` at {result['created']} on {result['machine']['cpu']} "
+             f"({result['machine']['vcpus']} vCPUs), git {str(result['git'].get('commit'))[:10]}"
+             f"{' (dirty)' if result['git'].get('dirty') else ''}; TorchServe {result['software'].get('torchserve')}, "
+             f"torch {result['software'].get('torch')}.", "", "| check | held |", "|---|---|"]
+    lines += [f"| {name} | {'yes' if ok else '**no**'} |" for name, ok in result["checks"].items()]
+    for part, figures in result["parts"].items():
+        lines += ["", f"## {part}", "", "```json", json.dumps({k: v for k, v in figures.items() if k != "checks"}, indent=1,
+                                                             default=str), "```"]
+    return "\n".join(lines) + "\n"

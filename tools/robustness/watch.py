@@ -1,0 +1,118 @@
+"""Watch a running TorchServe from outside: its workers' pids and readiness, memory, open files.
+
+Workers are found through the management API (pid per worker), so a worker that died and was
+replaced shows as a new pid. Memory and file descriptors are read with psutil over the process
+tree of the TorchServe we started; nothing here signals a process except `kill_worker`, which
+checks first that the pid is a worker inside our own TorchServe's process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import psutil
+
+from ..server import TorchServeRun, group_is_ours
+
+WORKER_MARKER = "model_service_worker"
+
+
+def workers(run: TorchServeRun, model: str) -> list[dict]:
+    """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; [] when it does not answer."""
+    request = urllib.request.Request(f"{run.url('management')}/models/{model}", headers=run.headers("management"))
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())[0].get("workers", [])
+    except (OSError, ValueError, IndexError):
+        return []
+
+
+def ready_pids(run: TorchServeRun, model: str) -> set[int]:
+    return {w["pid"] for w in workers(run, model) if w.get("status") == "READY" and w.get("pid")}
+
+
+def wait_all_ready(run: TorchServeRun, model: str, count: int, timeout: float, avoid: set[int] = frozenset()) -> float | None:
+    """Seconds until `count` workers are READY and none of them has a pid in `avoid`; None on timeout."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        pids = ready_pids(run, model)
+        if len(pids) >= count and not pids & avoid:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return None
+
+
+def kill_worker(run: TorchServeRun, pid: int) -> None:
+    """SIGKILL one worker of our own TorchServe (the fault being tested); refuses any other pid."""
+    if not group_is_ours(run.pid, run.started_at) or os.getpgid(pid) != run.pid:
+        raise RuntimeError(f"pid {pid} is not a worker of the TorchServe started here; not signalled")
+    os.kill(pid, signal.SIGKILL)
+
+
+def tree(run: TorchServeRun) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(run.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+@dataclass
+class ProcessSample:
+    at: float
+    rss_mb: dict[str, float]  # "frontend" / "worker <pid>" / other names -> RSS MiB
+    fds: dict[str, int]
+
+
+def sample(run: TorchServeRun, extra: list[psutil.Process] = ()) -> ProcessSample:
+    rss, fds = {}, {}
+    for process in [*tree(run), *extra]:
+        try:
+            name = _role(process)
+            rss[name] = process.memory_info().rss / 2**20
+            fds[name] = process.num_fds()
+        except psutil.Error:
+            continue
+    return ProcessSample(time.monotonic(), rss, fds)
+
+
+def _role(process: psutil.Process) -> str:
+    words = " ".join(process.cmdline())
+    if WORKER_MARKER in words:
+        return f"worker {process.pid}"
+    if "org.pytorch.serve.ModelServer" in words:
+        return "frontend"
+    if "tsvk_tools.keys" in words:
+        return "key renewer"
+    return f"{process.name()} {process.pid}"
+
+
+@dataclass
+class PeakWorkerRss:
+    """Samples the workers' RSS in the background; `peak_mb` is the largest single worker seen."""
+
+    run: TorchServeRun
+    interval_s: float = 0.1
+    peak_mb: float = 0.0
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self) -> "PeakWorkerRss":
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            worker_rss = [mb for name, mb in sample(self.run).rss_mb.items() if name.startswith("worker")]
+            self.peak_mb = max([self.peak_mb, *worker_rss])
+            self._stop.wait(self.interval_s)
