@@ -52,6 +52,25 @@ def worker_device(gpu_id: Any, cuda_available: bool | None = None) -> torch.devi
     return torch.device("cuda", int(gpu_id))
 
 
+def bind_worker_device(device: torch.device) -> None:
+    """Make the worker's GPU the current CUDA device; call it before any CUDA work.
+
+    TorchServe 0.12 tells a worker its `gpu_id` but does not set CUDA_VISIBLE_DEVICES for it, and
+    every library here that is not handed a device uses the current one, which is GPU 0 until set:
+    CV-CUDA allocates its outputs there while launching on the worker's `cuda:N` stream (cvcuda issue
+    #212), Torch-TensorRT builds and deserializes engines there, and a plain "cuda" tensor lands there.
+    """
+    if device.type != "cuda":
+        return
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ArtifactLoadError(
+            f"TorchServe gave this worker gpu_id {device.index} but this process sees {count} CUDA device(s) "
+            f"(ids 0..{count - 1}); set number_of_gpu to at most {count}, or check CUDA_VISIBLE_DEVICES"
+        )
+    torch.cuda.set_device(device)
+
+
 def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torch.device, str]:
     """Where this artifact runs on this worker, plus a note for the log; fails for CUDA-only artifacts on CPU."""
     needs_cuda = artifact.device == "cuda" or artifact.format in CUDA_ONLY_FORMATS

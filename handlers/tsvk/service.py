@@ -21,7 +21,7 @@ from .decode import EncodedImage, probe
 from .errors import BadRequest, InferenceFailed, RequestError
 from .inputs import request_payload
 from .labels import load_labels
-from .loading import LoadedModel, load_model, worker_device
+from .loading import LoadedModel, bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
 from .postprocess import first_tensor, topk_answers
 from .preprocess import BackendChoice, Preprocessor, build_preprocessor
@@ -63,10 +63,11 @@ class ClassifierService:
         properties = context.system_properties
         model_dir = Path(properties.get("model_dir") or ".")
         model_name = getattr(context, "model_name", None) or settings.model_name
+        worker = worker_device(properties.get("gpu_id"))
+        bind_worker_device(worker)  # before any CUDA work: libraries allocate on the current device
         plan = resolve_threads(settings.runtime, model_name)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(model_dir / settings.labels_file)
-        worker = worker_device(properties.get("gpu_id"))
         model = load_model(settings.artifact, model_dir, worker, num_classes=len(labels) if labels else None)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
         _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source)
@@ -149,7 +150,7 @@ def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendCh
         settings.model_name, settings.artifact.format, settings.artifact.file, model.device,
         settings.artifact.precision, choice.name, choice.reason, batch_size,
         torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
-        f"; {model.note}" if model.note else "", features.describe(("cuda", "nvjpeg", "cvcuda")),
+        f"; {model.note}" if model.note else "", features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
     )
 
 

@@ -139,7 +139,7 @@ def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(monkeypatch):
 
 def test_cuda_backend_matches_cpu_backend(monkeypatch):
     """The cuda backend's tensor path on CPU tensors (nvJPEG off) equals the CPU backend exactly."""
-    monkeypatch.setattr(features, "has_nvjpeg", lambda: False)
+    monkeypatch.setattr(features, "has_nvjpeg", lambda device=None: False)
     settings = PreprocessSettings(resize=232, crop=224)
     ours = torch_cuda.CudaPreprocessor(settings, CPU)(_images())
     assert torch.equal(ours.batch, CpuPreprocessor(settings)(_images()).batch)

@@ -26,7 +26,7 @@ class CudaPreprocessor(Preprocessor):
         self._normalize = Normalizer(settings, device, dtype)
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg())
+        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
         kept = sorted(decoded)
         if not kept:
             return PreprocessResult(None, kept, failed)
