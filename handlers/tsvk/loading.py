@@ -99,15 +99,32 @@ def load_model(
 
 
 def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
+    """The package's runner, fed contiguous batches only.
+
+    AOTInductor compiles for the strides it was exported with and checks them only in debug builds
+    (AOT_INDUCTOR_DEBUG_COMPILE, torch/_inductor/codegen/cpp_wrapper_cpu.py): a strided view would be
+    read as if it were contiguous, wrong logits without an error. `.contiguous()` costs nothing when
+    the batch already is."""
     from torch._inductor import aoti_load_package
 
     index = device.index if device.type == "cuda" and device.index is not None else -1
-    return aoti_load_package(str(path), device_index=index)
+    runner = aoti_load_package(str(path), device_index=index)
+    return lambda batch: runner(batch.contiguous())
 
 
 def load_export(path: Path, device: torch.device, **_: Any) -> Callable:
-    module = torch.export.load(str(path)).module()
-    return module.to(device)
+    return program_on(torch.export.load(str(path)), device).module()
+
+
+def program_on(program: Any, device: torch.device) -> Any:
+    """An ExportedProgram moved to `device` with torch.export's own pass.
+
+    `.module().to(device)` moves the weights but not the devices export baked into the graph (a
+    `torch.ones(..., device=x.device)` in forward keeps the device it was traced on);
+    `torch.export.passes.move_to_device_pass` rewrites those too."""
+    from torch.export.passes import move_to_device_pass
+
+    return move_to_device_pass(program, device) if isinstance(program, torch.export.ExportedProgram) else program
 
 
 def load_torchscript(path: Path, device: torch.device, **_: Any) -> Callable:
@@ -123,7 +140,7 @@ def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
     if path.suffix == ".ts":
         return torch.jit.load(str(path), map_location=device).eval()
     if path.suffix in (".ep", ".pt2"):
-        loaded = trt.load(str(path))
+        loaded = program_on(trt.load(str(path)), device)  # engines run on the current device (the worker's)
         return loaded.module() if hasattr(loaded, "module") else loaded
     raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
 
