@@ -107,18 +107,36 @@ def test_cvcuda_backend_without_cvcuda_says_how_to_install(monkeypatch):
 
 def test_gpu_decode_batches_jpegs_and_retries_alone_when_one_is_corrupt(monkeypatch):
     calls = []
+    good = encode(noise_image(64, 48), "JPEG")
+    corrupt = encode(noise_image(200, 150), "JPEG")  # whole, but this nvJPEG stand-in refuses it
 
     def fake_nvjpeg(payloads, device):
         calls.append(len(payloads))
+        if corrupt in payloads:
+            raise RuntimeError("nvjpeg: corrupt data")
         return [decode_rgb(probe(p, LIMIT)) for p in payloads]
 
     monkeypatch.setattr(torch_cuda, "nvjpeg_decode", fake_nvjpeg)
-    good = encode(noise_image(64, 48), "JPEG")
-    bad = encode(noise_image(200, 150), "JPEG")
-    images = [probe(good, LIMIT), probe(bad[: len(bad) // 2], LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
+    images = [probe(good, LIMIT), probe(corrupt, LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
     decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
-    assert calls[0] == 2  # both JPEGs in one batched call first
+    assert calls == [2, 1, 1]  # both JPEGs in one batched call first, then each alone
     assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
+
+
+def test_truncated_jpeg_is_a_400_whatever_nvjpeg_does_with_it(monkeypatch):
+    """nvJPEG may return grey pixels for a truncated JPEG instead of raising (it is not documented)."""
+    calls = []
+
+    def lenient_nvjpeg(payloads, device):
+        calls.append(len(payloads))
+        return [torch.full((3, 150, 200), 128, dtype=torch.uint8) for _ in payloads]
+
+    monkeypatch.setattr(torch_cuda, "nvjpeg_decode", lenient_nvjpeg)
+    whole = encode(noise_image(200, 150), "JPEG")
+    images = [probe(whole, LIMIT), probe(whole[: len(whole) // 2], LIMIT), probe(whole + b"\0\0", LIMIT)]
+    decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
+    assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
+    assert calls == [2]  # the truncated one never reached nvJPEG
 
 
 def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(monkeypatch):
