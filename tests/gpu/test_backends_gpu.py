@@ -28,10 +28,12 @@ MAX_BATCH = 4
     ("aoti", "fp32"), ("aoti", "fp16"), ("export", "fp32"),
     pytest.param("tensorrt", "fp16", marks=needs_trt), pytest.param("tensorrt", "fp32", marks=needs_trt),
 ])
-def test_cuda_backend_verifies_and_takes_every_batch(tmp_path, resnet18_weights, backend, precision):
+def test_cuda_backend_verifies_and_takes_every_batch(tmp_path, resnet18_weights, backend, precision, record_property):
     request = BuildRequest(model="resnet18", backend=backend, device="cuda", precision=precision,
                            weights=str(resnet18_weights), max_batch=MAX_BATCH)
     result = build(request, tmp_path)
+    for key in ("max_abs_diff", "allowed_abs_diff", "top1_agreement"):
+        record_property(key, getattr(result.report, key))
     assert result.report.passed, result.report.describe()
     loaded = get_backend(backend).load(result.artifact, "cuda")
     dtype = torch.float16 if precision == "fp16" else torch.float32
