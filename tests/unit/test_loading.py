@@ -169,7 +169,7 @@ def test_tensorrt_without_torch_tensorrt_says_what_is_missing(tmp_path, monkeypa
 
 
 def test_tensorrt_exported_program_is_loaded_through_torch_tensorrt(tmp_path, monkeypatch, tiny):
-    seen = []
+    seen = []  # torch_tensorrt 2.14 `_compile.py` `load`: what torch.export.load returns, something with .module()
     fake_trt = types.SimpleNamespace(load=lambda path: seen.append(path) or types.SimpleNamespace(module=lambda: tiny))
     monkeypatch.setattr(features, "optional_module", lambda name: fake_trt)
     assert loading.load_tensorrt(tmp_path / "model.ep", CPU) is tiny

@@ -30,7 +30,8 @@ def cuda(monkeypatch):
 
 @pytest.fixture
 def gpu_decodes(monkeypatch, cuda):
-    """torchvision's decode_jpeg on a fake GPU: records the device each decode would run on."""
+    """torchvision 0.29 `torchvision/io/image.py` `decode_jpeg(input, mode, device)` on a fake GPU: a "cuda"
+    device without an index means the current one; records the device each decode would run on."""
     devices = []
 
     def decode_jpeg(data, mode=None, device="cpu", **_):
