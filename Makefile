@@ -42,7 +42,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
 
-.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning
+.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
 
 help: ## list the targets and their main options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -102,6 +102,9 @@ bench-compile: setup ## `make archive` time per backend and compiled vs eager im
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
 	$(PYTHON) -m tsvk_tools.bench.pinning --model $(MODEL) $(call opt,--workers,$(WORKERS))
+
+gpu-check: setup ## on a CUDA machine: GPU tests, GPU preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
+	$(TSVK) gpu-check $(if $(call given,MODEL),--model $(MODEL)) $(if $(call given,WEIGHTS),--weights $(WEIGHTS))
 
 test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

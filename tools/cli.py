@@ -284,12 +284,18 @@ def _register_robustness(commands) -> None:
     register(commands)
 
 
+def _register_gpu_check(commands) -> None:
+    from .gpu_check.cli import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side (`tsvk bench --help`)")
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness]
+               _register_keys, _register_robustness, _register_gpu_check]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

@@ -143,6 +143,16 @@ def apply_orientation(image: torch.Tensor, orientation: int) -> torch.Tensor:
     return image
 
 
+def jpeg_is_complete(data: bytes) -> bool:
+    """Whether a JPEG ends with its End Of Image marker (FF D9), zero padding after it allowed.
+
+    An upload cut short does not. The CPU decoder refuses such a file; whether nvJPEG does is not
+    documented (torchvision's `decode_jpeg` on CUDA only says it returns no partial results on an
+    error), so GPU decoding leaves these to the CPU decoder, and a truncated JPEG is a 400 either way.
+    """
+    return data.rstrip(b"\x00").endswith(b"\xff\xd9")
+
+
 def jpeg_bytes_tensor(data: bytes) -> torch.Tensor:
     """The encoded bytes as a uint8 tensor, as torchvision's decoders want them."""
     return torch.frombuffer(bytearray(data), dtype=torch.uint8)

@@ -48,22 +48,28 @@ def has_cuda() -> bool:
     return torch.cuda.is_available()
 
 
-def has_nvjpeg() -> bool:
-    """torchvision decodes JPEG on the GPU only when it was built with nvJPEG."""
-    if not has_cuda():
+def has_nvjpeg(device=None) -> bool:
+    """torchvision decodes JPEG on the GPU only when it was built with nvJPEG.
+
+    Probed on `device` (a torch.device; default: the current CUDA device), so a worker on GPU 1 does
+    not create a CUDA context on GPU 0 just to answer this."""
+    if not has_cuda() or (device is not None and device.type != "cuda"):
         return False
-    return _has_gpu_jpeg_decoder()
+    import torch
+
+    index = device.index if device is not None and device.index is not None else torch.cuda.current_device()
+    return _has_gpu_jpeg_decoder(index)
 
 
 @functools.lru_cache(maxsize=None)
-def _has_gpu_jpeg_decoder() -> bool:
-    """Decode one tiny JPEG on the GPU: CPU-only torchvision builds register the op but cannot run it."""
+def _has_gpu_jpeg_decoder(index: int) -> bool:
+    """Decode one tiny JPEG on GPU `index`: CPU-only torchvision builds register the op but cannot run it."""
     import torch
     from torchvision.io import decode_jpeg, encode_jpeg
 
     try:
         tiny = encode_jpeg(torch.zeros(3, 8, 8, dtype=torch.uint8))
-        return decode_jpeg(tiny, device="cuda").is_cuda
+        return decode_jpeg(tiny, device=torch.device("cuda", index)).is_cuda
     except Exception:  # noqa: BLE001 - any failure means: decode JPEG on the CPU
         return False
 
@@ -76,13 +82,15 @@ def has_torch_tensorrt() -> bool:
     return _probe_module("torch_tensorrt")[0] is not None
 
 
-PROBES = {"cuda": lambda: has_cuda(), "nvjpeg": lambda: has_nvjpeg(), "cvcuda": lambda: has_cvcuda(),
-          "torch_tensorrt": lambda: has_torch_tensorrt()}
+PROBES = {"cuda": lambda device: has_cuda(), "nvjpeg": has_nvjpeg, "cvcuda": lambda device: has_cvcuda(),
+          "torch_tensorrt": lambda device: has_torch_tensorrt()}
 
 
-def describe(names: tuple[str, ...] = tuple(PROBES)) -> dict[str, bool]:
-    """Several probes at once, for a log line (importing torch_tensorrt takes seconds: name only what you need)."""
-    return {name: PROBES[name]() for name in names}
+def describe(names: tuple[str, ...] = tuple(PROBES), device=None) -> dict[str, bool]:
+    """Several probes at once, for a log line (importing torch_tensorrt takes seconds: name only what you need).
+
+    `device` is the worker's device, for the probes that depend on it (nvjpeg)."""
+    return {name: PROBES[name](device) for name in names}
 
 
 def reset_cache() -> None:

@@ -52,6 +52,25 @@ def worker_device(gpu_id: Any, cuda_available: bool | None = None) -> torch.devi
     return torch.device("cuda", int(gpu_id))
 
 
+def bind_worker_device(device: torch.device) -> None:
+    """Make the worker's GPU the current CUDA device; call it before any CUDA work.
+
+    TorchServe 0.12 tells a worker its `gpu_id` but does not set CUDA_VISIBLE_DEVICES for it, and
+    every library here that is not handed a device uses the current one, which is GPU 0 until set:
+    CV-CUDA allocates its outputs there while launching on the worker's `cuda:N` stream (cvcuda issue
+    #212), Torch-TensorRT builds and deserializes engines there, and a plain "cuda" tensor lands there.
+    """
+    if device.type != "cuda":
+        return
+    count = torch.cuda.device_count()
+    if device.index is not None and device.index >= count:
+        raise ArtifactLoadError(
+            f"TorchServe gave this worker gpu_id {device.index} but this process sees {count} CUDA device(s) "
+            f"(ids 0..{count - 1}); set number_of_gpu to at most {count}, or check CUDA_VISIBLE_DEVICES"
+        )
+    torch.cuda.set_device(device)
+
+
 def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torch.device, str]:
     """Where this artifact runs on this worker, plus a note for the log; fails for CUDA-only artifacts on CPU."""
     needs_cuda = artifact.device == "cuda" or artifact.format in CUDA_ONLY_FORMATS
@@ -80,15 +99,32 @@ def load_model(
 
 
 def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
+    """The package's runner, fed contiguous batches only.
+
+    AOTInductor compiles for the strides it was exported with and checks them only in debug builds
+    (AOT_INDUCTOR_DEBUG_COMPILE, torch/_inductor/codegen/cpp_wrapper_cpu.py): a strided view would be
+    read as if it were contiguous, wrong logits without an error. `.contiguous()` costs nothing when
+    the batch already is."""
     from torch._inductor import aoti_load_package
 
     index = device.index if device.type == "cuda" and device.index is not None else -1
-    return aoti_load_package(str(path), device_index=index)
+    runner = aoti_load_package(str(path), device_index=index)
+    return lambda batch: runner(batch.contiguous())
 
 
 def load_export(path: Path, device: torch.device, **_: Any) -> Callable:
-    module = torch.export.load(str(path)).module()
-    return module.to(device)
+    return program_on(torch.export.load(str(path)), device).module()
+
+
+def program_on(program: Any, device: torch.device) -> Any:
+    """An ExportedProgram moved to `device` with torch.export's own pass.
+
+    `.module().to(device)` moves the weights but not the devices export baked into the graph (a
+    `torch.ones(..., device=x.device)` in forward keeps the device it was traced on);
+    `torch.export.passes.move_to_device_pass` rewrites those too."""
+    from torch.export.passes import move_to_device_pass
+
+    return move_to_device_pass(program, device) if isinstance(program, torch.export.ExportedProgram) else program
 
 
 def load_torchscript(path: Path, device: torch.device, **_: Any) -> Callable:
@@ -104,7 +140,7 @@ def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
     if path.suffix == ".ts":
         return torch.jit.load(str(path), map_location=device).eval()
     if path.suffix in (".ep", ".pt2"):
-        loaded = trt.load(str(path))
+        loaded = program_on(trt.load(str(path)), device)  # engines run on the current device (the worker's)
         return loaded.module() if hasattr(loaded, "module") else loaded
     raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
 

@@ -26,7 +26,7 @@ from .decode import EncodedImage, probe
 from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
 from .inputs import request_payload
 from .labels import load_labels
-from .loading import LoadedModel, load_model, worker_device
+from .loading import LoadedModel, bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
 from .postprocess import first_tensor, topk_answers
 from .preprocess import BackendChoice, Preprocessor, build_preprocessor
@@ -112,11 +112,12 @@ class ClassifierService:
         properties = context.system_properties
         model_dir = Path(properties.get("model_dir") or ".")
         model_name = getattr(context, "model_name", None) or settings.model_name
+        device = worker_device(properties.get("gpu_id"))
+        bind_worker_device(device)  # before any CUDA work: libraries allocate on the current device
         config_path = find_torchserve_config()
         plan = resolve_threads(settings.runtime, model_name, config_path)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(model_dir / settings.labels_file)
-        device = worker_device(properties.get("gpu_id"))
         model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
         worker = WorkerInfo(_configured_deadline(config_path, model_name), record_worker_start(model_dir))
@@ -220,7 +221,7 @@ def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendCh
         settings.artifact.precision, choice.name, choice.reason, batch_size,
         torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
         f"; {model.note}" if model.note else "", f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
-        features.describe(("cuda", "nvjpeg", "cvcuda")),
+        features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
     )
     log.info("tsvk worker start %d for %s since the model was loaded (more starts than workers: workers died and "
              "TorchServe restarted them)", worker.start_number, settings.model_name)

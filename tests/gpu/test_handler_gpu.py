@@ -45,9 +45,12 @@ def _images():
     return [probe(p, SETTINGS.max_pixels) for p in payloads]
 
 
-def _assert_close_to_cpu(batch: torch.Tensor):
+def _assert_close_to_cpu(batch: torch.Tensor, record_property):
+    """Within the documented bounds; the measured levels go to the JUnit XML (`make gpu-check` reports them)."""
     reference = CpuPreprocessor(SETTINGS)(_images()).batch
     difference = (batch.float().cpu() - reference).abs()
+    record_property("max_levels", round(difference.max().item() / ONE_LEVEL, 3))
+    record_property("mean_levels", round(difference.mean().item() / ONE_LEVEL, 4))
     assert difference.max().item() <= MAX_LEVELS * ONE_LEVEL
     assert difference.mean().item() <= MEAN_LEVELS * ONE_LEVEL
     torch.manual_seed(0)
@@ -62,30 +65,64 @@ def test_nvjpeg_is_available_with_cuda():
     assert features.has_nvjpeg(), "torchvision cannot decode JPEG on this GPU"
 
 
-def test_cuda_backend_matches_cpu_within_tolerance():
+def test_cuda_backend_matches_cpu_within_tolerance(record_property):
     from tsvk.preprocess.torch_cuda import CudaPreprocessor
 
     result = CudaPreprocessor(SETTINGS, GPU)(_images())
     assert result.batch.is_cuda and result.kept == [0, 1, 2, 3]
-    _assert_close_to_cpu(result.batch)
+    _assert_close_to_cpu(result.batch, record_property)
 
 
 @needs_cvcuda
-def test_cvcuda_backend_matches_cpu_within_tolerance():
+def test_cvcuda_backend_matches_cpu_within_tolerance(record_property):
     from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 
     result = CvCudaPreprocessor(SETTINGS, GPU)(_images())
     assert result.batch.is_cuda and result.batch.shape == (4, 3, 224, 224)
-    _assert_close_to_cpu(result.batch)
+    _assert_close_to_cpu(result.batch, record_property)
 
 
-def test_corrupt_jpeg_in_a_gpu_batch_fails_alone():
+def _backend(name: str):
+    from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
     from tsvk.preprocess.torch_cuda import CudaPreprocessor
 
+    return {"cuda": CudaPreprocessor, "cvcuda": CvCudaPreprocessor}[name]
+
+
+@pytest.mark.parametrize("backend", ["cuda", pytest.param("cvcuda", marks=needs_cvcuda)])
+def test_truncated_jpeg_in_a_gpu_batch_fails_alone_with_400(backend):
     good = encode(photo("chelsea", (640, 480)), "JPEG")
     images = [probe(good, SETTINGS.max_pixels), probe(good[: len(good) // 2], SETTINGS.max_pixels), probe(good, SETTINGS.max_pixels)]
-    result = CudaPreprocessor(SETTINGS, GPU)(images)
-    assert result.kept == [0, 2] and list(result.failed) == [1]
+    result = _backend(backend)(SETTINGS, GPU)(images)
+    assert result.kept == [0, 2] and list(result.failed) == [1] and result.failed[1].status == 400
+
+
+@needs_cvcuda
+@pytest.mark.parametrize("resize, crop", [(342, 299), (320, 300), (518, 518)])
+def test_cvcuda_batch_is_contiguous_for_crops_nvcv_would_pad(resize, crop):
+    """NVCV pads rows to 32 bytes; AOTInductor would misread a strided batch without an error."""
+    settings = PreprocessSettings(resize=resize, crop=crop)
+    result = _backend("cvcuda")(settings, GPU)(_images())
+    assert result.batch.is_contiguous() and result.batch.shape == (4, 3, crop, crop)
+    reference = CpuPreprocessor(settings)(_images()).batch
+    assert (result.batch.cpu() - reference).abs().mean().item() <= MEAN_LEVELS * ONE_LEVEL
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: checks a worker on the last one")
+def test_a_worker_on_the_last_gpu_does_its_cuda_work_there(tmp_path):
+    from tsvk.service import ClassifierService
+
+    last = torch.cuda.device_count() - 1
+    config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
+    context = FakeContext(tmp_path, config, gpu_id=last)
+    before = torch.cuda.memory_allocated(0)
+    try:
+        service = ClassifierService.from_context(context)
+        answers = service.handle([{"data": encode(photo("coffee"), "JPEG")}], context)
+        assert torch.cuda.current_device() == last and service.model.device == torch.device("cuda", last)
+        assert len(answers[0]) == 3 and torch.cuda.memory_allocated(0) == before
+    finally:
+        torch.cuda.set_device(0)
 
 
 def test_handler_on_a_gpu_worker_uses_the_gpu(tmp_path):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import types
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,9 @@ from tsvk_tools.backends import BACKENDS, CompileTarget, check_target, get_backe
 from tsvk_tools.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
 from tsvk_tools.models import CustomModel
-from tsvk_tools.verify import Tolerance
+from tsvk_tools.verify import Tolerance, verify_artifact
+
+from fake_torch_tensorrt import FakeTorchTensorRT
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)
@@ -72,41 +73,46 @@ def test_tensorrt_without_cuda_says_what_is_missing_and_writes_nothing(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
-class _FakeTorchTensorRT(types.ModuleType):
-    """Stands in for torch_tensorrt at its narrowest seam: records calls, returns the eager model."""
-
-    def __init__(self):
-        super().__init__("torch_tensorrt")
-        self.calls = {}
-
-    def Input(self, **kwargs):
-        self.calls["input"] = kwargs
-        return kwargs
-
-    def compile(self, model, **kwargs):
-        self.calls["compile"] = kwargs
-        return model
-
-    def save(self, model, path, **kwargs):
-        self.calls["save"] = kwargs
-        torch.export.save(torch.export.export(model, tuple(kwargs["inputs"])), path)
-
-
-def test_tensorrt_compile_up_to_the_seam(tmp_path, monkeypatch):
-    fake = _FakeTorchTensorRT()
+@pytest.fixture
+def fake_trt(monkeypatch):
+    fake = FakeTorchTensorRT()
     monkeypatch.setitem(sys.modules, "torch_tensorrt", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    target = CompileTarget(device="cpu", precision="fp16", max_batch=8, crop=32)  # cpu tensors: the fake runs here
+    return fake
+
+
+def _compile_tensorrt(tmp_path, precision="fp32", max_batch=4):
+    target = CompileTarget(device="cpu", precision=precision, max_batch=max_batch, crop=32)  # cpu tensors: the fake runs here
     backend = get_backend("tensorrt")
     model = prepare_model(TinyNet_eager(), target)
-    backend.compile(model, target, tmp_path / backend.file_name)
-    assert fake.calls["compile"]["ir"] == "dynamo"
-    assert fake.calls["compile"]["enabled_precisions"] == {torch.float16, torch.float32}
-    assert fake.calls["input"]["min_shape"] == (1, 3, 32, 32) and fake.calls["input"]["max_shape"] == (8, 3, 32, 32)
-    assert fake.calls["save"]["output_format"] == "exported_program"
-    loaded = backend.load(tmp_path / backend.file_name, "cpu")
-    x = torch.randn(2, 3, 32, 32, dtype=torch.float16)  # the fake saves a static batch of trace_batch()
-    assert torch.allclose(loaded(x), model(x))
+    with torch.no_grad():
+        backend.compile(model, target, tmp_path / backend.file_name)
+    return backend.load(tmp_path / backend.file_name, "cpu"), model, target
+
+
+def test_tensorrt_archive_accepts_every_batch_it_was_built_for(tmp_path, fake_trt):
+    """Torch-TensorRT's save re-exports at the example's batch unless it is given the Input ranges."""
+    loaded, model, target = _compile_tensorrt(tmp_path, max_batch=4)
+    with torch.no_grad():
+        for batch in (1, 3, 4):
+            x = torch.randn(batch, 3, 32, 32)
+            assert torch.allclose(loaded(x), model(x), atol=1e-5)
+        report = verify_artifact(loaded, model, target)
+    assert report.passed and report.batch_sizes == (1, 4)
+    assert isinstance(fake_trt.calls["save"]["inputs"][0], fake_trt.Input)
+
+
+def test_tensorrt_precision_is_carried_by_the_input_dtype(tmp_path, fake_trt):
+    """The dynamo path ignores enabled_precisions: fp16 comes from the fp16 model and input."""
+    loaded, model, _ = _compile_tensorrt(tmp_path, precision="fp16", max_batch=8)
+    assert fake_trt.calls["compile"]["ir"] == "dynamo" and fake_trt.ignored == []
+    spec = fake_trt.calls["compile"]["inputs"][0]
+    assert spec.dtype == torch.float16
+    assert spec.shape == {"min_shape": (1, 3, 32, 32), "opt_shape": (8, 3, 32, 32), "max_shape": (8, 3, 32, 32)}
+    assert fake_trt.calls["save"]["output_format"] == "exported_program"
+    x = torch.randn(1, 3, 32, 32, dtype=torch.float16)
+    with torch.no_grad():
+        assert torch.allclose(loaded(x), model(x))
 
 
 def TinyNet_eager():

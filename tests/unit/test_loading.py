@@ -98,6 +98,35 @@ def test_aoti_artifact(tmp_path, tiny, batch):
     assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-5)
 
 
+class _MakesATensorInForward(torch.nn.Module):
+    """export bakes the device of `torch.ones(..., device=x.device)` into the graph."""
+
+    def __init__(self):
+        super().__init__()
+        self.head = torch.nn.Linear(4, 3)
+
+    def forward(self, x):
+        return self.head(x + torch.ones(x.shape[1], device=x.device))
+
+
+def test_export_artifact_moves_the_devices_baked_into_its_graph(tmp_path):
+    batch_dim = torch.export.Dim("batch", min=1, max=8)
+    program = torch.export.export(_MakesATensorInForward(), (torch.randn(2, 4),), dynamic_shapes=({0: batch_dim},))
+    torch.export.save(program, tmp_path / "model.pt2")
+    meta = torch.device("meta")  # a device other than the one it was exported on, on any machine
+    out = loading.load_export(tmp_path / "model.pt2", meta)(torch.randn(1, 4, device=meta))
+    assert out.device == meta and out.shape == (1, 3)
+
+
+def test_aoti_package_only_ever_sees_contiguous_batches(tmp_path, monkeypatch):
+    """AOTInductor does not check input strides outside debug builds: a view would be misread."""
+    seen = []
+    monkeypatch.setattr(torch._inductor, "aoti_load_package", lambda path, device_index: seen.append)
+    forward = loading.load_aoti(tmp_path / "model.pt2", CPU)
+    forward(torch.zeros(2, 3, 304, 304)[..., :299])
+    assert seen[0].is_contiguous() and seen[0].shape == (2, 3, 304, 299)
+
+
 def test_missing_artifact_file_names_the_setting(tmp_path):
     with pytest.raises(ArtifactLoadError, match="'absent.pt2' \\(artifact.file\\) is not in the archive"):
         load_model(_artifact("absent.pt2", "export"), tmp_path, CPU)
@@ -140,7 +169,7 @@ def test_tensorrt_without_torch_tensorrt_says_what_is_missing(tmp_path, monkeypa
 
 
 def test_tensorrt_exported_program_is_loaded_through_torch_tensorrt(tmp_path, monkeypatch, tiny):
-    seen = []
+    seen = []  # torch_tensorrt 2.14 `_compile.py` `load`: what torch.export.load returns, something with .module()
     fake_trt = types.SimpleNamespace(load=lambda path: seen.append(path) or types.SimpleNamespace(module=lambda: tiny))
     monkeypatch.setattr(features, "optional_module", lambda name: fake_trt)
     assert loading.load_tensorrt(tmp_path / "model.ep", CPU) is tiny

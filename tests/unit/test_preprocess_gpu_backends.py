@@ -1,11 +1,10 @@
 """The cuda and cvcuda backends up to their GPU seams, on the CPU.
 
-`cvcuda` is replaced by a narrow fake that implements the five calls the backend makes with torch
-ops, so the test checks the backend's arithmetic (rects, normalization constants, layout) against
-the CPU backend and records the calls it makes. nvJPEG is replaced by CPU decode.
+`cvcuda` is replaced by a fake that behaves like CV-CUDA 0.19 where it matters (tests/unit/fake_cvcuda.py:
+buffers only through the CUDA Array Interface, legacy-stream waits recorded, rows padded like NVCV,
+outputs on the current device), so the tests check the backend's arithmetic (rects, normalization
+constants, layout) against the CPU backend and how it hands tensors over. nvJPEG is replaced by CPU decode.
 """
-
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -18,6 +17,8 @@ from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 from tsvk.settings import PreprocessSettings
 
+from fake_cuda import FakeCuda, FakeStream, SimulatedDeviceMemory
+from fake_cvcuda import FakeCvcuda
 from handler_fakes import encode, noise_image, photo
 
 torch.set_num_threads(1)
@@ -25,52 +26,17 @@ LIMIT = 50_000_000
 CPU = torch.device("cpu")
 
 
-class _FakeCvTensor:
-    def __init__(self, tensor, layout=None):
-        self.tensor, self.layout = tensor, layout
-
-    def cuda(self):
-        return self.tensor
-
-
-class FakeCvcuda:
-    """Implements as_images, as_tensor, tvresize, crop_flip_normalize_reformat with torch, and logs calls."""
-
-    Format = SimpleNamespace(RGB8="RGB8")
-    Type = SimpleNamespace(F32="F32")
-    Interp = SimpleNamespace(LINEAR="LINEAR", CUBIC="CUBIC", NEAREST_FLOOR="NEAREST_FLOOR")
-    TensorLayout = staticmethod(lambda name: f"layout:{name}")
-
-    def __init__(self):
-        self.calls = []
-
-    def as_tensor(self, tensor, layout=None):
-        return _FakeCvTensor(tensor, layout)
-
-    def as_images(self, images, fmt):
-        assert all(image.ndim == 3 and image.shape[2] == 3 and image.is_contiguous() for image in images), "HWC interleaved"
-        self.calls.append(("as_images", len(images), fmt))
-        return [image.permute(2, 0, 1) for image in images]
-
-    def tvresize(self, batch, size, interp, antialias, stream=None):
-        self.calls.append(("tvresize", size, interp, antialias))
-        return [F.resize(image, size, antialias=antialias) for image in batch]
-
-    def crop_flip_normalize_reformat(self, batch, out_shape, dtype, layout, rect, flip, base, scale, stream=None):
-        self.calls.append(("cfnr", out_shape, dtype, layout, flip.tensor.tolist()))
-        mean = base.tensor.view(3, 1, 1)
-        factor = scale.tensor.view(3, 1, 1)
-        crops = []
-        for image, (x, y, w, h) in zip(batch, rect.tensor.view(-1, 4).tolist()):
-            crops.append((image[:, y : y + h, x : x + w].float() - mean) * factor)
-        out = torch.stack(crops)
-        assert tuple(out.shape) == out_shape
-        return _FakeCvTensor(out)
+@pytest.fixture
+def cuda(monkeypatch):
+    yield FakeCuda(device_count=2).install(monkeypatch)
+    monkeypatch.undo()
+    features.reset_cache()  # forget probe results taken on the fake GPUs
 
 
 @pytest.fixture
-def fake_cvcuda(monkeypatch):
-    fake = FakeCvcuda()
+def fake_cvcuda(monkeypatch, cuda):
+    """CV-CUDA 0.19 as tests/unit/fake_cvcuda.py imitates it, over CPU memory standing in for the GPU's."""
+    fake = FakeCvcuda(cuda, SimulatedDeviceMemory().install(monkeypatch))
     monkeypatch.setattr(features, "optional_module", lambda name: fake if name == "cvcuda" else pytest.fail(name))
     return fake
 
@@ -92,10 +58,39 @@ def test_cvcuda_backend_matches_cpu_backend_within_one_level(fake_cvcuda):
 def test_cvcuda_backend_makes_one_call_per_step_for_the_whole_batch(fake_cvcuda):
     CvCudaPreprocessor(PreprocessSettings(resize=232, crop=224), CPU)(_images())
     names = [call[0] for call in fake_cvcuda.calls]
-    assert names == ["as_images", "tvresize", "cfnr"]
+    assert names == ["as_images", "tvresize", "cfnr_into"]
     assert fake_cvcuda.calls[1] == ("tvresize", [232], "LINEAR", True)
-    assert fake_cvcuda.calls[2][1:4] == ((3, 3, 224, 224), "F32", "layout:NCHW")
+    assert fake_cvcuda.calls[2][1:4] == ((3, 3, 224, 224), torch.float32, "NCHW")
     assert set(fake_cvcuda.calls[2][4]) == {2}  # no flip
+
+
+@pytest.mark.parametrize("resize, crop", [(342, 299), (320, 300), (518, 518)])
+def test_cvcuda_batch_is_contiguous_when_nvcv_would_pad_its_rows(fake_cvcuda, resize, crop):
+    """NVCV pads rows to 32 bytes: fp32 crops that are not a multiple of 8 would come back strided."""
+    settings = PreprocessSettings(resize=resize, crop=crop)
+    ours = CvCudaPreprocessor(settings, CPU)(_images())
+    assert ours.batch.is_contiguous()
+    assert (ours.batch - CpuPreprocessor(settings)(_images()).batch).abs().max().item() < 1e-4
+
+
+def test_cvcuda_hands_tensors_over_without_a_legacy_stream_wait(fake_cvcuda):
+    CvCudaPreprocessor(PreprocessSettings(resize=232, crop=224), CPU)(_images())
+    assert fake_cvcuda.waits and set(fake_cvcuda.waits) == {"none"}
+
+
+def test_cvcuda_allocates_and_launches_on_the_current_gpu(fake_cvcuda, cuda):
+    torch.cuda.set_device(1)
+    CvCudaPreprocessor(PreprocessSettings(resize=232, crop=224), CPU)(_images())
+    assert fake_cvcuda.allocations == [1]  # tvresize's output; the final batch is torch's
+
+
+def test_fake_cvcuda_refuses_cpu_tensors_and_a_stream_of_another_gpu(cuda):
+    """The fake itself: what CV-CUDA does with a CPU tensor, and with cuda:1's stream while cuda:0 is current."""
+    fake = FakeCvcuda(cuda, SimulatedDeviceMemory())  # not installed: CPU tensors keep torch's refusal
+    with pytest.raises(TypeError, match="not a CUDA buffer"):
+        fake.as_tensor(torch.zeros(3), "N")
+    with pytest.raises(RuntimeError, match="issue #212"):
+        fake.tvresize([], [8], "LINEAR", stream=fake.as_stream(FakeStream(torch.device("cuda", 1))))
 
 
 def test_cvcuda_backend_casts_to_the_artifact_precision(fake_cvcuda):
@@ -112,18 +107,38 @@ def test_cvcuda_backend_without_cvcuda_says_how_to_install(monkeypatch):
 
 def test_gpu_decode_batches_jpegs_and_retries_alone_when_one_is_corrupt(monkeypatch):
     calls = []
+    good = encode(noise_image(64, 48), "JPEG")
+    corrupt = encode(noise_image(200, 150), "JPEG")  # whole, but this nvJPEG stand-in refuses it
 
     def fake_nvjpeg(payloads, device):
         calls.append(len(payloads))
+        if corrupt in payloads:
+            raise RuntimeError("nvjpeg: corrupt data")
         return [decode_rgb(probe(p, LIMIT)) for p in payloads]
 
     monkeypatch.setattr(torch_cuda, "nvjpeg_decode", fake_nvjpeg)
-    good = encode(noise_image(64, 48), "JPEG")
-    bad = encode(noise_image(200, 150), "JPEG")
-    images = [probe(good, LIMIT), probe(bad[: len(bad) // 2], LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
+    images = [probe(good, LIMIT), probe(corrupt, LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
     decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
-    assert calls[0] == 2  # both JPEGs in one batched call first
+    assert calls == [2, 1, 1]  # both JPEGs in one batched call first, then each alone
     assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
+
+
+def test_truncated_jpeg_is_a_400_whatever_nvjpeg_does_with_it(monkeypatch):
+    """nvJPEG may return grey pixels for a truncated JPEG instead of raising: torchvision 0.29
+    `torchvision/io/image.py` `decode_jpeg(list, device="cuda")` (-> `decode_jpegs_cuda`) only says it
+    returns no partial results *on an error*. This stand-in takes the undocumented case: no error."""
+    calls = []
+
+    def lenient_nvjpeg(payloads, device):
+        calls.append(len(payloads))
+        return [torch.full((3, 150, 200), 128, dtype=torch.uint8) for _ in payloads]
+
+    monkeypatch.setattr(torch_cuda, "nvjpeg_decode", lenient_nvjpeg)
+    whole = encode(noise_image(200, 150), "JPEG")
+    images = [probe(whole, LIMIT), probe(whole[: len(whole) // 2], LIMIT), probe(whole + b"\0\0", LIMIT)]
+    decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
+    assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
+    assert calls == [2]  # the truncated one never reached nvJPEG
 
 
 def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(monkeypatch):
@@ -139,7 +154,7 @@ def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(monkeypatch):
 
 def test_cuda_backend_matches_cpu_backend(monkeypatch):
     """The cuda backend's tensor path on CPU tensors (nvJPEG off) equals the CPU backend exactly."""
-    monkeypatch.setattr(features, "has_nvjpeg", lambda: False)
+    monkeypatch.setattr(features, "has_nvjpeg", lambda device=None: False)
     settings = PreprocessSettings(resize=232, crop=224)
     ours = torch_cuda.CudaPreprocessor(settings, CPU)(_images())
     assert torch.equal(ours.batch, CpuPreprocessor(settings)(_images()).batch)

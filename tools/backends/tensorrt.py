@@ -1,4 +1,14 @@
-"""Torch-TensorRT (dynamo path), CUDA only: fp32 or fp16 engines with a dynamic batch."""
+"""Torch-TensorRT (dynamo path), CUDA only: fp32 or fp16 engines with a dynamic batch 1..max_batch.
+
+Two facts of Torch-TensorRT 2.14 (`torch_tensorrt/_compile.py`) shape this module:
+- `save` re-exports the compiled module (retrace is on by default) with `dynamic_shapes=None` unless
+  every input it is given is a `torch_tensorrt.Input`; example tensors would pin the saved program to
+  the example's batch (`Guard failed: x.size()[0] == 2` at batch 1). So the same `Input(min, opt, max)`
+  that the engine is built for is handed to `save`, which infers the dynamic batch from it.
+- `compile(ir="dynamo")` does not use `enabled_precisions` (only the TorchScript and FX frontends do):
+  the dynamo path is typed by the graph, so an fp16 engine comes from an fp16 model and fp16 inputs
+  (`prepare_model` casts the model; the `Input` carries the dtype).
+"""
 
 from __future__ import annotations
 
@@ -25,15 +35,18 @@ def require_tensorrt():
     return torch_tensorrt
 
 
-def compile_tensorrt(model, target: CompileTarget, artifact: Path) -> None:
-    import torch
-
-    trt = require_tensorrt()
+def input_spec(trt, target: CompileTarget):
+    """The batch range the engine accepts, as the one `Input` both `compile` and `save` are given."""
     shape = (3, target.crop, target.crop)
-    spec = trt.Input(min_shape=(1, *shape), opt_shape=(target.max_batch, *shape), max_shape=(target.max_batch, *shape), dtype=target.input_dtype)
-    precisions = {torch.float16, torch.float32} if target.precision == "fp16" else {torch.float32}
-    compiled = trt.compile(model, ir="dynamo", inputs=[spec], enabled_precisions=precisions)
-    trt.save(compiled, str(artifact), output_format="exported_program", inputs=[target.example(target.trace_batch())])
+    return trt.Input(min_shape=(1, *shape), opt_shape=(target.max_batch, *shape), max_shape=(target.max_batch, *shape),
+                     dtype=target.input_dtype)
+
+
+def compile_tensorrt(model, target: CompileTarget, artifact: Path) -> None:
+    trt = require_tensorrt()
+    spec = input_spec(trt, target)
+    compiled = trt.compile(model, ir="dynamo", arg_inputs=[spec])
+    trt.save(compiled, str(artifact), output_format="exported_program", arg_inputs=[spec])
 
 
 def load_tensorrt(artifact: Path, device: str, template=None):

@@ -1,9 +1,11 @@
 """CV-CUDA backend: nvJPEG batch decode, then CV-CUDA operators on the whole variable-size batch.
 
-The decoded images stay on the GPU: they are wrapped (zero copy) as one `cvcuda.ImageBatchVarShape` (`cvcuda.as_images`),
-resized in one call (`cvcuda.tvresize`, torchvision semantics: shorter side -> resize, antialias),
-then cropped, normalized and turned into NCHW float in one fused call
-(`cvcuda.crop_flip_normalize_reformat`). The result is wrapped back into torch without a copy.
+The decoded images stay on the GPU: they are wrapped (zero copy) as one `cvcuda.ImageBatchVarShape`
+(`cvcuda.as_images`), resized in one call (`cvcuda.tvresize`, torchvision semantics: shorter side ->
+resize, antialias), then cropped, normalized and turned into NCHW float in one fused call written
+straight into a tensor torch allocated (`cvcuda.crop_flip_normalize_reformat_into`).
+Every CV-CUDA call runs on torch's current stream, and every tensor is handed over as "already
+ordered" (`SameStream`), so nothing waits on the legacy default stream.
 `cvcuda` is reached only through `features.optional_module`, the seam unit tests fake.
 """
 
@@ -22,6 +24,26 @@ from .torch_cuda import decode_on_gpu
 _NO_FLIP = 2  # crop_flip_normalize_reformat flips on 0, 1, -1; any other value leaves the image as is
 
 
+class SameStream:
+    """A torch CUDA tensor's CUDA Array Interface (v3) saying: read me on the stream that wrote me.
+
+    torch exports version 2, without a `stream` field (torch/_tensor.py), and CV-CUDA 0.19 answers
+    such a buffer by waiting on the legacy default stream first (`cvcuda.Stream` docstring), on every
+    call. Here every CV-CUDA operator is launched on torch's current stream, the one that wrote the
+    tensor, so stream order already makes the data ready: `stream: -1` is CV-CUDA's documented way to
+    say so. Holding the tensor keeps its memory alive for as long as CV-CUDA holds this object.
+    """
+
+    __slots__ = ("tensor",)
+
+    def __init__(self, tensor: torch.Tensor):
+        self.tensor = tensor
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        return {**self.tensor.__cuda_array_interface__, "version": 3, "stream": -1}
+
+
 class CvCudaPreprocessor(Preprocessor):
     name = "cvcuda"
 
@@ -31,13 +53,14 @@ class CvCudaPreprocessor(Preprocessor):
         mean = torch.tensor(settings.mean, dtype=torch.float32, device=device)
         std = torch.tensor(settings.std, dtype=torch.float32, device=device)
         # CV-CUDA normalizes as (x - base) * scale, on 0..255 pixels.
-        self._base = self.cvcuda.as_tensor((mean * 255.0).view(1, 1, 1, 3).contiguous(), "NHWC")
-        self._scale = self.cvcuda.as_tensor((1.0 / (std * 255.0)).view(1, 1, 1, 3).contiguous(), "NHWC")
+        base, scale = (mean * 255.0).view(1, 1, 1, 3).contiguous(), (1.0 / (std * 255.0)).view(1, 1, 1, 3).contiguous()
+        torch.cuda.current_stream(device).synchronize()  # ready on any stream later calls may run on
+        self._base, self._scale = self._wrap(base, "NHWC"), self._wrap(scale, "NHWC")
         self._interp = _interp(self.cvcuda, settings.interpolation)
         self._fallback_normalize = Normalizer(settings, device, dtype)
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg())
+        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
         kept = sorted(decoded)
         if not kept:
             return PreprocessResult(None, kept, failed)
@@ -45,11 +68,14 @@ class CvCudaPreprocessor(Preprocessor):
         batch = self._resize_crop_normalize(hwc)
         return PreprocessResult(batch if self.dtype == torch.float32 else batch.to(self.dtype), kept, failed)
 
+    def _wrap(self, tensor: torch.Tensor, layout: str):
+        return self.cvcuda.as_tensor(SameStream(tensor), layout)
+
     def _resize_crop_normalize(self, hwc: list[torch.Tensor]) -> torch.Tensor:
         if self.settings.resize < self.settings.crop:  # CV-CUDA would read outside the image; torchvision pads
             return self._fallback_normalize(resize_crop_stack([image.permute(2, 0, 1) for image in hwc], self.settings))
-        stream = self._torch_stream()
-        varshape = self.cvcuda.as_images(hwc, self.cvcuda.Format.RGB8)  # zero copy; keeps the tensors alive
+        stream = self.cvcuda.as_stream(torch.cuda.current_stream(self.device))
+        varshape = self.cvcuda.as_images([SameStream(image) for image in hwc], self.cvcuda.Format.RGB8)
         resized = self.cvcuda.tvresize(
             varshape, [self.settings.resize], interp=self._interp, antialias=self.settings.antialias, stream=stream
         )
@@ -57,22 +83,22 @@ class CvCudaPreprocessor(Preprocessor):
         return self._crop_normalize(resized, sizes, stream)
 
     def _crop_normalize(self, resized, sizes: list[tuple[int, int]], stream) -> torch.Tensor:
-        """Center crop + (x - mean) / std + HWC uint8 -> NCHW float32, one CV-CUDA call for the batch."""
-        cv, crop, count = self.cvcuda, self.settings.crop, len(sizes)
+        """Center crop + (x - mean) / std + HWC uint8 -> NCHW float32, one CV-CUDA call for the batch.
+
+        The output is a contiguous tensor torch allocates on the worker's device and CV-CUDA fills in
+        place. CV-CUDA's own output would pad every row to 32 bytes, a strided view for crops that are
+        not a multiple of 8 (inception_v3 299, efficientnet_b3 300, ViT-H 518), and AOTInductor does not
+        check input strides: it would read the padding as pixels.
+        """
+        crop, count = self.settings.crop, len(sizes)
         rects = torch.tensor(crop_rects(sizes, self.settings.resize, crop), dtype=torch.int32, device=self.device)
         no_flip = torch.full((count,), _NO_FLIP, dtype=torch.int32, device=self.device)
-        out = cv.crop_flip_normalize_reformat(
-            resized, (count, 3, crop, crop), cv.Type.F32, cv.TensorLayout("NCHW"),
-            cv.as_tensor(rects.view(count, 1, 1, 4), "NHWC"), cv.as_tensor(no_flip, "N"),
+        out = torch.empty((count, 3, crop, crop), dtype=torch.float32, device=self.device)
+        self.cvcuda.crop_flip_normalize_reformat_into(
+            self._wrap(out, "NCHW"), resized, self._wrap(rects.view(count, 1, 1, 4), "NHWC"), self._wrap(no_flip, "N"),
             self._base, self._scale, stream=stream,
         )
-        return torch.as_tensor(out.cuda(), device=self.device)  # zero copy back to torch
-
-    def _torch_stream(self):
-        """Torch's current stream as a CV-CUDA stream: decode, preprocess and model stay in order."""
-        if self.device.type != "cuda":
-            return None
-        return self.cvcuda.as_stream(torch.cuda.current_stream(self.device))
+        return out
 
 
 def crop_rects(sizes: list[tuple[int, int]], resize: int, crop: int) -> list[list[int]]:

@@ -1,8 +1,9 @@
 """CUDA backend: nvJPEG batch decode, then the same tensor ops as the CPU backend, on the GPU.
 
-JPEGs of the batch are decoded in one nvJPEG call; other formats are decoded on the CPU and
-uploaded. If the batched decode rejects the batch (one corrupt JPEG fails the whole call), each
-JPEG is retried alone so only the corrupt one fails.
+JPEGs of the batch are decoded in one nvJPEG call; other formats, and JPEGs that do not end with
+their End Of Image marker (truncated uploads: whether nvJPEG refuses them is not documented), are
+decoded on the CPU and uploaded. If the batched decode rejects the batch (one corrupt JPEG fails the
+whole call), each JPEG is retried alone so only the corrupt one fails.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Sequence
 import torch
 
 from .. import features
-from ..decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor
+from ..decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
 from ..errors import BadRequest, RequestError
 from .base import PreprocessResult, Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
@@ -26,7 +27,7 @@ class CudaPreprocessor(Preprocessor):
         self._normalize = Normalizer(settings, device, dtype)
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg())
+        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
         kept = sorted(decoded)
         if not kept:
             return PreprocessResult(None, kept, failed)
@@ -43,7 +44,7 @@ def decode_on_gpu(
     """
     decoded: dict[int, torch.Tensor] = {}
     failed: dict[int, RequestError] = {}
-    jpegs = [i for i, image in enumerate(images) if nvjpeg and image.is_jpeg and image.mode in ("RGB", "L")]
+    jpegs = [i for i, image in enumerate(images) if nvjpeg and _for_nvjpeg(image)]
     for index, tensor in _nvjpeg_batch([images[i] for i in jpegs], jpegs, device, failed).items():
         decoded[index] = apply_orientation(tensor, images[index].orientation)
     for index, image in enumerate(images):
@@ -54,6 +55,11 @@ def decode_on_gpu(
         except RequestError as err:
             failed[index] = err
     return decoded, failed
+
+
+def _for_nvjpeg(image: EncodedImage) -> bool:
+    """JPEGs nvJPEG turns into RGB itself, and only whole ones (a truncated one goes to the CPU decoder)."""
+    return image.is_jpeg and image.mode in ("RGB", "L") and jpeg_is_complete(image.data)
 
 
 def _nvjpeg_batch(

@@ -1,0 +1,123 @@
+"""A stand-in for cvcuda at the calls the cvcuda backend makes, with the behaviour of CV-CUDA 0.19 that matters.
+
+Read from the cvcuda-cu12 0.19.0 wheel, `cvcuda/__init__.pyi`:
+- Buffers come in through the CUDA Array Interface (`as_tensor`, `as_images`: "wrap an external buffer");
+  a CPU torch tensor has none (torch 2.14.1 `torch/_tensor.py` raises AttributeError), so it is refused.
+- The `Stream` docstring: a buffer whose interface is version 2 (no `stream` field, which is what torch
+  exports) or says `stream: 1` makes CV-CUDA wait on the legacy default stream; `stream: -1` says the
+  producer already synchronized. Each hand-off is recorded in `waits`.
+- `tvresize(ImageBatchVarShape, size, interp, antialias, stream=)` resizes the shorter side
+  (torchvision semantics); `crop_flip_normalize_reformat(src, out_shape, out_dtype, out_layout, rect,
+  flip_code, base, scale, stream=)` returns a new `Tensor`, `crop_flip_normalize_reformat_into(dst, src,
+  rect, flip_code, base, scale, stream=)` writes `dst`; `Tensor.cuda()` is the output as a CUDA buffer.
+- Output allocation: NVCV allocates tensors with each row padded to 32 bytes (`Tensor(shape, dtype,
+  layout, rowalign=0)` takes NVCV's default row alignment), so an fp32 NCHW output whose width is not a
+  multiple of 8 comes back as a strided view; this fake returns exactly that view.
+- Devices (cvcuda issue #212): outputs are allocated on the current CUDA device even when the stream
+  passed in belongs to another one; this fake records the current device at each allocation and refuses
+  the mix outright (the real library fails or touches the wrong device).
+Arithmetic is done with torch on the CPU tensors behind `SimulatedDeviceMemory` (tests/unit/fake_cuda.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from types import SimpleNamespace
+
+import torch
+import torchvision.transforms.v2.functional as F
+
+ROW_ALIGN_BYTES = 32
+
+
+@dataclass
+class FakeCvTensor:
+    tensor: torch.Tensor
+    layout: str | None = None
+
+    def cuda(self) -> torch.Tensor:
+        return self.tensor
+
+
+@dataclass(frozen=True)
+class FakeCvStream:
+    device: torch.device
+    handle: int
+
+
+def padded_empty(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An NVCV-style allocation: rows padded to ROW_ALIGN_BYTES, returned as the view of the real width."""
+    per_row = ROW_ALIGN_BYTES // torch.empty((), dtype=dtype).element_size()
+    width = shape[-1]
+    padded = -(-width // per_row) * per_row
+    return torch.empty((*shape[:-1], padded), dtype=dtype)[..., :width]
+
+
+class FakeCvcuda:
+    Format = SimpleNamespace(RGB8="RGB8")
+    Type = SimpleNamespace(F32="F32")
+    Interp = SimpleNamespace(LINEAR="LINEAR", CUBIC="CUBIC", NEAREST_FLOOR="NEAREST_FLOOR")
+    TensorLayout = staticmethod(lambda name: f"layout:{name}")
+
+    def __init__(self, cuda, device_memory):
+        self.cuda, self.device_memory = cuda, device_memory  # FakeCuda, SimulatedDeviceMemory
+        self.calls: list[tuple] = []
+        self.waits: list[str] = []  # per buffer hand-off: "legacy-default-stream", "none" or "stream <handle>"
+        self.allocations: list[int] = []  # the current device at each output allocation
+
+    # --- hand-offs -----------------------------------------------------------------------------
+    def _read(self, buffer) -> torch.Tensor:
+        try:
+            interface = buffer.__cuda_array_interface__
+        except AttributeError:
+            raise TypeError(f"cvcuda: {type(buffer).__name__} is not a CUDA buffer (no __cuda_array_interface__); "
+                            "CPU tensors are not accepted") from None
+        stream = interface.get("stream") if interface.get("version", 0) >= 3 else None
+        self.waits.append("legacy-default-stream" if stream in (None, 1) else "none" if stream == -1 else f"stream {stream}")
+        return self.device_memory.tensor(interface)
+
+    def as_tensor(self, buffer, layout=None) -> FakeCvTensor:
+        return FakeCvTensor(self._read(buffer), layout)
+
+    def as_images(self, buffers, fmt):
+        images = [self._read(buffer) for buffer in buffers]
+        assert all(image.ndim == 3 and image.shape[2] == 3 and image.is_contiguous() for image in images), "HWC interleaved"
+        self.calls.append(("as_images", len(images), fmt))
+        return [image.permute(2, 0, 1) for image in images]
+
+    def as_stream(self, torch_stream) -> FakeCvStream:
+        return FakeCvStream(torch_stream.device, torch_stream.cuda_stream)
+
+    # --- operators -----------------------------------------------------------------------------
+    def _launch(self, stream: FakeCvStream | None, allocates: bool = True) -> None:
+        current = self.cuda.current_device()
+        if allocates:
+            self.allocations.append(current)
+        if stream is not None and stream.device.index != current:
+            raise RuntimeError(f"cvcuda: launched on a stream of {stream.device} while cuda:{current} is current "
+                               "(outputs go to the current device: cvcuda issue #212); make the worker's GPU current first")
+
+    def tvresize(self, batch, size, interp, max_size=None, antialias=True, *, stream=None):
+        self._launch(stream)
+        self.calls.append(("tvresize", size, interp, antialias))
+        return [F.resize(image, size, antialias=antialias) for image in batch]
+
+    def crop_flip_normalize_reformat(self, src, out_shape, out_dtype, out_layout, rect, flip_code, base, scale, *, stream=None):
+        self._launch(stream)
+        self.calls.append(("cfnr", out_shape, out_dtype, out_layout, flip_code.tensor.tolist()))
+        out = padded_empty(out_shape, torch.float32)
+        out.copy_(self._crop_normalize(src, rect, base, scale))
+        return FakeCvTensor(out, out_layout)
+
+    def crop_flip_normalize_reformat_into(self, dst, src, rect, flip_code, base, scale, *, stream=None):
+        self._launch(stream, allocates=False)
+        self.calls.append(("cfnr_into", tuple(dst.tensor.shape), dst.tensor.dtype, dst.layout, flip_code.tensor.tolist()))
+        dst.tensor.copy_(self._crop_normalize(src, rect, base, scale))
+        return dst
+
+    @staticmethod
+    def _crop_normalize(src, rect, base, scale) -> torch.Tensor:
+        mean, factor = base.tensor.view(3, 1, 1), scale.tensor.view(3, 1, 1)
+        crops = [(image[:, y : y + h, x : x + w].float() - mean) * factor
+                 for image, (x, y, w, h) in zip(src, rect.tensor.view(-1, 4).tolist())]
+        return torch.stack(crops)

@@ -1,0 +1,150 @@
+"""`make gpu-check` without a GPU: the refusal, the runner on stand-in steps, the report, the figures."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+
+from tsvk_tools.cli import main
+from tsvk_tools.gpu_check import report, run, steps
+from tsvk_tools.gpu_check.steps import Step
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures"
+PREPROCESS_OUTPUT = """preprocess throughput: 8 photos as 640x480 JPEG, batch 8, resize 256 / crop 224, torch threads 1
+path                          images/s  ms/batch    vs PIL
+torchserve-builtin (PIL)         272.0     29.42     1.00x
+tsvk cuda                       2450.5      3.26     9.01x
+"""
+
+
+def test_refuses_without_cuda_in_one_message_and_writes_nothing(tmp_path, monkeypatch, capsys):
+    import torch
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert main(["gpu-check", "--output-dir", str(tmp_path / "out")]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err.count("\n") == 1
+    assert err.startswith("tsvk gpu-check: error: no CUDA device here") and "on a machine with an NVIDIA GPU" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_make_help_lists_gpu_check():
+    listed = subprocess.run(["make", "-s", "help"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    assert "make gpu-check" in listed
+
+
+def _step(name: str, code: str, figures=steps.preprocess_figures) -> Step:
+    return Step(name, f"stand-in for {name}", (sys.executable, "-c", code), 60, figures, f"make {name}")
+
+
+def test_a_check_runs_every_step_even_after_a_failure_and_reports_each(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "require_cuda", lambda: None)
+    monkeypatch.setattr(report, "environment", lambda: {"git": {"commit": "abc"}})
+    monkeypatch.setattr(run, "plan", lambda work_dir, model, weights: [
+        _step("breaks", "import sys; print('boom: no kernel image'); sys.exit(3)"),
+        _step("measures", f"print({PREPROCESS_OUTPUT!r})"),
+    ])
+    result, written = run.check("resnet50", "none", tmp_path / "results", log=lambda line: None)
+    broken, measured = result["steps"]
+    assert (broken["status"], broken["exit_status"], measured["status"], measured["exit_status"]) == ("failed", 3, "passed", 0)
+    assert "boom: no kernel image" in broken["error_tail"] and measured["error_tail"] == ""
+    assert measured["figures"]["paths"]["tsvk cuda"] == {"images_per_s": 2450.5, "ms_per_batch": 3.26, "vs_pil": 9.01}
+    assert broken["command"].endswith("sys.exit(3)'") and broken["duration_s"] >= 0
+    assert result["summary"] == {"passed": 1, "failed": 1, "timed out": 0}
+    assert json.loads(written["json"].read_text()) == result
+    assert written["json"].name.startswith("gpu-check-") and (tmp_path / ".tsvk/gpu-check").is_dir()
+
+
+def test_a_step_over_its_limit_is_stopped_and_reported(tmp_path):
+    slow = Step("slow", "sleeps", (sys.executable, "-c", "import time; print('started'); time.sleep(60)"), 1,
+                steps.preprocess_figures)
+    result = run.run_step(slow, tmp_path)
+    assert result["status"] == "timed out" and "stopped after its 1 s limit" in result["error_tail"]
+
+
+def _results() -> list[dict]:
+    base = {"purpose": "p", "same_as": "", "timeout_s": 60, "log": "/tmp/x.log"}
+    return [
+        {**base, "name": "gpu-tests", "command": "python -m pytest tests/gpu", "status": "passed", "exit_status": 0,
+         "duration_s": 12.5, "figures": {"headline": "14 passed, 0 failed, 2 skipped", "passed": 14}, "error_tail": ""},
+        {**base, "name": "archive-tensorrt-fp16", "command": "python -m tsvk_tools.cli archive ...", "status": "failed",
+         "exit_status": 2, "duration_s": 3.0, "figures": {"headline": "no figures: FileNotFoundError"},
+         "error_tail": "tsvk archive: error: BACKEND=tensorrt needs an importable torch-tensorrt"},
+    ]
+
+
+def test_report_holds_every_step_in_json_and_markdown(tmp_path):
+    started = datetime(2027, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    built = report.build_report(_results(), started, started + timedelta(seconds=20), {"model": "resnet50"})
+    built["environment"] = {"nvidia_smi": ["0, NVIDIA H100, 580.1, 81559 MiB"], "cuda": {"torch_cuda": "13.0"},
+                            "software": {"torch": "2.14.1"}, "git": {"commit": "0123456789abcdef", "dirty": True}}
+    written = report.write_report(built, tmp_path)
+    assert written["json"].name == "gpu-check-20270102T030405Z.json" and written["md"].suffix == ".md"
+    saved = json.loads(written["json"].read_text())
+    assert saved["summary"] == {"passed": 1, "failed": 1, "timed out": 0} and saved["duration_s"] == 20.0
+    assert [s["exit_status"] for s in saved["steps"]] == [0, 2]
+    markdown = written["md"].read_text()
+    assert "| gpu-tests | passed | 0 | 12.5 | 14 passed, 0 failed, 2 skipped |" in markdown
+    assert "needs an importable torch-tensorrt" in markdown and "NVIDIA H100" in markdown
+    assert "0123456789ab (uncommitted changes)" in markdown
+
+
+def test_environment_is_recorded_on_any_machine():
+    env = report.environment()
+    assert {"machine", "cuda", "software", "features", "git"} <= set(env)
+    assert "cvcuda" in env["software"] and set(env["features"]) >= {"cuda", "nvjpeg", "cvcuda", "torch_tensorrt"}
+
+
+def test_pytest_figures_count_and_name_failures_skips_and_measurements(tmp_path):
+    (tmp_path / "gpu-tests.xml").write_text(
+        '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
+        '<testcase classname="tests.gpu.t" name="a"><properties><property name="max_levels" value="3.0"/></properties></testcase>'
+        '<testcase classname="tests.gpu.t" name="b"><failure message="assert 7.0 &lt;= 6&#10;more"/></testcase>'
+        '<testcase classname="tests.gpu.t" name="c"><skipped message="needs cvcuda: ImportError"/></testcase>'
+        '</testsuite></testsuites>')
+    figures = steps.pytest_figures("", tmp_path)
+    assert figures["headline"] == "1 passed, 1 failed, 1 skipped"
+    assert figures["failed_tests"] == ["tests.gpu.t::b: assert 7.0 <= 6"]
+    assert figures["skipped_tests"] == ["tests.gpu.t::c: needs cvcuda: ImportError"]
+    assert figures["measured"] == {"tests.gpu.t::a": {"max_levels": "3.0"}}
+
+
+def test_bench_figures_read_the_result_this_run_wrote(tmp_path):
+    result = {"systems": {"ours": {"throughput_ips": 812.5, "latency_ms": {"p50": 70.0, "p99": 90.0}},
+                          "litserve": {"error": "CUDA out of memory\ntraceback"}},
+              "ratios": {"ours_vs_torchserve_default": 3.1, "ours_vs_torchserve_tuned": 1.2},
+              "options": {"backend": "tensorrt"}, "machine": {"gpus": ["NVIDIA H100"]}}
+    (tmp_path / "r.json").write_text(json.dumps(result))
+    figures = steps.bench_figures(f"| table |\nwrote {tmp_path / 'r.json'}, {tmp_path / 'r.md'}\n", tmp_path)
+    assert figures["systems"]["ours"] == {"throughput_ips": 812.5, "p50_ms": 70.0, "p99_ms": 90.0}
+    assert figures["systems"]["litserve"]["error"] == "CUDA out of memory"
+    assert figures["headline"] == "ours 812.5 img/s, 3.1x stock defaults, 1.2x hand-tuned"
+    assert steps.bench_figures("tsvk bench: error: no GPU", tmp_path)["headline"] == "no benchmark result written"
+
+
+def test_archive_figures_read_the_verification_the_archive_carries(tmp_path):
+    args = ["archive", "--model", "tiny", "--model-file", str(FIXTURES / "tiny_model.py"), "--model-factory", "TinyNet",
+            "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"), "--weights", "none",
+            "--max-batch", "2", "--backend", "eager", "--model-store", str(tmp_path)]
+    assert main(args) == 0
+    figures = steps.archive_figures(tmp_path / "tiny.mar", "", tmp_path)
+    assert figures["verification"]["passed"] is True and figures["headline"].startswith("verification PASS")
+    assert figures["archive_mib"] >= 0 and "random" in figures["weights"]
+
+
+def test_the_plan_covers_what_a_first_gpu_run_must_measure(tmp_path):
+    planned = steps.plan(tmp_path, "resnet50", "none")
+    assert [s.name for s in planned] == ["gpu-tests", "preprocess-bench", "archive-tensorrt-fp16", "archive-aoti-fp32",
+                                         "bench-gpu-quick"]
+    assert planned[-1].same_as == "make bench GPU=1 QUICK=1"
+    assert all("--device" in s.argv and "cuda" in s.argv for s in planned if s.name.startswith("archive-"))
+    with pytest.raises(Exception, match="unknown step.*choose from gpu-tests"):
+        run.select(planned, ("gpu-test",))

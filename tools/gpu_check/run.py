@@ -1,0 +1,120 @@
+"""Run the steps of a GPU check one after another, each in its own process group, and write the report."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import signal
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from ..errors import UsageError
+from .report import build_report, write_report
+from .steps import Step, plan
+
+WORK_ROOT = Path(".tsvk/gpu-check")  # logs and archives of each run (git-ignored)
+OUTPUT_DIR = Path("benchmarks/results")  # the report, to be committed
+TAIL_LINES = 40
+STOP_GRACE_S = 30  # after SIGTERM (the benchmark stops its servers on it), then SIGKILL
+
+
+def require_cuda() -> None:
+    """Refuse, before anything is written, on a machine without a usable CUDA device."""
+    import torch
+
+    if not torch.cuda.is_available():
+        raise UsageError(
+            f"no CUDA device here (torch {torch.__version__}: torch.cuda.is_available() is False), and every step of "
+            "the GPU check needs one; run `make gpu-check` on a machine with an NVIDIA GPU and its driver "
+            "(e.g. a cloud GPU instance) after `make setup`"
+        )
+
+
+def check(model: str, weights: str, output_dir: Path = OUTPUT_DIR, names: tuple[str, ...] = (),
+          log: Callable[[str], None] = print) -> tuple[dict, dict[str, Path]]:
+    """Every step (or those named), then the report; returns it and the files written."""
+    require_cuda()
+    started = datetime.now(timezone.utc)
+    work_dir = WORK_ROOT / started.strftime("%Y%m%dT%H%M%SZ")
+    steps = select(plan(work_dir.resolve(), model, weights), names)
+    work_dir.mkdir(parents=True, exist_ok=True)
+    results = run_steps(steps, work_dir, log)
+    report = build_report(results, started, datetime.now(timezone.utc), {"model": model, "weights": weights})
+    return report, write_report(report, output_dir)
+
+
+def select(steps: list[Step], names: tuple[str, ...]) -> list[Step]:
+    if not names:
+        return steps
+    known = [step.name for step in steps]
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        raise UsageError(f"unknown step(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    return [step for step in steps if step.name in names]
+
+
+def run_steps(steps: list[Step], work_dir: Path, log: Callable[[str], None] = print) -> list[dict]:
+    results = []
+    for number, step in enumerate(steps, 1):
+        log(f"gpu-check [{number}/{len(steps)}] {step.name}: {step.purpose} (log: {work_dir / step.name}.log)")
+        results.append(run_step(step, work_dir))
+        log(f"gpu-check [{number}/{len(steps)}] {step.name}: {results[-1]['status']} in {results[-1]['duration_s']} s")
+    return results
+
+
+def run_step(step: Step, work_dir: Path) -> dict:
+    """One step's record: command, status, exit status, duration, key figures, and the tail of a failure."""
+    log_path = work_dir / f"{step.name}.log"
+    started = time.monotonic()
+    with open(log_path, "w") as out:
+        exit_status, timed_out = _run(step, out)
+    duration = round(time.monotonic() - started, 1)
+    output = log_path.read_text(errors="replace")
+    status = "timed out" if timed_out else "passed" if exit_status == 0 else "failed"
+    return {"name": step.name, "purpose": step.purpose, "command": shlex.join(step.argv), "same_as": step.same_as,
+            "status": status, "exit_status": exit_status, "duration_s": duration, "timeout_s": step.timeout_s,
+            "figures": _figures(step, output, work_dir), "error_tail": "" if status == "passed" else tail(output),
+            "log": str(log_path)}
+
+
+def _run(step: Step, out) -> tuple[int | None, bool]:
+    """(exit status, timed out); the step's whole process group is stopped when it overruns."""
+    try:
+        process = subprocess.Popen(step.argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    except OSError as err:
+        out.write(f"gpu-check: cannot start {step.argv[0]}: {err}\n")
+        return None, False
+    try:
+        return process.wait(timeout=step.timeout_s), False
+    except subprocess.TimeoutExpired:
+        out.write(f"\ngpu-check: stopped after its {step.timeout_s} s limit\n")
+        _stop_group(process)
+        return process.returncode, True
+
+
+def _stop_group(process: subprocess.Popen) -> None:
+    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+        try:
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            process.wait(timeout=grace)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def _figures(step: Step, output: str, work_dir: Path) -> dict:
+    """Whatever the step left to read; a step that failed early may have left nothing, and that is reported."""
+    try:
+        return step.figures(output, work_dir)
+    except Exception as err:  # noqa: BLE001 - a missing file must not lose the other steps' report
+        return {"headline": f"no figures: {type(err).__name__}: {err}"}
+
+
+def tail(output: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(output.rstrip().splitlines()[-lines:])
