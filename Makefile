@@ -42,7 +42,7 @@ CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(c
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
 
-.PHONY: help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
+.PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
 
 help: ## list the targets and their main options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -105,6 +105,14 @@ bench-pinning: setup ## serving with and without core pinning, alternating round
 
 gpu-check: setup ## on a CUDA machine: GPU tests, GPU preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(if $(call given,MODEL),--model $(MODEL)) $(if $(call given,WEIGHTS),--weights $(WEIGHTS))
+
+MINUTES ?= 70
+FUZZ_INPUTS ?= 10000
+robustness: setup ## fuzz (FUZZ_INPUTS), bombs, overload, worker kill, auth, key expiry against a real TorchServe -> benchmarks/results/robustness-*
+	$(TSVK) robustness --fuzz-inputs $(FUZZ_INPUTS) $(if $(call given,MODEL),--model $(MODEL))
+
+soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed, auth on -> benchmarks/results/soak-*
+	$(TSVK) soak --minutes $(MINUTES) $(if $(call given,MODEL),--model $(MODEL))
 
 test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

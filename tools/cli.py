@@ -280,8 +280,10 @@ def _register_keys(commands) -> None:
 
 def _register_robustness(commands) -> None:
     from .robustness.run import register
+    from .robustness.soak import register as register_soak
 
     register(commands)
+    register_soak(commands)
 
 
 def _register_gpu_check(commands) -> None:

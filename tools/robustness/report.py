@@ -4,6 +4,7 @@ Markdown page with every figure, written as <name>-latest.* and a dated copy."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
@@ -13,13 +14,14 @@ from ..bench.report import git_state, machine_info, software_versions
 RESULTS_DIR = Path("benchmarks/results")
 
 
-def envelope(kind: str, vcpus: int, parts: dict, started: datetime) -> dict:
-    """Everything a reader needs to trust or repeat the run, around the parts' figures."""
+def envelope(kind: str, vcpus: int, parts: dict, started: datetime, git: dict | None = None) -> dict:
+    """Everything a reader needs to trust or repeat the run, around the parts' figures (`git` as it was
+    when the run began, for runs long enough that the checkout may change under them)."""
     checks = {f"{part}: {name}": ok for part, figures in parts.items() for name, ok in figures.get("checks", {}).items()}
     return {
         "kind": kind, "created": started.isoformat(), "finished": datetime.now(timezone.utc).isoformat(),
         "command": " ".join(["tsvk", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("tsvk") else " ".join(sys.argv),
-        "machine": machine_info(vcpus), "software": software_versions(), "git": git_state(),
+        "machine": {**machine_info(vcpus), "cpu_affinity": sorted(os.sched_getaffinity(0))}, "software": software_versions(), "git": git or git_state(),
         "passed": all(checks.values()), "checks": checks, "parts": parts,
     }
 

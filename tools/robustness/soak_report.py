@@ -1,0 +1,85 @@
+"""The soak's figures: drift of memory, p99 and open files after warm-up, errors on good requests, a plot.
+
+Per-process names carry pids ("worker 1234"), so a restarted worker shows as a new series; the
+drift figures use the totals over every process, which a restart cannot hide."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+RSS_DRIFT_GOAL_PCT = 5.0
+P99_DRIFT_GOAL_PCT = 10.0
+WINDOW_MINUTES = 10  # p99 drift compares the medians of the first and last this-many minutes after warm-up
+
+
+def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dict:
+    steady = [m for m in per_minute if m["minute"] >= args.warmup_minutes and m["good"]]
+    if len(steady) < 2:
+        steady = [m for m in per_minute if m["good"]]
+    rss = [sum(m["rss_mb"].values()) for m in steady]
+    fds = [sum(m["fds"].values()) for m in steady]
+    window = max(1, min(WINDOW_MINUTES, len(steady) // 2))
+    early = _median([m["p99_ms"] for m in steady[:window]])
+    late = _median([m["p99_ms"] for m in steady[-window:]])
+    rss_drift = _pct(rss[0], rss[-1]) if rss else None
+    p99_drift = _pct(early, late)
+    good_errors = sum(m["good_errors"] for m in per_minute)
+    figures = {
+        "minutes": args.minutes, "capacity_req_s": round(capacity, 2), "rate_req_s": round(rate, 2), "load": args.load,
+        "malformed_share": args.malformed, "warmup_minutes": args.warmup_minutes,
+        "good_requests": sum(m["good"] for m in per_minute), "good_errors": good_errors,
+        "malformed_requests": sum(m["malformed"] for m in per_minute), "malformed_5xx": sum(m["malformed_5xx"] for m in per_minute),
+        "skipped_sends": sum(m["skipped"] for m in per_minute),
+        "rss_mb_after_warmup": rss[0] if rss else None, "rss_mb_at_end": rss[-1] if rss else None, "rss_drift_pct": rss_drift,
+        "p99_ms_early": early, "p99_ms_late": late, "p99_drift_pct": p99_drift,
+        "fds_after_warmup": fds[0] if fds else None, "fds_at_end": fds[-1] if fds else None,
+        "fd_growth": (fds[-1] - fds[0]) if fds else None, "per_minute": per_minute,
+    }
+    figures["checks"] = {
+        f"RSS drift under {RSS_DRIFT_GOAL_PCT:g}%": rss_drift is not None and rss_drift < RSS_DRIFT_GOAL_PCT,
+        "no errors on good requests": good_errors == 0,
+        f"p99 drift under {P99_DRIFT_GOAL_PCT:g}%": p99_drift is not None and p99_drift < P99_DRIFT_GOAL_PCT,
+        "no open-file growth": figures["fd_growth"] is not None and figures["fd_growth"] <= 0,
+        "no 5xx on malformed requests": figures["malformed_5xx"] == 0,
+    }
+    return figures
+
+
+def _median(values: list[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 1) if present else None
+
+
+def _pct(before: float | None, after: float | None) -> float | None:
+    if not before or after is None:
+        return None
+    return round((after - before) / before * 100, 2)
+
+
+def write_plot(per_minute: list[dict], path: Path) -> Path | None:
+    """Memory per process, good p99 and open files per minute; None without matplotlib."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    minutes = [m["minute"] + 1 for m in per_minute]
+    fig, (rss_ax, p99_ax, fd_ax) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    for name in sorted({n for m in per_minute for n in m["rss_mb"]}):
+        rss_ax.plot(minutes, [m["rss_mb"].get(name) for m in per_minute], label=name)
+    rss_ax.set_ylabel("RSS (MiB)")
+    rss_ax.legend(fontsize=7)
+    p99_ax.plot(minutes, [m["p99_ms"] for m in per_minute], color="tab:red")
+    p99_ax.set_ylabel("good p99 (ms)")
+    fd_ax.plot(minutes, [sum(m["fds"].values()) for m in per_minute], color="tab:green")
+    fd_ax.set_ylabel("open files (all)")
+    fd_ax.set_xlabel("minute")
+    fig.suptitle("tsvk soak")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+    return path
