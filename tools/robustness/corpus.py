@@ -61,9 +61,9 @@ def seed_images() -> dict[str, bytes]:
     return seeds
 
 
-def _encode(image: Image.Image, fmt: str) -> bytes:
+def _encode(image: Image.Image, fmt: str, **options) -> bytes:
     buffer = io.BytesIO()
-    image.save(buffer, format=fmt)
+    image.save(buffer, format=fmt, **options)
     return buffer.getvalue()
 
 
@@ -80,8 +80,16 @@ def declare_size(data: bytes, fmt: str, width: int, height: int) -> bytes:
         start = data.index(b"\xff\xc0") + 5  # SOF0: marker, length (2), precision (1), then height, width
         return data[:start] + struct.pack(">HH", min(height, 65535), min(width, 65535)) + data[start + 4:]
     if fmt == "webp":
+        if width * height <= Image.MAX_IMAGE_PIXELS * 2:  # libwebp refuses a canvas that does not fit the frame
+            return real_webp_bomb()
         return _webp_with_canvas(data[12:], width, height)
     raise ValueError(f"no bomb header for {fmt}")
+
+
+@lru_cache(maxsize=1)
+def real_webp_bomb() -> bytes:
+    """A genuine 7000x7000 (49 MP) one-colour lossless WebP: a few kB that decode to 147 MB."""
+    return _encode(Image.new("RGB", (7000, 7000), (200, 30, 30)), "WEBP", lossless=True)
 
 
 def _webp_with_canvas(chunks: bytes, width: int, height: int) -> bytes:

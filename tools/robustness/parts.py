@@ -141,14 +141,16 @@ def worker_kill(service: Service, concurrency: int, load_s: float) -> dict:
     after = [send(service.target, service.photo) for _ in range(20)]
     failed = [a for a in loaded if a.status != 200]
     slowest = max(a.seconds for a in loaded)
+    starts = watch.logged_worker_starts(service.run, service.model)
     return {
-        "killed_pid": victim, "requests_under_load": len(loaded), "failed": len(failed), "failed_statuses": histogram(failed),
+        "killed_pid": victim, "worker_starts_logged": starts, "requests_under_load": len(loaded), "failed": len(failed), "failed_statuses": histogram(failed),
         "failed_bodies": dict(collections.Counter(f"{a.source}:{a.error}" for a in failed)),
         "slowest_s": round(slowest, 2), "response_timeout_s": service.response_timeout_s,
         "recovery_s": None if recovered_s is None else round(recovered_s, 1), "after": histogram(after),
         "checks": {
             "none hung past the response timeout": slowest < service.response_timeout_s,
             "worker READY again": recovered_s is not None, "all 200 after recovery": all(a.status == 200 for a in after),
+            "the restart is in the workers' log": starts > service.workers,
         },
     }
 

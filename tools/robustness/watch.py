@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import threading
 import time
@@ -53,6 +54,16 @@ def kill_worker(run: TorchServeRun, pid: int) -> None:
     if not group_is_ours(run.pid, run.started_at) or os.getpgid(pid) != run.pid:
         raise RuntimeError(f"pid {pid} is not a worker of the TorchServe started here; not signalled")
     os.kill(pid, signal.SIGKILL)
+
+
+def logged_worker_starts(run: TorchServeRun, model: str) -> int:
+    """The highest worker start number the handler logged for `model` (see tsvk.worker_starts)."""
+    pattern = re.compile(rf"tsvk worker start (\d+) for {re.escape(model)} ")
+    try:
+        text = (run.run_dir / "logs" / "model_log.log").read_text(errors="replace")
+    except OSError:
+        return 0
+    return max((int(m.group(1)) for m in pattern.finditer(text)), default=0)
 
 
 def tree(run: TorchServeRun) -> list[psutil.Process]:

@@ -1,0 +1,56 @@
+"""A short `tsvk robustness` against a real TorchServe: Hypothesis fuzz, bombs of every format, an
+overload burst through hey, a SIGKILLed worker, auth and surface, and keys expiring every 6 s while a
+client following the documented procedure keeps getting 200. Every check of the full run must hold,
+except the size of the corpus (the full run sends 10,000)."""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.torchserve import isolated_env
+from tsvk_tools.cli import main as tsvk
+from tsvk_tools.robustness.run import run_robustness
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory):
+    if shutil.which("hey") is None:
+        pytest.fail("the overload part needs hey (apt-get install -y hey; .ci/run installs it)")
+    work = tmp_path_factory.mktemp("robustness")
+    store = work / "store"
+    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
+                 "--model-factory", "SlowTinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
+                 "--weights", "none", "--max-batch", "4", "--model-store", str(store)]) == 0
+    args = argparse.Namespace(model="tiny", model_store=store, fuzz_inputs=400, seed=0, concurrency=8, overload_factor=4,
+                              kill_load_s=8.0, work_dir=work / "run")
+    return run_robustness(args, env=isolated_env())
+
+
+def test_every_check_holds(result):
+    failed = [name for name, ok in result["checks"].items() if not ok and "10,000" not in name]
+    assert failed == []
+
+
+def test_fuzz_answers_only_allowed_statuses_and_no_worker_dies(result):
+    fuzz = result["parts"]["fuzz"]
+    assert fuzz["inputs"] == 400 and set(fuzz["statuses"]) <= {"200", "400", "413", "415"}
+    assert fuzz["worker_deaths"] == 0 and fuzz["server_errors"] == 0
+
+
+def test_the_killed_worker_comes_back_and_its_restart_is_visible(result):
+    kill = result["parts"]["worker kill"]
+    assert kill["recovery_s"] is not None and kill["after"] == {"200": 20}
+
+
+def test_keys_expiring_every_six_seconds_never_fail_a_client_that_follows_the_procedure(result):
+    keys = result["parts"]["key expiry"]
+    assert set(keys["statuses"]) == {"200"} and keys["keys_seen"] > 3
+    assert keys["unrenewed_key_after_expiry"]["type"] == "InvalidKeyException"
