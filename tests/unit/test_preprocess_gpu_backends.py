@@ -18,7 +18,7 @@ from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 from tsvk.settings import PreprocessSettings
 
-from handler_fakes import encode, noise_image, photo
+from tests.support.handler_fakes import encode, noise_image, photo
 
 torch.set_num_threads(1)
 LIMIT = 50_000_000
