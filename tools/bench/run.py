@@ -21,6 +21,7 @@ from pathlib import Path
 from tsvk.settings import PRECISIONS
 
 from ..errors import UsageError
+from ..images import SKIMAGE_PHOTOS
 from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
 
 CENTRAL_FIGURE_CONCURRENCY = 32
@@ -61,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
     p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
                    f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
-    p.add_argument("--image", help="comma-separated photos: skimage:chelsea|coffee|astronaut or JPEG files (default: all three)")
+    p.add_argument("--image", help=f"comma-separated photos: skimage:{'|'.join(SKIMAGE_PHOTOS)} or JPEG files (default: all of them)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument("--central-figure", action="store_true", help="the central figure: only torchserve_default and ours at "
                    f"concurrency {CENTRAL_FIGURE_CONCURRENCY}")
