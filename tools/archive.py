@@ -18,12 +18,11 @@ import yaml
 import tsvk
 from tsvk.settings import SETTINGS_KEY
 
-from .archive_info import MODEL_CONFIG_NAME
+from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
 from .build import BuildRequest, BuildResult, build
 from .errors import UsageError
 from .fsutil import atomic_path, scratch_dir
 from .limits import model_name_problem
-from .serving_config import MODEL_VERSION
 
 HANDLER_FILE = "image_classifier.py"
 LABELS_FILE = "index_to_name.json"
@@ -45,7 +44,7 @@ def build_archive(request: BuildRequest, model_store: Path, force: bool = False)
         raise UsageError(problem)
     target = Path(model_store) / f"{request.model}.mar"
     if target.exists() and not force:
-        raise UsageError(f"{target} already exists; pass FORCE=1 (--force) to replace it")
+        raise UsageError(f"{target} already exists; pass --force to replace it")
     handler, package = handler_sources()
     with scratch_dir(model_store, f".{request.model}.build-") as work:
         (work / "artifact").mkdir()

@@ -12,6 +12,7 @@ from tsvk.settings import HandlerSettings, SettingsError
 from .errors import UsageError
 
 MODEL_CONFIG_NAME = "model-config.yaml"
+MODEL_VERSION = "1.0"  # every tsvk archive is built with this version; `tsvk config` names it in models=
 
 
 def read_archive_settings(mar_path: Path) -> HandlerSettings:
@@ -20,7 +21,7 @@ def read_archive_settings(mar_path: Path) -> HandlerSettings:
         with zipfile.ZipFile(mar_path) as archive:
             raw = yaml.safe_load(archive.read(MODEL_CONFIG_NAME))
     except (OSError, KeyError, zipfile.BadZipFile, yaml.YAMLError) as err:
-        raise UsageError(f"{mar_path} is not a tsvk archive ({err}); rebuild it with `make archive`") from err
+        raise UsageError(f"{mar_path} is not a tsvk archive ({err}); rebuild it with `tsvk archive`") from err
     try:
         return HandlerSettings.from_model_yaml(raw)
     except SettingsError as err:

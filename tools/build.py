@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from tsvk import defaults
 from tsvk.settings import ArtifactSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 
 from .backends import CompileTarget, check_target, get_backend, prepare_model
@@ -19,15 +20,15 @@ from .verify import Tolerance, VerificationReport, verify_artifact
 @dataclass(frozen=True)
 class BuildRequest:
     model: str
-    backend: str = "aoti"
-    device: str = "cpu"
-    precision: str = "fp32"
-    max_batch: int = 8
-    weights: str = "DEFAULT"
+    backend: str = defaults.BACKEND
+    device: str = defaults.DEVICE
+    precision: str = defaults.PRECISION
+    max_batch: int = defaults.MAX_BATCH
+    weights: str = defaults.WEIGHTS
     custom: CustomModel | None = None
     tolerance: Tolerance | None = None
     serving: ServingDefaults = field(default_factory=ServingDefaults)
-    topk: int = 5
+    topk: int = defaults.TOPK
     jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
 
 
@@ -55,7 +56,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     report = verify_artifact(compiled, eager_fp32, target, request.tolerance)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
-        raise UsageError(f"{report.describe()}; no archive written (loosen with TOLERANCE=atol,rtol,min_top1 only if you accept it)")
+        raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact, report, seconds)
     return BuildResult(resolved, artifact, settings, report, seconds)
@@ -77,8 +78,8 @@ def _compile(backend, model, target: CompileTarget, artifact: Path, request: Bui
     except UsageError:
         raise
     except Exception as err:  # compilers fail in many ways; the user needs the backend and the cause
-        raise UsageError(f"BACKEND={backend.name} failed to compile {request.model}: {type(err).__name__}: {err}. "
-                         f"Try BACKEND=export or BACKEND=eager to narrow it down") from err
+        raise UsageError(f"--backend {backend.name} failed to compile {request.model}: {type(err).__name__}: {err}. "
+                         f"Try --backend export or --backend eager to narrow it down") from err
 
 
 def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Path, report, seconds: float) -> HandlerSettings:

@@ -11,6 +11,8 @@ import signal
 import sys
 from pathlib import Path
 
+from tsvk import defaults
+
 from .errors import UsageError
 
 
@@ -82,25 +84,30 @@ def _register_config(commands) -> None:
     p.add_argument("--workers", type=positive_int, help="workers per model (default: one per GPU, else what the archive suggests)")
     p.add_argument("--gpus", type=non_negative_int, help="GPUs to use (default: all CUDA devices visible)")
     p.add_argument("--batch", type=positive_int, help="batch size per model (default: the archive's suggestion; at most its compiled max batch)")
-    p.add_argument("--max-batch-delay", type=non_negative_int, dest="max_batch_delay_ms", help="ms to wait for a batch to fill")
-    p.add_argument("--response-timeout", type=positive_int, dest="response_timeout_s", help="seconds before a request times out")
+    p.add_argument("--max-batch-delay", type=non_negative_int, dest="max_batch_delay_ms",
+                   help=f"ms to wait for a batch to fill (default: the archive's suggestion; without archives {defaults.MAX_BATCH_DELAY_MS})")
+    p.add_argument("--response-timeout", type=positive_int, dest="response_timeout_s",
+                   help=f"seconds before a request times out (default: the archive's suggestion; without archives {defaults.RESPONSE_TIMEOUT_S})")
     p.add_argument("--models", type=name_list, help="comma-separated model names (default: every archive in the model store)")
-    p.add_argument("--model-store", type=Path, default=Path("model_store"))
+    p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--no-archive-check", dest="archive_check", action="store_false", help="do not open the archives (Helm: they arrive at deploy time)")
     p.add_argument("--auth", type=on_off, default=True, help="TorchServe token authorization: on (default) or off")
-    p.add_argument("--concurrency", type=positive_int, default=64, help="expected concurrent clients (sizes the job queue)")
+    p.add_argument("--concurrency", type=positive_int, default=defaults.CONCURRENCY,
+                   help=f"expected concurrent clients (sizes the job queue; default {defaults.CONCURRENCY})")
     p.add_argument("--core-pinning", action="store_true", help="pin each worker to its own cores with TorchServe's CPU launcher")
-    p.add_argument("--max-request-mb", type=positive_int, default=16, help="largest request body TorchServe accepts, MiB (1-1024)")
+    p.add_argument("--max-request-mb", type=positive_int, default=defaults.MAX_REQUEST_MB,
+                   help=f"largest request body TorchServe accepts, MiB (1-1024; default {defaults.MAX_REQUEST_MB})")
     p.add_argument("--deadline-ms", type=positive_int, help="refuse (503 deadline_exceeded) requests that waited longer than this "
                    "before reaching a worker; needs an X-Request-Start header (default: no deadline)")
-    p.add_argument("--token-expiry-min", type=positive_int, default=60,
-                   help="minutes before token-auth keys expire; `tsvk serve` renews them at half that age (default 60)")
-    p.add_argument("--inference-address", default="http://0.0.0.0:8080")
-    p.add_argument("--management-address", default="http://127.0.0.1:8081")
-    p.add_argument("--metrics-address", default="http://127.0.0.1:8082")
-    p.add_argument("--grpc-inference-port", type=positive_int, default=7070, help="gRPC ports: TorchServe always opens them, on localhost")
-    p.add_argument("--grpc-management-port", type=positive_int, default=7071)
-    p.add_argument("--output", "-o", type=Path, default=Path("configs/generated.properties"))
+    p.add_argument("--token-expiry-min", type=positive_int, default=defaults.TOKEN_EXPIRY_MIN,
+                   help=f"minutes before token-auth keys expire; `tsvk serve` renews them at half that age (default {defaults.TOKEN_EXPIRY_MIN})")
+    p.add_argument("--inference-address", default=defaults.INFERENCE_ADDRESS)
+    p.add_argument("--management-address", default=defaults.MANAGEMENT_ADDRESS)
+    p.add_argument("--metrics-address", default=defaults.METRICS_ADDRESS)
+    p.add_argument("--grpc-inference-port", type=positive_int, default=defaults.GRPC_INFERENCE_PORT,
+                   help="gRPC ports: TorchServe always opens them, on localhost")
+    p.add_argument("--grpc-management-port", type=positive_int, default=defaults.GRPC_MANAGEMENT_PORT)
+    p.add_argument("--output", "-o", type=Path, default=Path(defaults.CONFIG))
     p.set_defaults(func=cmd_config)
 
 
@@ -118,14 +125,18 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def _add_build_arguments(p: argparse.ArgumentParser) -> None:
+    from tsvk.settings import DEVICES, PRECISIONS
+
     from .backends import BACKENDS
 
-    p.add_argument("--model", required=True, help="a torchvision classification builder (resnet152, ...) or, with --model-file, your archive name")
-    p.add_argument("--backend", default="aoti", choices=list(BACKENDS), help="compile backend (default aoti)")
-    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--precision", default="fp32", choices=["fp32", "fp16", "bf16"])
-    p.add_argument("--max-batch", type=positive_int, default=8, help="largest batch the artifact accepts (dynamic 1..N)")
-    p.add_argument("--weights", default="DEFAULT", help="DEFAULT (torchvision pretrained), none (random), or a state_dict path")
+    p.add_argument("--model", default=defaults.MODEL, help="a torchvision classification builder (resnet152, ...) or, with "
+                   f"--model-file, your archive name (default {defaults.MODEL})")
+    p.add_argument("--backend", default=defaults.BACKEND, choices=list(BACKENDS), help=f"compile backend (default {defaults.BACKEND})")
+    p.add_argument("--device", default=defaults.DEVICE, choices=DEVICES)
+    p.add_argument("--precision", default=defaults.PRECISION, choices=PRECISIONS)
+    p.add_argument("--max-batch", type=positive_int, default=defaults.MAX_BATCH,
+                   help=f"largest batch the artifact accepts (dynamic 1..N; default {defaults.MAX_BATCH})")
+    p.add_argument("--weights", default=defaults.WEIGHTS, help="DEFAULT (torchvision pretrained), none (random), or a state_dict path")
     p.add_argument("--model-file", type=Path, help="your model's .py file")
     p.add_argument("--model-factory", help="class or zero-argument function in --model-file that builds the model")
     p.add_argument("--resize", type=positive_int, help="custom model: shorter side before the crop")
@@ -134,10 +145,12 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
     p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision)")
-    p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch (default: min(8, max batch); tsvk config decides)")
-    p.add_argument("--max-batch-delay", type=non_negative_int, default=50, dest="max_batch_delay_ms")
-    p.add_argument("--workers", type=positive_int, default=1, help="suggested workers per model")
-    p.add_argument("--topk", type=positive_int, default=5)
+    p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch "
+                   f"(default: min({defaults.BATCH}, max batch); tsvk config decides)")
+    p.add_argument("--max-batch-delay", type=non_negative_int, default=defaults.MAX_BATCH_DELAY_MS, dest="max_batch_delay_ms",
+                   help=f"suggested ms to wait for a batch to fill (default {defaults.MAX_BATCH_DELAY_MS})")
+    p.add_argument("--workers", type=positive_int, default=defaults.WORKERS, help=f"suggested workers per model (default {defaults.WORKERS})")
+    p.add_argument("--topk", type=positive_int, default=defaults.TOPK, help=f"classes in each answer (default {defaults.TOPK})")
     p.add_argument("--exact-jpeg-decode", action="store_true",
                    help="decode large JPEGs at full size instead of a reduced DCT scale (slower; see docs/handler.md)")
 
@@ -156,7 +169,7 @@ def build_request(args: argparse.Namespace):
         custom = CustomModel(args.model_file, args.model_factory or "", args.resize, args.crop, args.mean, args.std, args.labels)
     if args.batch is not None and args.batch > args.max_batch:
         raise UsageError(f"--batch {args.batch} exceeds --max-batch {args.max_batch}: the artifact only accepts batches up to its max batch")
-    batch = args.batch or min(8, args.max_batch)
+    batch = args.batch or min(defaults.BATCH, args.max_batch)
     serving = ServingDefaults(batch_size=batch, max_batch_delay_ms=args.max_batch_delay_ms, workers=args.workers)
     return BuildRequest(
         model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
@@ -168,7 +181,7 @@ def build_request(args: argparse.Namespace):
 def _register_archive(commands) -> None:
     p = commands.add_parser("archive", help="compile, verify and pack a self-contained .mar")
     _add_build_arguments(p)
-    p.add_argument("--model-store", type=Path, default=Path("model_store"))
+    p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--force", action="store_true", help="replace an existing archive")
     p.set_defaults(func=cmd_archive)
 
@@ -180,7 +193,7 @@ def cmd_archive(args: argparse.Namespace) -> int:
     size_mb = path.stat().st_size / 2**20
     print(f"wrote {path} ({size_mb:.1f} MiB) in {result.seconds:.1f} s")
     if result.settings.provenance["weights"].get("random"):
-        print("NOTE: random weights (WEIGHTS=none): predictions from this archive are meaningless")
+        print("NOTE: random weights (--weights none): predictions from this archive are meaningless")
     return 0
 
 
@@ -209,14 +222,15 @@ def cmd_compile(args: argparse.Namespace) -> int:
     return 0
 
 
-DEFAULT_RUN_DIR = Path(".tsvk/run")
+DEFAULT_RUN_DIR = Path(defaults.RUN_DIR)
 
 
 def _register_serve(commands) -> None:
     p = commands.add_parser("serve", help="start TorchServe on a generated config and wait until every model is ready")
-    p.add_argument("--config", type=Path, default=Path("configs/generated.properties"))
+    p.add_argument("--config", type=Path, default=Path(defaults.CONFIG))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="working dir, logs and key file of this TorchServe")
-    p.add_argument("--timeout", type=positive_int, default=600, help="seconds to wait for the models")
+    p.add_argument("--timeout", type=positive_int, default=defaults.READY_TIMEOUT_S,
+                   help=f"seconds to wait for the models (default {defaults.READY_TIMEOUT_S})")
     p.set_defaults(func=cmd_serve)
 
 
@@ -259,7 +273,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
 
 def _register_predict(commands) -> None:
     p = commands.add_parser("predict", help="classify an image with the running TorchServe")
-    p.add_argument("--image", default="skimage:chelsea", help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
+    p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model", help="model name (default: the first in the running config)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     p.set_defaults(func=cmd_predict)
@@ -292,12 +306,19 @@ def _register_gpu_check(commands) -> None:
     register(commands)
 
 
+def _register_demo(commands) -> None:
+    from .demo import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
-    commands.add_parser("bench", help="benchmark every way of serving the model, side by side (`tsvk bench --help`)")
+    commands.add_parser("bench", help="benchmark every way of serving the model, side by side, and the preprocessing, "
+                                      "compile and pinning benchmarks (`tsvk bench --help`)")
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check]
+               _register_keys, _register_robustness, _register_gpu_check, _register_demo]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

@@ -1,4 +1,4 @@
-"""`make demo`: archive a model, generate a config, start TorchServe, classify a real photo, stop.
+"""`tsvk demo` (`make demo`): archive a model, generate a config, start TorchServe, classify a real photo, stop.
 
 Completes on a machine that cannot download pretrained weights too: it then archives random weights
 and says loudly that the predictions are meaningless.
@@ -7,22 +7,27 @@ and says loudly that the predictions are meaningless.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
+
+from tsvk import defaults
 
 from .archive import build_archive
 from .archive_info import read_archive_settings
 from .build import BuildRequest
-from .errors import UsageError
+from .errors import WeightsUnavailable
+from .models import WEIGHTS_NONE
 from .predict import predict
 from .serving_config import ServingRequest, write_config
 from .server import start_torchserve
+
+DEMO_CONFIG = Path("configs/demo.properties")
+DEMO_RUN_DIR = Path(".tsvk/demo")
 
 RANDOM_BANNER = """
 ###########################################################################
 #  DEMO WITH RANDOM WEIGHTS: pretrained weights could not be downloaded,  #
 #  so the labels below are MEANINGLESS. The serving path is real. Give    #
-#  real weights with `make archive MODEL=... WEIGHTS=path/to/state.pth`.  #
+#  real weights: `tsvk archive --model M --weights path/to/state.pth`.    #
 ###########################################################################"""
 
 
@@ -30,15 +35,13 @@ def ensure_archive(model: str, store: Path) -> bool:
     """Build the archive unless one exists; True when its weights are random."""
     mar = store / f"{model}.mar"
     if mar.exists():
-        print(f"[demo] reusing {mar} (make clean to rebuild)")
+        print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild)")
     else:
         try:
-            build_archive(BuildRequest(model=model, weights="DEFAULT"), store)
-        except UsageError as err:
-            if "cannot download" not in str(err):
-                raise
-            print(f"[demo] {err}\n[demo] falling back to WEIGHTS=none")
-            build_archive(BuildRequest(model=model, weights="none"), store)
+            build_archive(BuildRequest(model=model), store)
+        except WeightsUnavailable as err:
+            print(f"[demo] {err}\n[demo] falling back to --weights none")
+            build_archive(BuildRequest(model=model, weights=WEIGHTS_NONE), store)
     return bool(read_archive_settings(mar).provenance.get("weights", {}).get("random"))
 
 
@@ -51,7 +54,7 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
     print("[demo] 3/4 start TorchServe and wait for the model")
     run = start_torchserve(config, run_dir)
     try:
-        run.wait_ready(timeout=600)
+        run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
         print(f"[demo] 4/4 classify {image}")
         if random_weights:
             print(RANDOM_BANNER)
@@ -62,20 +65,15 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tsvk-demo")
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--image", default="skimage:chelsea")
-    parser.add_argument("--model-store", type=Path, default=Path("model_store"))
-    parser.add_argument("--config", type=Path, default=Path("configs/demo.properties"))
-    parser.add_argument("--run-dir", type=Path, default=Path(".tsvk/demo"))
-    args = parser.parse_args(argv)
-    try:
-        return run_demo(args.model, args.image, args.model_store, args.config, args.run_dir)
-    except UsageError as err:
-        print(f"[demo] error: {err}", file=sys.stderr)
-        return 2
+def register(commands) -> None:
+    p = commands.add_parser("demo", help="archive a model, generate a config, start TorchServe, classify a photo, stop")
+    p.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL})")
+    p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
+    p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
+    p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="the config the demo writes")
+    p.add_argument("--run-dir", type=Path, default=DEMO_RUN_DIR, help="working dir, logs and key file of the demo's TorchServe")
+    p.set_defaults(func=cmd_demo)
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def cmd_demo(args: argparse.Namespace) -> int:
+    return run_demo(args.model, args.image, args.model_store, args.config, args.run_dir)

@@ -1,5 +1,9 @@
-"""The one error type the CLI turns into a clean message and exit status 2 (no traceback)."""
+"""The error types the CLI turns into a clean message and exit status 2 (no traceback)."""
 
 
 class UsageError(Exception):
     """A bad argument or a precondition the user can fix; the message says what is allowed."""
+
+
+class WeightsUnavailable(UsageError):
+    """Pretrained weights cannot be downloaded here (no network, a proxy, a hash mismatch)."""

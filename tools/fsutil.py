@@ -17,7 +17,7 @@ def atomic_path(target: Path, force: bool = True) -> Iterator[Path]:
     """Yield a temporary path beside `target`; rename it onto `target` only if the block succeeds."""
     target = Path(target)
     if target.exists() and not force:
-        raise UsageError(f"{target} already exists; pass FORCE=1 (--force) to replace it")
+        raise UsageError(f"{target} already exists; pass --force to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)

@@ -33,11 +33,16 @@ def jpeg_bytes(array, size: tuple[int, int] | None = None, quality: int = 90) ->
     return buffer.getvalue()
 
 
-def image_bytes(spec: str) -> bytes:
-    """`skimage:<name>` as JPEG bytes, or the bytes of an image file."""
+def image_bytes(spec: str, size: tuple[int, int] | None = None) -> bytes:
+    """`skimage:<name>` as JPEG bytes (resized to (width, height) when given), or the bytes of an image file."""
     if spec.startswith("skimage:"):
-        return jpeg_bytes(photo_array(spec.split(":", 1)[1]))
+        return jpeg_bytes(photo_array(image_name(spec)), size=size)
     path = Path(spec)
     if not path.is_file():
-        raise UsageError(f"IMAGE {spec} is neither a file nor skimage:<{'|'.join(SKIMAGE_PHOTOS)}>")
+        raise UsageError(f"--image {spec} is neither a file nor skimage:<{'|'.join(SKIMAGE_PHOTOS)}>")
     return path.read_bytes()
+
+
+def image_name(spec: str) -> str:
+    """The photo's name: `chelsea` for skimage:chelsea, the file's stem for a file."""
+    return spec.split(":", 1)[1] if spec.startswith("skimage:") else Path(spec).stem

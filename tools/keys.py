@@ -26,6 +26,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
+from tsvk import defaults
+
 from .errors import UsageError
 
 KEY_FILE = "key_file.json"
@@ -151,7 +153,7 @@ def _renew_logged(run, period: float) -> float:
 
 def register(commands) -> None:
     p = commands.add_parser("keys", help="print the running TorchServe's inference key, or renew the keys (--renew)")
-    p.add_argument("--run-dir", type=Path, default=Path(".tsvk/run"))
+    p.add_argument("--run-dir", type=Path, default=Path(defaults.RUN_DIR))
     p.add_argument("--renew", action="store_true", help="replace the inference and management keys now")
     p.add_argument("--kind", choices=KEY_TYPES, default="inference", help="which key to print (default inference)")
     p.set_defaults(func=cmd_keys)
@@ -162,7 +164,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
 
     run = find_running(args.run_dir)
     if run is None:
-        raise UsageError(f"no TorchServe started from {args.run_dir} is running; `make serve` first")
+        raise UsageError(f"no TorchServe started from {args.run_dir} is running; `tsvk serve` first")
     if args.renew:
         renew_keys(run.run_dir, run.url("management"))
     key = current_key(run.run_dir, args.kind)

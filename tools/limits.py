@@ -29,6 +29,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "deadline_ms": (1, 3_600_000),
     "token_expiry_min": (1, 525_600),  # at most a year
 }
+# The `tsvk config` flag of a field, where it is not the field's name in dashes.
+FLAGS = {"max_batch_delay_ms": "--max-batch-delay", "response_timeout_s": "--response-timeout"}
 
 
 def model_name_problem(name: object) -> str | None:
@@ -39,11 +41,16 @@ def model_name_problem(name: object) -> str | None:
             "or digit, at most 128 characters")
 
 
+def flag(name: str) -> str:
+    """The `tsvk config` flag that sets the field `name`."""
+    return FLAGS.get(name, "--" + name.replace("_", "-"))
+
+
 def bound_problem(name: str, value: object) -> str | None:
-    """Why `value` is out of range for `name` (its CLI spelling), or None when it fits."""
+    """Why `value` is out of range for `name` (named by its flag), or None when it fits."""
     low, high = BOUNDS[name]
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        return f"--{name.replace('_', '-')} must be a whole number from {low} to {high}, got {value!r}"
+        return f"{flag(name)} must be a whole number from {low} to {high}, got {value!r}"
     return None

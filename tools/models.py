@@ -17,7 +17,7 @@ from typing import Any
 
 from tsvk.settings import INTERPOLATIONS, ModelSource, PreprocessSettings
 
-from .errors import UsageError
+from .errors import UsageError, WeightsUnavailable
 
 WEIGHTS_DEFAULT = "DEFAULT"
 WEIGHTS_NONE = "none"
@@ -94,10 +94,10 @@ def _download_default(model, builder: str, meta_weights) -> dict[str, Any]:
     try:
         state = meta_weights.get_state_dict(progress=False, check_hash=True)
     except Exception as err:  # URLError, SSL errors, hash mismatch: all mean "not available here"
-        raise UsageError(
+        raise WeightsUnavailable(
             f"cannot download the pretrained weights {meta_weights} for {builder} ({type(err).__name__}: {err}). "
-            f"Alternatives: WEIGHTS=path/to/state_dict.pth (a local checkpoint, e.g. one saved with "
-            f"torch.save(model.state_dict(), path) where the network works), or WEIGHTS=none (random "
+            f"Alternatives: --weights path/to/state_dict.pth (a local checkpoint, e.g. one saved with "
+            f"torch.save(model.state_dict(), path) where the network works), or --weights none (random "
             f"initialisation: the service runs, its predictions are meaningless)"
         ) from err
     model.load_state_dict(state)
@@ -106,7 +106,7 @@ def _download_default(model, builder: str, meta_weights) -> dict[str, Any]:
 
 def _random_weights() -> dict[str, Any]:
     print("=" * 78, file=sys.stderr)
-    print("WEIGHTS=none: RANDOM INITIALISATION. This archive's predictions are meaningless;", file=sys.stderr)
+    print("--weights none: RANDOM INITIALISATION. This archive's predictions are meaningless;", file=sys.stderr)
     print("it is for testing the serving path only. Recorded in the archive's metadata.", file=sys.stderr)
     print("=" * 78, file=sys.stderr)
     return {"source": "none", "random": True}
@@ -117,21 +117,21 @@ def load_state_dict_file(model, path: Path) -> None:
     import torch
 
     if not path.is_file():
-        raise UsageError(f"WEIGHTS file {path} does not exist; give a state_dict .pth path, DEFAULT or none")
+        raise UsageError(f"--weights file {path} does not exist; give a state_dict .pth path, DEFAULT or none")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise UsageError(f"cannot read WEIGHTS file {path} as a torch state_dict: {err}") from err
+        raise UsageError(f"cannot read --weights file {path} as a torch state_dict: {err}") from err
     state = _unwrap_checkpoint(state)
     missing, unexpected = _key_mismatch(model.state_dict(), state)
     if missing or unexpected:
         raise UsageError(
-            f"WEIGHTS file {path} does not fit the model: missing keys {_abbrev(missing)}, unexpected keys {_abbrev(unexpected)}"
+            f"--weights file {path} does not fit the model: missing keys {_abbrev(missing)}, unexpected keys {_abbrev(unexpected)}"
         )
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # same keys, different shapes
-        raise UsageError(f"WEIGHTS file {path} does not fit the model: {err}") from err
+        raise UsageError(f"--weights file {path} does not fit the model: {err}") from err
 
 
 def _unwrap_checkpoint(state: Any) -> dict:
@@ -143,7 +143,7 @@ def _unwrap_checkpoint(state: Any) -> dict:
         if state and all(k.startswith("module.") for k in state):  # saved from DataParallel/DDP
             state = {k[len("module."):]: v for k, v in state.items()}
         return state
-    raise UsageError(f"WEIGHTS must hold a state_dict (a dict of tensors), got {type(state).__name__}")
+    raise UsageError(f"--weights must hold a state_dict (a dict of tensors), got {type(state).__name__}")
 
 
 def _key_mismatch(expected: dict, given: dict) -> tuple[list[str], list[str]]:
@@ -174,7 +174,7 @@ def preprocess_from_weights(meta_weights) -> PreprocessSettings:
 def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedModel:
     model = build_from_file(custom.file, custom.factory)
     if weights == WEIGHTS_DEFAULT:
-        raise UsageError("a custom model has no DEFAULT weights: give WEIGHTS=path/to/state_dict.pth or WEIGHTS=none")
+        raise UsageError("a custom model has no DEFAULT weights: give --weights path/to/state_dict.pth or --weights none")
     provenance = _random_weights() if weights == WEIGHTS_NONE else None
     if provenance is None:
         load_state_dict_file(model, Path(weights))
@@ -187,7 +187,7 @@ def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedMod
         std=custom.std or defaults.std,
     )
     if preprocess.crop > preprocess.resize:
-        raise UsageError(f"CROP ({preprocess.crop}) must not exceed RESIZE ({preprocess.resize})")
+        raise UsageError(f"--crop ({preprocess.crop}) must not exceed --resize ({preprocess.resize})")
     return ResolvedModel(
         name=name,
         model=model.eval(),
@@ -203,42 +203,42 @@ def build_from_file(file: Path, factory: str):
     import torch
 
     if not file.is_file() or file.suffix != ".py":
-        raise UsageError(f"MODEL_FILE {file} must be an existing .py file")
+        raise UsageError(f"--model-file {file} must be an existing .py file")
     spec = importlib.util.spec_from_file_location(f"tsvk_user_model_{file.stem}", file)
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
     except Exception as err:
-        raise UsageError(f"MODEL_FILE {file} failed to import: {type(err).__name__}: {err}") from err
+        raise UsageError(f"--model-file {file} failed to import: {type(err).__name__}: {err}") from err
     if not factory or not hasattr(module, factory):
         found = sorted(n for n, v in vars(module).items() if callable(v) and not n.startswith("_"))
-        raise UsageError(f"MODEL_FACTORY {factory!r} is not defined in {file}; callables there: {', '.join(found) or 'none'}")
+        raise UsageError(f"--model-factory {factory!r} is not defined in {file}; callables there: {', '.join(found) or 'none'}")
     build_model = getattr(module, factory)
     if not callable(build_model):
-        raise UsageError(f"MODEL_FACTORY {factory} in {file} must be a class or zero-argument function, got {type(build_model).__name__}")
+        raise UsageError(f"--model-factory {factory} in {file} must be a class or zero-argument function, got {type(build_model).__name__}")
     try:
         model = build_model()
     except Exception as err:
-        raise UsageError(f"MODEL_FACTORY {factory}() failed: {type(err).__name__}: {err} (it must take no arguments)") from err
+        raise UsageError(f"--model-factory {factory}() failed: {type(err).__name__}: {err} (it must take no arguments)") from err
     if not isinstance(model, torch.nn.Module):
-        raise UsageError(f"MODEL_FACTORY {factory}() must return a torch.nn.Module, got {type(model).__name__}")
+        raise UsageError(f"--model-factory {factory}() must return a torch.nn.Module, got {type(model).__name__}")
     return model
 
 
 def read_labels(path: Path) -> list[str]:
     """TorchServe's index_to_name.json ({"0": "tench"} or {"0": ["n01440764", "tench"]}) or one label per line."""
     if not path.is_file():
-        raise UsageError(f"LABELS file {path} does not exist")
+        raise UsageError(f"--labels file {path} does not exist")
     text = path.read_text()
     if path.suffix == ".json":
         try:
             mapping = json.loads(text)
             return [_label_text(mapping[str(i)]) for i in range(len(mapping))]
         except (ValueError, KeyError, TypeError) as err:
-            raise UsageError(f"LABELS {path} must map \"0\"..\"N-1\" to names (TorchServe index_to_name.json): {err}") from err
+            raise UsageError(f"--labels {path} must map \"0\"..\"N-1\" to names (TorchServe index_to_name.json): {err}") from err
     labels = [line.strip() for line in text.splitlines() if line.strip()]
     if not labels:
-        raise UsageError(f"LABELS file {path} is empty")
+        raise UsageError(f"--labels file {path} is empty")
     return labels
 
 

@@ -1,4 +1,7 @@
-"""Free localhost ports, so tests and benchmarks never collide with a TorchServe on its default ports."""
+"""Free localhost ports, so benchmarks and tests never collide with a TorchServe on its default ports.
+
+Ports that must differ are taken in one call: each call binds all of its ports at once.
+"""
 
 from __future__ import annotations
 
@@ -17,6 +20,11 @@ def free_ports(count: int) -> list[int]:
     finally:
         for sock in sockets:
             sock.close()
+
+
+def free_port() -> int:
+    """One port nobody listens on now."""
+    return free_ports(1)[0]
 
 
 def serving_on_free_ports(**fields) -> ServingRequest:

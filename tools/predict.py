@@ -19,10 +19,10 @@ from .server import find_running
 def predict(run_dir: Path, image: str, model: str | None = None) -> str:
     run = find_running(run_dir)
     if run is None:
-        raise UsageError(f"no TorchServe started from {run_dir} is running; `make serve` first")
+        raise UsageError(f"no TorchServe started from {run_dir} is running; `tsvk serve` first")
     model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
     if not model:
-        raise UsageError("no model named and none configured; pass MODEL=<name>")
+        raise UsageError("no model named and none configured; pass --model <name>")
     url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
     status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
     if status != 200:

@@ -121,10 +121,10 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
     """Start TorchServe in the background in its own session; refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
-        raise UsageError(f"config {config} not found; generate it with `make config`")
+        raise UsageError(f"config {config} not found; generate it with `tsvk config`")
     running = find_running(run_dir)
     if running is not None:
-        raise UsageError(f"a TorchServe started from {run_dir} is already running (pid {running.pid}); `make stop` first")
+        raise UsageError(f"a TorchServe started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
     for sub in ("tmp", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     with open(run_dir / "logs" / "stdout.log", "ab") as stdout:

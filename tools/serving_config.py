@@ -14,21 +14,16 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 from tsvk.deadline import DEADLINE_KEY_PREFIX
+from tsvk.settings import HandlerSettings, ServingDefaults
 from tsvk.threads import THREADS_KEY_PREFIX
 
-from .archive_info import list_archives, read_archive_settings
+from .archive_info import MODEL_VERSION, list_archives, read_archive_settings
 from .errors import UsageError
 from .fsutil import write_text_atomic
 from .limits import BOUNDS, bound_problem, model_name_problem
-
-MODEL_VERSION = "1.0"  # every tsvk archive is built with this version (see archive.py)
-DEFAULT_BATCH = 8
-DEFAULT_MAX_BATCH_DELAY_MS = 50
-DEFAULT_RESPONSE_TIMEOUT_S = 120
-# Token-auth keys expire after this; `tsvk serve` renews them at half that age (see tools/keys.py).
-DEFAULT_TOKEN_EXPIRY_MIN = 60
 
 
 @dataclass(frozen=True)
@@ -42,19 +37,19 @@ class ServingRequest:
     max_batch_delay_ms: int | None = None
     response_timeout_s: int | None = None
     models: tuple[str, ...] | None = None
-    model_store: Path = Path("model_store")
+    model_store: Path = Path(defaults.MODEL_STORE)
     archive_check: bool = True
     auth: bool = True
-    concurrency: int = 64
+    concurrency: int = defaults.CONCURRENCY
     core_pinning: bool = False
-    max_request_mb: int = 16
+    max_request_mb: int = defaults.MAX_REQUEST_MB
     deadline_ms: int | None = None
-    token_expiry_min: int = DEFAULT_TOKEN_EXPIRY_MIN
-    inference_address: str = "http://0.0.0.0:8080"
-    management_address: str = "http://127.0.0.1:8081"
-    metrics_address: str = "http://127.0.0.1:8082"
-    grpc_inference_port: int = 7070
-    grpc_management_port: int = 7071
+    token_expiry_min: int = defaults.TOKEN_EXPIRY_MIN  # `tsvk serve` renews the keys at half this age (tools/keys.py)
+    inference_address: str = defaults.INFERENCE_ADDRESS
+    management_address: str = defaults.MANAGEMENT_ADDRESS
+    metrics_address: str = defaults.METRICS_ADDRESS
+    grpc_inference_port: int = defaults.GRPC_INFERENCE_PORT
+    grpc_management_port: int = defaults.GRPC_MANAGEMENT_PORT
 
 
 @dataclass(frozen=True)
@@ -87,20 +82,17 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
         raise UsageError("; ".join(problems))
     vcpus = request.vcpus or detect_vcpus()
     gpus = request.gpus if request.gpus is not None else _detect_gpus()
-    names, suggested = _resolve_models(request)
-    problems += [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
-    workers = _workers_per_model(request, gpus)
-    models = [_plan_model(name, request, suggested.get(name), workers, problems) for name in names]
-    total = sum(m.workers for m in models)
-    if total > vcpus:
-        problems.append(
-            f"WORKERS x models = {total} exceeds VCPUS = {vcpus}; each worker needs at least one vCPU, "
-            f"so use WORKERS <= {max(1, vcpus // max(1, len(models)))}"
-        )
+    names, archives = _resolve_models(request)
+    workers = {name: _workers(request, gpus, archives.get(name)) for name in names}
+    batches = {name: request.batch or _suggested(archives.get(name)).batch_size for name in names}
+    problems = [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
+    problems += [p for p in (_batch_problem(name, batches[name], archives.get(name)) for name in names) if p]
+    problems += _vcpu_problems(sum(workers.values()), vcpus, len(names))
     if problems:
         raise UsageError("; ".join(problems))
-    threads = max(1, vcpus // max(1, total))
-    return ServingPlan(request, vcpus, gpus, tuple(_with_threads(m, threads) for m in models))
+    threads = max(1, vcpus // max(1, sum(workers.values())))
+    models = tuple(_plan_model(name, request, archives.get(name), workers[name], batches[name], threads) for name in names)
+    return ServingPlan(request, vcpus, gpus, models)
 
 
 def write_config(request: ServingRequest, output: Path) -> ServingPlan:
@@ -109,18 +101,21 @@ def write_config(request: ServingRequest, output: Path) -> ServingPlan:
     return plan
 
 
-def _workers_per_model(request: ServingRequest, gpus: int) -> int | None:
-    """Asked-for workers; else one per GPU; else None, meaning: what each archive suggests."""
-    if request.workers:
-        return request.workers
-    return gpus or None
+def _suggested(settings: HandlerSettings | None) -> ServingDefaults:
+    """What the archive suggests; without archives (--no-archive-check), what an archive suggests by default."""
+    return settings.serving if settings else ServingDefaults()
+
+
+def _workers(request: ServingRequest, gpus: int, settings: HandlerSettings | None) -> int:
+    """Asked-for workers; else one per GPU; else what the archive suggests."""
+    return request.workers or gpus or _suggested(settings).workers
 
 
 def _check_counts(request: ServingRequest) -> list[str]:
     """Every number within what TorchServe parses, every name and address one property line long."""
     problems = [p for p in (bound_problem(name, getattr(request, name)) for name in BOUNDS) if p]
     if request.vcpus and request.workers and request.workers > request.vcpus:
-        problems.append(f"WORKERS ({request.workers}) must not exceed VCPUS ({request.vcpus})")
+        problems.append(f"--workers ({request.workers}) must not exceed --vcpus ({request.vcpus})")
     for name in ("inference_address", "management_address", "metrics_address"):
         problems += _address_problems(name, getattr(request, name))
     problems += [p for p in map(model_name_problem, request.models or ()) if p]
@@ -137,15 +132,15 @@ def _address_problems(name: str, address: str) -> list[str]:
     return []
 
 
-def _resolve_models(request: ServingRequest) -> tuple[list[str], dict]:
+def _resolve_models(request: ServingRequest) -> tuple[list[str], dict[str, HandlerSettings]]:
     """Model names to serve and, when archives are checked, each archive's settings."""
     if not request.archive_check:
         if not request.models:
-            raise UsageError("MODELS must name the models when archives are not checked (--no-archive-check)")
+            raise UsageError("--models must name the models when archives are not checked (--no-archive-check)")
         return list(request.models), {}
     available = list_archives(request.model_store)
     if not available:
-        raise UsageError(f"no .mar archives in {request.model_store}; build one with `make archive MODEL=resnet18`")
+        raise UsageError(f"no .mar archives in {request.model_store}; build one with `tsvk archive --model {defaults.MODEL}`")
     names = list(request.models) if request.models else list(available)
     unknown = [n for n in names if n not in available]
     if unknown:
@@ -159,30 +154,35 @@ def _unknown_model_message(name: str, available: dict, store: Path) -> str:
     return f"unknown model {name!r}: no {name}.mar in {store} (available: {', '.join(available)}){hint}"
 
 
-def _plan_model(name, request: ServingRequest, settings, workers, problems: list[str]) -> ModelPlan:
-    serving = settings.serving if settings else None
-    batch = request.batch or (serving.batch_size if serving else DEFAULT_BATCH)
-    if settings and batch > settings.artifact.max_batch:
-        problems.append(
-            f"BATCH {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "
-            f"use BATCH <= {settings.artifact.max_batch} or rebuild it with MAX_BATCH={batch}"
-        )
+def _batch_problem(name: str, batch: int, settings: HandlerSettings | None) -> str | None:
+    if settings is None or batch <= settings.artifact.max_batch:
+        return None
+    return (f"--batch {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "
+            f"use --batch <= {settings.artifact.max_batch} or rebuild it with --max-batch {batch}")
+
+
+def _vcpu_problems(total_workers: int, vcpus: int, models: int) -> list[str]:
+    if total_workers <= vcpus:
+        return []
+    return [f"--workers x models = {total_workers} exceeds --vcpus = {vcpus}; each worker needs at least one vCPU, "
+            f"so use --workers <= {max(1, vcpus // max(1, models))}"]
+
+
+def _plan_model(name: str, request: ServingRequest, settings: HandlerSettings | None, workers: int, batch: int,
+                threads: int) -> ModelPlan:
+    suggested = _suggested(settings)
     return ModelPlan(
         name=name,
-        workers=workers or (serving.workers if serving else 1),
+        workers=workers,
         batch=batch,
-        max_batch_delay_ms=_first(request.max_batch_delay_ms, serving and serving.max_batch_delay_ms, DEFAULT_MAX_BATCH_DELAY_MS),
-        response_timeout_s=_first(request.response_timeout_s, serving and serving.response_timeout_s, DEFAULT_RESPONSE_TIMEOUT_S),
-        intra_op_threads=1,
+        max_batch_delay_ms=_given_or(request.max_batch_delay_ms, suggested.max_batch_delay_ms),
+        response_timeout_s=_given_or(request.response_timeout_s, suggested.response_timeout_s),
+        intra_op_threads=threads,
     )
 
 
-def _with_threads(model: ModelPlan, threads: int) -> ModelPlan:
-    return ModelPlan(**{**model.__dict__, "intra_op_threads": threads})
-
-
-def _first(*values):
-    return next(v for v in values if v is not None and v is not False)
+def _given_or(value: int | None, default: int) -> int:
+    return default if value is None else value
 
 
 def _detect_gpus() -> int:
@@ -236,7 +236,7 @@ def _security(plan: ServingPlan) -> list[tuple[str, str, str]]:
              "half that age and clients re-read key_file.json when refused (docs/robustness.md)",
              "token_expiration_min", str(r.token_expiry_min))]
     if not r.auth:
-        auth = [("token authorization off (AUTH=off): protect the ports another way (network policy, private network)",
+        auth = [("token authorization off (--auth off): protect the ports another way (network policy, private network)",
                  "disable_token_authorization", "true")]
     return auth + [
         ("the model-registration API is off: only the archives named below are ever served", "enable_model_api", "false"),

@@ -54,14 +54,6 @@ def metric_definitions() -> dict[str, dict[str, Any]]:
     }
 
 
-def model_metrics_yaml_section() -> dict[str, list[dict[str, Any]]]:
-    """The `model_metrics:` section to merge into a TorchServe metrics yaml (metrics_config)."""
-    section: dict[str, list[dict[str, Any]]] = {}
-    for name, spec in metric_definitions().items():
-        section.setdefault(spec["type"], []).append({"name": name, "unit": spec["unit"], "dimensions": spec["dimensions"]})
-    return section
-
-
 class BatchMetrics:
     """Writes the per-batch metrics; a metrics failure is logged once and never fails a request."""
 

@@ -12,6 +12,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from .defaults import (BATCH, DEVICE, MAX_BATCH, MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_PIXELS, PRECISION,
+                       RESPONSE_TIMEOUT_S, TOPK, WORKERS)
+
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
 
@@ -21,10 +24,6 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")
-
-DEFAULT_MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
-# Decoded pixels one CPU batch may hold at once (~240 MB as RGB): larger batches are decoded in chunks.
-DEFAULT_MAX_BATCH_PIXELS = 2 * DEFAULT_MAX_PIXELS
 
 
 class SettingsError(ValueError):
@@ -51,9 +50,9 @@ class ArtifactSettings:
 
     file: str
     format: str
-    device: str = "cpu"
-    precision: str = "fp32"
-    max_batch: int = 8
+    device: str = DEVICE
+    precision: str = PRECISION
+    max_batch: int = MAX_BATCH
     source: ModelSource = field(default_factory=ModelSource)
 
 
@@ -69,8 +68,8 @@ class PreprocessSettings:
     antialias: bool = True
     backend: str = "auto"
     strict: bool = False
-    max_pixels: int = DEFAULT_MAX_PIXELS
-    max_batch_pixels: int = DEFAULT_MAX_BATCH_PIXELS
+    max_pixels: int = MAX_PIXELS
+    max_batch_pixels: int = MAX_BATCH_PIXELS  # larger CPU batches are decoded in chunks
     # CPU: decode a JPEG over 4x `resize` at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
     # at least 2x `resize` for the antialiased resize: 3x faster on 12 MP photos (docs/handler.md).
     jpeg_dct_scaling: bool = True
@@ -80,7 +79,7 @@ class PreprocessSettings:
 class RuntimeSettings:
     """Per-worker behaviour. intra_op_threads=0 means: take it from the TorchServe config at load."""
 
-    topk: int = 5
+    topk: int = TOPK
     intra_op_threads: int = 0
     inter_op_threads: int = 1
 
@@ -90,10 +89,10 @@ class ServingDefaults:
     """What the archive suggests to `tsvk config`. Deliberately NOT TorchServe's top-level keys:
     values there override config.properties, and the generated config must decide."""
 
-    batch_size: int = 8
-    max_batch_delay_ms: int = 50
-    workers: int = 1
-    response_timeout_s: int = 120
+    batch_size: int = BATCH
+    max_batch_delay_ms: int = MAX_BATCH_DELAY_MS
+    workers: int = WORKERS
+    response_timeout_s: int = RESPONSE_TIMEOUT_S
 
 
 @dataclass(frozen=True)
@@ -153,9 +152,9 @@ def _build_artifact(reader: "_Reader") -> ArtifactSettings:
     return ArtifactSettings(
         file=reader.text("file"),
         format=reader.choice("format", ARTIFACT_FORMATS),
-        device=reader.choice("device", DEVICES, "cpu"),
-        precision=reader.choice("precision", PRECISIONS, "fp32"),
-        max_batch=reader.integer("max_batch", 8, minimum=1),
+        device=reader.choice("device", DEVICES, DEVICE),
+        precision=reader.choice("precision", PRECISIONS, PRECISION),
+        max_batch=reader.integer("max_batch", MAX_BATCH, minimum=1),
         source=ModelSource(
             kind=kind,
             builder=source.text("builder", "" if kind == "file" else None),

@@ -8,19 +8,14 @@ average stays under half a level and a classifier ranks the same classes.
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
-from handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive  # noqa: E402
-
-from tsvk import features  # noqa: E402
-from tsvk.decode import probe  # noqa: E402
-from tsvk.preprocess.cpu import CpuPreprocessor  # noqa: E402
-from tsvk.settings import PreprocessSettings  # noqa: E402
+from tests.support.handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive
+from tsvk import features
+from tsvk.decode import probe
+from tsvk.preprocess.cpu import CpuPreprocessor
+from tsvk.settings import PreprocessSettings
 
 pytestmark = [
     pytest.mark.gpu,

@@ -6,14 +6,11 @@ CI=true, where a missing tool is a failure: CI must run them (make helm-install-
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).parent))  # helm_support, whatever pytest's import mode
-
-from helm_support import (
+from tests.support.helm import (
     CHART,
     NAMESPACE,
     RELEASE,

@@ -10,7 +10,7 @@ import subprocess
 import threading
 
 import pytest
-from helm_scenarios import SCENARIOS
+from tests.support.helm_scenarios import SCENARIOS
 
 pytestmark = pytest.mark.helm
 

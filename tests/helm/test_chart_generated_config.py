@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from helm_support import REPO, default_config, default_values
+from tests.support.helm import REPO, default_config, default_values
 
 pytestmark = pytest.mark.helm
 

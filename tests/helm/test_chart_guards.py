@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from helm_support import config_with, config_without
+from tests.support.helm import config_with, config_without
 
 pytestmark = pytest.mark.helm
 

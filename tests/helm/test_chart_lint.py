@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from helm_scenarios import SCENARIOS
-from helm_support import CHART, run_helm
+from tests.support.helm_scenarios import SCENARIOS
+from tests.support.helm import CHART, run_helm
 
 pytestmark = pytest.mark.helm
 

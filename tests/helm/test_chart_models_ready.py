@@ -13,7 +13,7 @@ import sys
 import threading
 
 import pytest
-from helm_support import CHART
+from tests.support.helm import CHART
 
 pytestmark = pytest.mark.helm
 

@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from helm_support import REPO
+from tests.support.helm import REPO
 
 from tsvk_tools.ports import free_ports
 

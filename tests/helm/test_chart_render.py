@@ -9,8 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from helm_scenarios import SCENARIOS, SHA256_OF_ARCHIVE
-from helm_support import NAMESPACE, RELEASE, config_with
+from tests.support.helm_scenarios import SCENARIOS, SHA256_OF_ARCHIVE
+from tests.support.helm import NAMESPACE, RELEASE, config_with
 
 pytestmark = pytest.mark.helm
 
@@ -47,14 +47,39 @@ def test_every_manifest_validates_against_kubernetes_schemas(scenario, kubernete
     assert result.stdout.count("passed") == len(core) * len(kubernetes_versions)
 
 
-def test_custom_resources_validate_against_their_schemas(scenario, kubernetes_versions):
+def _custom_resources(rendered) -> list[tuple[dict, dict]]:
+    """(manifest, its schema) for every custom resource of a rendering."""
+    return [(doc, json.loads(CUSTOM_RESOURCE_SCHEMAS[(doc["apiVersion"], doc["kind"])].read_text()))
+            for doc in rendered.documents if (doc["apiVersion"], doc["kind"]) in CUSTOM_RESOURCE_SCHEMAS]
+
+
+def _monitored(name: str) -> bool:
+    return SCENARIOS[name].get("serviceMonitor", {}).get("enabled", False)
+
+
+def test_a_service_monitor_is_rendered_exactly_when_asked_for(scenario):
+    name, rendered = scenario
+    assert len(rendered.all("ServiceMonitor")) == (1 if _monitored(name) else 0)
+
+
+@pytest.mark.parametrize("name", sorted(filter(_monitored, SCENARIOS)))
+def test_custom_resources_validate_against_their_schemas(render, name, kubernetes_versions):
     import jsonschema  # installed with kubernetes-validate, which the kubernetes_versions fixture requires
 
-    _, rendered = scenario
-    for doc in rendered.documents:
-        schema_path = CUSTOM_RESOURCE_SCHEMAS.get((doc["apiVersion"], doc["kind"]))
-        if schema_path:
-            jsonschema.validate(doc, json.loads(schema_path.read_text()))
+    resources = _custom_resources(render(SCENARIOS[name]))
+    assert resources, f"scenario {name} renders no custom resource to check"
+    for doc, schema in resources:
+        jsonschema.validate(doc, schema)
+
+
+def test_custom_resource_schema_catches_an_unknown_field(render, kubernetes_versions):
+    """The ServiceMonitor schema is not a rubber stamp either: a misspelt endpoint field fails."""
+    import jsonschema
+
+    [(monitor, schema)] = _custom_resources(render(SCENARIOS["monitoring"]))
+    monitor["spec"]["endpoints"][0]["scrapeIntervall"] = "30s"
+    with pytest.raises(jsonschema.ValidationError, match="scrapeIntervall"):
+        jsonschema.validate(monitor, schema)
 
 
 def test_strict_validation_catches_an_unknown_field(render, kubernetes_versions):

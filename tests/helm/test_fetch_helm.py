@@ -13,7 +13,7 @@ import tarfile
 import zipfile
 
 import pytest
-from helm_support import REPO
+from tests.support.helm import REPO
 
 pytestmark = pytest.mark.helm
 

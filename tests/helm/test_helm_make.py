@@ -7,7 +7,7 @@ import shutil
 import subprocess
 
 import pytest
-from helm_support import REPO
+from tests.support.helm import REPO, default_config, default_values
 
 pytestmark = pytest.mark.helm
 
@@ -76,6 +76,33 @@ def test_image_fails_clearly_without_a_docker_engine(make):
 
 
 def test_sync_default_always_uses_the_chart_defaults(make):
-    commands = dry_run(make, "helm-sync-default", "HELM_VCPUS=8", "HELM_MODELS=vit_b_16")
+    commands = dry_run(make, "helm-sync-default", "HELM_VCPUS=8", "HELM_MODELS=vit_b_16", "HELM_MAX_BATCH_DELAY=7")
     assert "--vcpus 2 --workers 1 --gpus 0" in commands and "--models resnet50" in commands
+    assert "--max-batch-delay" not in commands and "--metrics-address" not in commands  # tsvk config decides
     assert "k8s/sync_default_config.py build/helm/config.properties" in commands
+
+
+def make_variables(make, *names: str) -> dict[str, str]:
+    """The values helm.mk gives these variables when nothing is set on the command line."""
+    result = subprocess.run(
+        [make, "--no-print-directory", "-s", "-f", str(HELM_MK), "--eval", "print-%: ; @echo '$*=$($*)'",
+         *(f"print-{name}" for name in names)],
+        cwd=REPO, capture_output=True, text=True, check=True,
+    )
+    return dict(line.split("=", 1) for line in result.stdout.splitlines())
+
+
+def test_chart_defaults_are_the_values_yaml_defaults_and_tsvks(make):
+    """helm.mk writes the chart's defaults once; values.yaml says the same, and so does tsvk for batch and workers."""
+    defaults = pytest.importorskip("tsvk.defaults")
+    chart = make_variables(make, "chart_vcpus", "chart_workers", "chart_batch", "chart_gpus", "chart_models")
+    values = default_values()
+    assert int(chart["chart_vcpus"]) == values["torchserve"]["vcpus"]
+    assert int(chart["chart_workers"]) == values["torchserve"]["workers"] == defaults.WORKERS
+    assert int(chart["chart_batch"]) == values["torchserve"]["batchSize"] == defaults.BATCH
+    assert (chart["chart_gpus"] != "0") == values["gpu"]["enabled"]
+    assert f"load_models={chart['chart_models'].replace(',', '.mar,')}.mar" in default_config()
+    helm = make_variables(make, "HELM_VCPUS", "HELM_WORKERS", "HELM_BATCH", "HELM_GPUS", "HELM_MODELS",
+                          "HELM_MAX_BATCH_DELAY", "HELM_METRICS_ADDRESS")
+    assert helm == {**{f"HELM_{key[6:].upper()}": value for key, value in chart.items()},
+                    "HELM_MAX_BATCH_DELAY": "", "HELM_METRICS_ADDRESS": ""}

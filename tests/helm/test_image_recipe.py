@@ -10,7 +10,7 @@ import re
 
 import pytest
 import yaml
-from helm_support import CHART, REPO
+from tests.support.helm import CHART, REPO
 from packaging.requirements import Requirement
 
 pytestmark = pytest.mark.helm

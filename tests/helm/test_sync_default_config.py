@@ -6,7 +6,7 @@ import importlib.util
 
 import pytest
 import yaml
-from helm_support import CHART, REPO
+from tests.support.helm import CHART, REPO
 
 pytestmark = pytest.mark.helm
 

@@ -9,7 +9,6 @@ served with a config from `tsvk config`, so this test needs no weights download.
 from __future__ import annotations
 
 import contextlib
-import sys
 import time
 from pathlib import Path
 
@@ -18,7 +17,8 @@ import requests
 import yaml
 from PIL import Image
 
-from tests.support.torchserve import post_concurrently, running_torchserve
+from tests.support.handler_fakes import encode, noise_image
+from tests.support.torchserve import model_metrics_yaml_section, post_concurrently, running_torchserve
 from tsvk import metrics as tsvk_metrics
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.ports import serving_on_free_ports
@@ -27,8 +27,6 @@ pytestmark = pytest.mark.integration
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-from handler_fakes import encode, noise_image  # noqa: E402
 
 MODEL = "tiny"
 LABELS = {"cat", "dog", "bird"}
@@ -46,7 +44,7 @@ def write_metrics_yaml(path: Path) -> Path:
     import ts
 
     config = yaml.safe_load((Path(ts.__file__).parent / "configs" / "metrics.yaml").read_text())
-    for kind, entries in tsvk_metrics.model_metrics_yaml_section().items():
+    for kind, entries in model_metrics_yaml_section().items():
         config["model_metrics"].setdefault(kind, []).extend(entries)
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -149,7 +147,7 @@ def _scrape_until_all_present(urls: dict[str, str], wanted: set[str]) -> str:
 
 
 def test_handler_metrics_on_prometheus_endpoint(torchserve):
-    """With metrics_config = TorchServe's default metrics.yaml + tsvk.metrics.model_metrics_yaml_section()."""
+    """With metrics_config = TorchServe's default metrics.yaml + the handler's metric definitions."""
     urls, _ = torchserve
     requests.post(f"{urls['inference']}/predictions/{MODEL}", data=encode(noise_image(), "JPEG"), timeout=120)
     requests.post(f"{urls['inference']}/predictions/{MODEL}", data=_bomb(), timeout=120)

@@ -1,4 +1,4 @@
-"""Test helpers for a real TorchServe: free ports, configs on them, a server that is always stopped."""
+"""Test helpers for a real TorchServe: configs on free ports, a server that is always stopped, a metrics yaml."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from typing import Iterator
 
 import requests
 
+from tsvk.metrics import metric_definitions
 from tsvk_tools.server import TorchServeRun, start_torchserve
 from tsvk_tools.serving_config import ServingRequest, write_config
 
@@ -58,3 +59,11 @@ def post_concurrently(url: str, bodies: list[bytes], headers: dict[str, str] | N
     for thread in threads:
         thread.join()
     return responses  # type: ignore[return-value]
+
+
+def model_metrics_yaml_section() -> dict[str, list[dict]]:
+    """The handler's metrics as the `model_metrics:` section of a TorchServe metrics yaml (metrics_config)."""
+    section: dict[str, list[dict]] = {}
+    for name, spec in metric_definitions().items():
+        section.setdefault(spec["type"], []).append({"name": name, "unit": spec["unit"], "dimensions": spec["dimensions"]})
+    return section

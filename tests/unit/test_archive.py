@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 import zipfile
 from pathlib import Path
 
@@ -51,7 +52,7 @@ def test_exact_jpeg_decode_is_recorded_in_the_archive(tmp_path):
 
 def top_level_modules_after(statement: str) -> set[str]:
     script = f"import sys; {statement}; print(' '.join(sorted({{m.split('.')[0] for m in sys.modules}})))"
-    done = subprocess.run([str(ROOT / ".venv/bin/python"), "-c", script], capture_output=True, text=True, check=True, cwd=ROOT / "handlers")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=ROOT / "handlers")
     return set(done.stdout.split())
 
 
@@ -66,7 +67,7 @@ def test_existing_archive_needs_force(tmp_path, capsys):
     assert archive(tmp_path, "--backend", "eager") == 0
     before = (tmp_path / "tiny.mar").read_bytes()
     assert archive(tmp_path, "--backend", "export") == 2
-    assert "already exists; pass FORCE=1" in capsys.readouterr().err
+    assert "already exists; pass --force" in capsys.readouterr().err
     assert (tmp_path / "tiny.mar").read_bytes() == before
     assert archive(tmp_path, "--backend", "export", "--force") == 0
     with zipfile.ZipFile(tmp_path / "tiny.mar") as mar:
@@ -82,8 +83,8 @@ def test_failed_build_leaves_nothing(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--model", "resnet18", "--resize", "100"], "--resize applies to custom models only; add --model-file"),
     (["--model", "resnet18", "--batch", "16", "--max-batch", "8"], "--batch 16 exceeds --max-batch 8"),
-    (["--model", "resnet18", "--weights", "none", "--backend", "tensorrt"], "BACKEND=tensorrt does not run on DEVICE=cpu"),
-    (["--model", "resnet18", "--weights", "none", "--precision", "fp16"], "supported: DEVICE=cpu: PRECISION=fp32|bf16"),
+    (["--model", "resnet18", "--weights", "none", "--backend", "tensorrt"], "--backend tensorrt does not run on --device cpu"),
+    (["--model", "resnet18", "--weights", "none", "--precision", "fp16"], "supported: --device cpu: --precision fp32|bf16"),
 ])
 def test_bad_archive_arguments(tmp_path, capsys, argv, message):
     assert main(["archive", *argv, "--model-store", str(tmp_path)]) == 2

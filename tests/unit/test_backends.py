@@ -14,7 +14,7 @@ from tsvk_tools.errors import UsageError
 from tsvk_tools.models import CustomModel
 from tsvk_tools.verify import Tolerance, verify_artifact
 
-from fake_torch_tensorrt import FakeTorchTensorRT
+from tests.support.fake_torch_tensorrt import FakeTorchTensorRT
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)
@@ -46,9 +46,9 @@ def test_verification_failure_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("backend, device, precision, message", [
-    ("aoti", "cpu", "fp16", "supported: DEVICE=cpu: PRECISION=fp32|bf16; DEVICE=cuda: PRECISION=fp32|fp16|bf16"),
-    ("tensorrt", "cpu", "fp32", "BACKEND=tensorrt does not run on DEVICE=cpu"),
-    ("tensorrt", "cuda", "bf16", "does not support PRECISION=bf16"),
+    ("aoti", "cpu", "fp16", "supported: --device cpu: --precision fp32|bf16; --device cuda: --precision fp32|fp16|bf16"),
+    ("tensorrt", "cpu", "fp32", "--backend tensorrt does not run on --device cpu"),
+    ("tensorrt", "cuda", "bf16", "does not support --precision bf16"),
 ])
 def test_unsupported_combinations_name_the_supported_ones(backend, device, precision, message):
     with pytest.raises(UsageError, match=message.replace("|", r"\|")):
@@ -56,19 +56,19 @@ def test_unsupported_combinations_name_the_supported_ones(backend, device, preci
 
 
 def test_unknown_backend():
-    with pytest.raises(UsageError, match="BACKEND must be one of aoti, export, torchscript, tensorrt, eager"):
+    with pytest.raises(UsageError, match="--backend must be one of aoti, export, torchscript, tensorrt, eager"):
         get_backend("onnx")
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_cuda_device_without_cuda(tmp_path):
-    with pytest.raises(UsageError, match="DEVICE=cuda needs a CUDA device"):
+    with pytest.raises(UsageError, match="--device cuda needs a CUDA device"):
         build(BuildRequest(model="tiny", backend="aoti", device="cuda", weights="none", custom=TINY), tmp_path)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message on a machine without CUDA")
 def test_tensorrt_without_cuda_says_what_is_missing_and_writes_nothing(tmp_path):
-    with pytest.raises(UsageError, match=r"BACKEND=tensorrt needs a CUDA device .*nothing was written"):
+    with pytest.raises(UsageError, match=r"--backend tensorrt needs a CUDA device .*nothing was written"):
         build(BuildRequest(model="tiny", backend="tensorrt", device="cuda", weights="none", custom=TINY), tmp_path)
     assert list(tmp_path.iterdir()) == []
 

@@ -14,7 +14,8 @@ from tsvk_tools.bench import harness
 from tsvk_tools.bench.apps.ceiling_probe import device_sync, no_sync, timed_calls
 from tsvk_tools.bench.assets import Photo, ours_build_request
 from tsvk_tools.bench.markdown import render_markdown
-from tsvk_tools.bench.options import GPU, BenchOptions, gpu_backend, require_device
+from tsvk import features
+from tsvk_tools.bench.options import GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
 from tsvk_tools.bench.report import build_result
 from tsvk_tools.bench.run import build_parser, options_from_args
 from tsvk_tools.bench.systems.base import RunContext
@@ -37,19 +38,32 @@ def _context(tmp_path, **options) -> RunContext:
     return ctx
 
 
-def test_gpu_flag_runs_every_system_on_cuda_in_fp16_with_its_own_tag():
+@pytest.fixture
+def tensorrt_imports(monkeypatch):
+    """tensorrt_imports(True | False): whether torch_tensorrt imports, whatever this machine says."""
+    def fake(importable: bool) -> None:
+        monkeypatch.setattr(features, "has_torch_tensorrt", lambda: importable)
+        monkeypatch.setattr(features, "unavailable_reason", lambda name: "" if importable else "OSError: libcuda.so.1")
+
+    return fake
+
+
+def test_gpu_flag_runs_every_system_on_cuda_in_fp16_with_its_own_tag(tensorrt_imports):
+    tensorrt_imports(True)
     options = _options("--gpu")
     assert (options.device, options.precision, options.tag) == ("cuda", "fp16", "gpu")
     assert (options.jobs, options.concurrency, options.model) == (GPU.jobs, GPU.concurrency, "resnet152")
-    assert (options.backend, options.backend_note) == gpu_backend()
-    assert options.systems == _options().systems  # the same table
+    assert (options.backend, options.backend_note) == ("tensorrt", "torch_tensorrt imports")
+    assert options.systems == SYSTEMS  # the same table as on the CPU
 
 
-def test_gpu_backend_is_tensorrt_only_where_it_imports():
+def test_gpu_backend_is_tensorrt_only_where_it_imports(tensorrt_imports):
+    tensorrt_imports(True)
+    assert gpu_backend() == ("tensorrt", "torch_tensorrt imports")
+    tensorrt_imports(False)
     backend, note = gpu_backend()
-    assert backend in ("tensorrt", "aoti")
-    if backend == "aoti":  # this machine: torch_tensorrt needs a CUDA driver to import
-        assert "torch_tensorrt is not usable here" in note
+    assert backend == "aoti"
+    assert note == "torch_tensorrt is not usable here (OSError: libcuda.so.1), so AOTInductor on CUDA"
 
 
 def test_gpu_flag_keeps_a_named_backend_and_precision_and_combines_with_quick():

@@ -15,7 +15,7 @@ def test_full_run_defaults_to_resnet152_and_every_system():
     options = _options()
     assert options.model == "resnet152"
     assert "decentralized" in options.systems and "ceiling" in options.systems
-    assert options.command.startswith("python -m tsvk_tools.bench.run")
+    assert options.command.startswith("tsvk bench")
 
 
 def test_quick_uses_a_small_model_unless_one_is_named():
@@ -47,9 +47,9 @@ def test_invalid_combinations_are_reported_together():
     with pytest.raises(UsageError) as info:
         BenchOptions(batch=16, max_batch=8, backend="onnx", jobs=0)
     message = str(info.value)
-    assert "BATCH (16) must not exceed MAX_BATCH (8)" in message
+    assert "batch (16) must not exceed max_batch (8)" in message
     assert "backend must be one of" in message
-    assert "JOBS must be >= 1" in message
+    assert "jobs must be >= 1" in message
 
 
 def test_warmup_defaults_to_two_rounds_of_a_full_batch():

@@ -8,7 +8,7 @@ from PIL import Image, ImageOps
 from tsvk.decode import apply_orientation, decode_rgb, probe
 from tsvk.errors import BadRequest, ImageTooLarge, UnsupportedFormat
 
-from handler_fakes import encode, noise_image
+from tests.support.handler_fakes import encode, noise_image
 
 LIMIT = 10_000_000
 

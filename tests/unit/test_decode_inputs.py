@@ -8,7 +8,7 @@ import pytest
 from tsvk.errors import BadRequest
 from tsvk.inputs import looks_like_image, request_payload
 
-from handler_fakes import encode, noise_image
+from tests.support.handler_fakes import encode, noise_image
 
 JPEG = encode(noise_image(), "JPEG")
 PNG = encode(noise_image(), "PNG")

@@ -14,7 +14,8 @@ from tsvk import metrics as tsvk_metrics
 from tsvk.service import ClassifierService
 from tsvk.settings import SettingsError
 
-from handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
+from tests.support.handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
+from tests.support.torchserve import model_metrics_yaml_section
 
 torch.set_num_threads(1)
 HANDLERS = Path(__file__).resolve().parents[2] / "handlers"
@@ -143,7 +144,7 @@ def test_metric_definitions_match_what_is_recorded():
         tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE,
         tsvk_metrics.IMAGES_TOTAL, tsvk_metrics.REJECTED_TOTAL, tsvk_metrics.WORKER_STARTS,
     }
-    section = tsvk_metrics.model_metrics_yaml_section()
+    section = model_metrics_yaml_section()
     assert {entry["name"] for entry in section["gauge"]} == {
         tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE, tsvk_metrics.WORKER_STARTS}
 

@@ -21,7 +21,7 @@ from tsvk.settings import HandlerSettings, PreprocessSettings, SettingsError
 from tsvk.worker_starts import record_worker_start
 from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, seed_images
 
-from handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
+from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
 
 LIMIT = 40_000_000
 

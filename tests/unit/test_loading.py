@@ -10,7 +10,7 @@ from tsvk import features, loading
 from tsvk.loading import ArtifactLoadError, load_model, model_device, worker_device
 from tsvk.settings import ArtifactSettings, ModelSource
 
-from handler_fakes import tiny_module, write_tiny_eager_archive
+from tests.support.handler_fakes import tiny_module, write_tiny_eager_archive
 
 torch.set_num_threads(1)
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)

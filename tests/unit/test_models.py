@@ -9,7 +9,7 @@ import pytest
 import torch
 import torchvision
 
-from tsvk_tools.errors import UsageError
+from tsvk_tools.errors import UsageError, WeightsUnavailable
 from tsvk_tools.models import CustomModel, read_labels, resolve_model
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
@@ -31,9 +31,9 @@ def test_default_weights_unreachable_names_the_alternatives(monkeypatch):
         raise urllib.error.URLError("Name or service not known")
 
     monkeypatch.setattr(torchvision.models.WeightsEnum, "get_state_dict", offline)
-    with pytest.raises(UsageError) as err:
+    with pytest.raises(WeightsUnavailable) as err:  # a UsageError the demo falls back on
         resolve_model("resnet18", weights="DEFAULT")
-    assert "WEIGHTS=path/to/state_dict.pth" in str(err.value) and "WEIGHTS=none" in str(err.value)
+    assert "--weights path/to/state_dict.pth" in str(err.value) and "--weights none" in str(err.value)
 
 
 def test_preprocessing_comes_from_the_weights_metadata():
@@ -83,7 +83,7 @@ def test_custom_model_from_file():
 
 
 @pytest.mark.parametrize("factory, message", [
-    ("Missing", "MODEL_FACTORY 'Missing' is not defined .* callables there: .*TinyNet"),
+    ("Missing", "--model-factory 'Missing' is not defined .* callables there: .*TinyNet"),
     ("NOT_A_MODEL", "must be a class or zero-argument function, got int"),
 ])
 def test_custom_factory_errors(factory, message):

@@ -14,7 +14,7 @@ from tsvk.preprocess.cv_cuda import crop_rects, resized_hw
 from tsvk.preprocess.tensor_ops import Normalizer, group_by_size, resize_crop_stack
 from tsvk.settings import PreprocessSettings
 
-from handler_fakes import encode, noise_image, photo
+from tests.support.handler_fakes import encode, noise_image, photo
 
 torch.set_num_threads(1)
 LIMIT = 50_000_000

@@ -1,6 +1,6 @@
 """The cuda and cvcuda backends up to their GPU seams, on the CPU.
 
-`cvcuda` is replaced by a fake that behaves like CV-CUDA 0.19 where it matters (tests/unit/fake_cvcuda.py:
+`cvcuda` is replaced by a fake that behaves like CV-CUDA 0.19 where it matters (tests/support/fake_cvcuda.py:
 buffers only through the CUDA Array Interface, legacy-stream waits recorded, rows padded like NVCV,
 outputs on the current device), so the tests check the backend's arithmetic (rects, normalization
 constants, layout) against the CPU backend and how it hands tensors over. nvJPEG is replaced by CPU decode.
@@ -17,9 +17,9 @@ from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 from tsvk.settings import PreprocessSettings
 
-from fake_cuda import FakeCuda, FakeStream, SimulatedDeviceMemory
-from fake_cvcuda import FakeCvcuda
-from handler_fakes import encode, noise_image, photo
+from tests.support.fake_cuda import FakeCuda, FakeStream, SimulatedDeviceMemory
+from tests.support.fake_cvcuda import FakeCvcuda
+from tests.support.handler_fakes import encode, noise_image, photo
 
 torch.set_num_threads(1)
 LIMIT = 50_000_000
@@ -35,7 +35,7 @@ def cuda(monkeypatch):
 
 @pytest.fixture
 def fake_cvcuda(monkeypatch, cuda):
-    """CV-CUDA 0.19 as tests/unit/fake_cvcuda.py imitates it, over CPU memory standing in for the GPU's."""
+    """CV-CUDA 0.19 as tests/support/fake_cvcuda.py imitates it, over CPU memory standing in for the GPU's."""
     fake = FakeCvcuda(cuda, SimulatedDeviceMemory().install(monkeypatch))
     monkeypatch.setattr(features, "optional_module", lambda name: fake if name == "cvcuda" else pytest.fail(name))
     return fake

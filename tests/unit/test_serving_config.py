@@ -101,10 +101,10 @@ def test_output_is_deterministic(tmp_path):
 
 
 @pytest.mark.parametrize("fields, message", [
-    (dict(vcpus=2, workers=3), "WORKERS (3) must not exceed VCPUS (2)"),
+    (dict(vcpus=2, workers=3), "--workers (3) must not exceed --vcpus (2)"),
     (dict(vcpus=0), "--vcpus must be a whole number from 1 to 4096, got 0"),
     (dict(vcpus=2, workers=-1), "--workers must be a whole number from 1 to 1024, got -1"),
-    (dict(vcpus=4, batch=16), "BATCH 16 is above what m.mar was compiled for (max batch 8)"),
+    (dict(vcpus=4, batch=16), "--batch 16 is above what m.mar was compiled for (max batch 8)"),
     (dict(vcpus=4, models=("n",)), "unknown model 'n'"),
     (dict(vcpus=4, models=("mm",)), "did you mean m?"),
     (dict(vcpus=4, inference_address="0.0.0.0:8080"), "--inference-address must look like http://HOST:PORT"),
@@ -113,6 +113,8 @@ def test_output_is_deterministic(tmp_path):
     (dict(vcpus=4, max_request_mb=4096), "--max-request-mb must be a whole number from 1 to 1024"),
     (dict(vcpus=4, grpc_inference_port=700000), "--grpc-inference-port must be a whole number from 1 to 65535"),
     (dict(vcpus=4, token_expiry_min=0), "--token-expiry-min must be a whole number from 1"),
+    (dict(vcpus=4, max_batch_delay_ms=-1), "--max-batch-delay must be a whole number from 0 to 60000, got -1"),
+    (dict(vcpus=4, response_timeout_s=0), "--response-timeout must be a whole number from 1 to 86400, got 0"),
     (dict(vcpus=4, models=("m\nenable_model_api=true",)), "model name 'm\\nenable_model_api=true' is not allowed"),
 ])
 def test_bad_values_are_refused_and_nothing_is_written(tmp_path, fields, message):
@@ -124,17 +126,17 @@ def test_bad_values_are_refused_and_nothing_is_written(tmp_path, fields, message
 
 
 def test_two_models_times_workers_must_fit(tmp_path):
-    with pytest.raises(UsageError, match="WORKERS x models = 4 exceeds VCPUS = 2"):
+    with pytest.raises(UsageError, match="--workers x models = 4 exceeds --vcpus = 2"):
         plan_serving(ServingRequest(vcpus=2, workers=2, model_store=fake_store(tmp_path, a=8, b=8)))
 
 
 def test_empty_store_says_how_to_fill_it(tmp_path):
-    with pytest.raises(UsageError, match="make archive"):
+    with pytest.raises(UsageError, match="tsvk archive"):
         plan_serving(ServingRequest(vcpus=2, model_store=tmp_path))
 
 
 def test_no_archive_check_needs_model_names():
-    with pytest.raises(UsageError, match="MODELS must name the models"):
+    with pytest.raises(UsageError, match="--models must name the models"):
         plan_serving(ServingRequest(vcpus=2, archive_check=False))
     plan = plan_serving(ServingRequest(vcpus=2, archive_check=False, models=("x",)))
     assert plan.models[0].batch == 8

@@ -2,7 +2,7 @@
 
 TorchServe 0.12 passes `gpu_id` without setting CUDA_VISIBLE_DEVICES, so the worker must make its
 GPU the current device itself, before anything allocates on "the current device". `FakeCuda`
-(tests/unit/fake_cuda.py) keeps torch.cuda's device bookkeeping for two GPUs on this CPU machine.
+(tests/support/fake_cuda.py) keeps torch.cuda's device bookkeeping for two GPUs on this CPU machine.
 """
 
 from types import SimpleNamespace
@@ -17,8 +17,8 @@ from tsvk.preprocess import BackendChoice
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.service import ClassifierService
 
-from fake_cuda import FakeCuda
-from handler_fakes import FakeContext, tiny_module, write_tiny_eager_archive
+from tests.support.fake_cuda import FakeCuda
+from tests.support.handler_fakes import FakeContext, tiny_module, write_tiny_eager_archive
 
 
 @pytest.fixture

@@ -1,19 +1,27 @@
-"""Compile backends by name; each module holds one, `get_backend` checks what the user asked for."""
+"""Compile backends by name; each module holds one, `get_backend` checks what the user asked for.
+
+The names are the artifact formats of the settings schema (`tsvk.settings.ARTIFACT_FORMATS`), and
+each backend lives in the module of the same name: a new format is a name there and a module here.
+"""
 
 from __future__ import annotations
 
-from ..errors import UsageError
-from . import aoti, eager, export, tensorrt, torchscript
-from .base import Backend, CompileTarget, prepare_model
+import importlib
 
-BACKENDS: dict[str, Backend] = {b.name: b for b in (aoti.BACKEND, export.BACKEND, torchscript.BACKEND, tensorrt.BACKEND, eager.BACKEND)}
+from tsvk.settings import ARTIFACT_FORMATS
+
+from ..errors import UsageError
+from .base import Backend, CompileTarget, prepare_model
+from .tensorrt import require_tensorrt
+
+BACKENDS: dict[str, Backend] = {name: importlib.import_module(f"{__name__}.{name}").BACKEND for name in ARTIFACT_FORMATS}
 
 __all__ = ["BACKENDS", "Backend", "CompileTarget", "get_backend", "check_target", "prepare_model"]
 
 
 def get_backend(name: str) -> Backend:
     if name not in BACKENDS:
-        raise UsageError(f"BACKEND must be one of {', '.join(BACKENDS)}, got {name!r}")
+        raise UsageError(f"--backend must be one of {', '.join(BACKENDS)}, got {name!r}")
     return BACKENDS[name]
 
 
@@ -21,14 +29,16 @@ def check_target(backend: Backend, device: str, precision: str) -> None:
     """Refuse unsupported combinations with the list of supported ones."""
     supported = backend.precisions.get(device)
     if supported is None:
-        raise UsageError(f"BACKEND={backend.name} does not run on DEVICE={device}; it supports DEVICE={', '.join(backend.precisions)}")
+        raise UsageError(f"--backend {backend.name} does not run on --device {device}; it supports --device "
+                         f"{' or '.join(backend.precisions)}")
     if precision not in supported:
-        combos = "; ".join(f"DEVICE={d}: PRECISION={'|'.join(p)}" for d, p in backend.precisions.items())
-        raise UsageError(f"BACKEND={backend.name} DEVICE={device} does not support PRECISION={precision}; supported: {combos}")
+        combos = "; ".join(f"--device {d}: --precision {'|'.join(p)}" for d, p in backend.precisions.items())
+        raise UsageError(f"--backend {backend.name} --device {device} does not support --precision {precision}; supported: {combos}")
     if device == "cuda" and backend.name == "tensorrt":
-        tensorrt.require_tensorrt()  # fail before any work, naming what is missing
+        require_tensorrt()  # fail before any work, naming what is missing
     elif device == "cuda":
         import torch
 
         if not torch.cuda.is_available():
-            raise UsageError(f"DEVICE=cuda needs a CUDA device and none is visible (torch.cuda.is_available() is False); use DEVICE=cpu")
+            raise UsageError("--device cuda needs a CUDA device and none is visible (torch.cuda.is_available() is False); "
+                             "use --device cpu")

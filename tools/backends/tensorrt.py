@@ -31,7 +31,7 @@ def require_tensorrt():
         missing.append(f"an importable torch-tensorrt (pip install torch-tensorrt; import failed: {err})")
         torch_tensorrt = None
     if missing:
-        raise UsageError("BACKEND=tensorrt needs " + " and ".join(missing) + "; nothing was written")
+        raise UsageError("--backend tensorrt needs " + " and ".join(missing) + "; nothing was written")
     return torch_tensorrt
 
 

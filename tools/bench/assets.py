@@ -55,7 +55,7 @@ def _check_torchvision_model(name: str) -> None:
     from ..models import classification_builders
 
     if name not in classification_builders():
-        raise UsageError(f"MODEL must be a torchvision classification model (resnet18, resnet152, ...), got {name!r}")
+        raise UsageError(f"--model must be a torchvision classification model (resnet18, resnet152, ...), got {name!r}")
 
 
 def labels_for(model: str) -> list[str]:
@@ -178,20 +178,13 @@ def _archive_stock(name: str, serialized: Path, labels: Path, export: Path) -> N
 
 def photos(options: BenchOptions) -> list[Photo]:
     """The real photographs as JPEG bytes (and files), `skimage:<name>` resized to the benchmark size."""
-    from ..images import jpeg_bytes, photo_array
+    from ..images import image_bytes, image_name
 
     folder = Path(options.cache_dir).resolve() / "images"
     folder.mkdir(parents=True, exist_ok=True)
     found = []
     for index, spec in enumerate(options.images):
-        if spec.startswith("skimage:"):
-            name = spec.split(":", 1)[1]
-            data = jpeg_bytes(photo_array(name), size=options.image_size)
-        else:
-            path = Path(spec)
-            if not path.is_file():
-                raise UsageError(f"IMAGE {spec} is neither a file nor skimage:<chelsea|coffee|astronaut>")
-            name, data = path.stem, path.read_bytes()
+        name, data = image_name(spec), image_bytes(spec, size=options.image_size)
         file = folder / f"{index}-{name}.jpg"
         file.write_bytes(data)
         found.append(Photo(name, data, file))

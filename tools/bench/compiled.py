@@ -1,6 +1,6 @@
-"""How long `make archive` takes per backend, and compiled vs eager throughput, side by side in one run.
+"""How long `tsvk archive` takes per backend, and compiled vs eager throughput, side by side in one run.
 
-Usage: python -m tsvk_tools.bench.compiled --model resnet152 --backends aoti,export,torchscript,eager
+Usage: tsvk bench compile --model resnet152 --backends aoti,export,torchscript,eager
 Prints a Markdown table whose ratios compare each backend to eager measured in the same run, and
 writes it with the raw numbers to benchmarks/results/compile-<model>.{json,md}.
 """
@@ -18,13 +18,16 @@ from pathlib import Path
 
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
-from ..backends import CompileTarget, get_backend
+from tsvk import defaults
+
+from ..backends import BACKENDS, CompileTarget, get_backend
 from ..build import BuildRequest
 from ..errors import UsageError
+from ..models import WEIGHTS_NONE
 
 
 def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:
-    """Build the archive exactly as `make archive` does (timed), then load its artifact back."""
+    """Build the archive exactly as `tsvk archive` does (timed), then load its artifact back."""
     import zipfile
 
     start = time.perf_counter()
@@ -57,7 +60,7 @@ def interleaved_throughput(models: dict[str, object], target: CompileTarget, bat
 
 def markdown(rows: list[dict], batches: list[int], model: str, threads: int, command: str) -> str:
     eager = next((r for r in rows if r["backend"] == "eager"), None)
-    head = "| backend | `make archive` time (s) | archive MiB | " + " | ".join(f"img/s @ batch {b} | vs eager" for b in batches) + " |"
+    head = "| backend | `tsvk archive` time (s) | archive MiB | " + " | ".join(f"img/s @ batch {b} | vs eager" for b in batches) + " |"
     lines = [f"{model}, fp32, CPU, {threads} torch threads. Command: `{command}`", "", head, "|" + "---|" * (3 + 2 * len(batches))]
     for r in rows:
         cells = []
@@ -68,17 +71,22 @@ def markdown(rows: list[dict], batches: list[int], model: str, threads: int, com
     return "\n".join(lines) + "\n"
 
 
+def build_parser() -> argparse.ArgumentParser:
+    cpu_backends = ",".join(name for name, backend in BACKENDS.items() if "cpu" in backend.precisions)
+    parser = argparse.ArgumentParser(prog="tsvk bench compile", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL})")
+    parser.add_argument("--backends", default=cpu_backends, help=f"comma-separated backends (default {cpu_backends})")
+    parser.add_argument("--weights", default=WEIGHTS_NONE, help="as `tsvk archive --weights` (default none: speed does not depend on them)")
+    parser.add_argument("--batches", default=f"1,{defaults.MAX_BATCH}", help="comma-separated batch sizes to time")
+    parser.add_argument("--repeats", type=int, default=10)
+    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    parser = argparse.ArgumentParser(prog="tsvk-bench-compiled", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet152")
-    parser.add_argument("--backends", default="aoti,export,torchscript,eager")
-    parser.add_argument("--weights", default="none")
-    parser.add_argument("--batches", default="1,8")
-    parser.add_argument("--repeats", type=int, default=10)
-    parser.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
     rows, loaded = [], {}
     try:
@@ -94,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in rows:
         row["images_per_s"] = {b: speeds[b][row["backend"]] for b in batches}
     cache = "TORCHINDUCTOR_CACHE_DIR=$(mktemp -d) " if os.environ.get("TORCHINDUCTOR_CACHE_DIR") else ""  # cold compile
-    command = cache + "python -m tsvk_tools.bench.compiled " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = cache + "tsvk bench compile " + " ".join(argv if argv is not None else sys.argv[1:])
     table = markdown(rows, batches, args.model, torch.get_num_threads(), command.strip())
     print(table)
     args.output_dir.mkdir(parents=True, exist_ok=True)

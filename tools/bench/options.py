@@ -5,26 +5,31 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsvk import defaults
+from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
+from tsvk.settings import DEVICES
+
+from ..images import SKIMAGE_PHOTOS
+
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "flask_gunicorn", "litserve", "ceiling")
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
-DEFAULT_IMAGES = ("skimage:chelsea", "skimage:coffee", "skimage:astronaut")
-BACKENDS = ("aoti", "export", "torchscript", "eager", "tensorrt")
-DEVICES = ("cpu", "cuda")
+DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 
 
 @dataclass(frozen=True)
 class Preset:
-    """Sizes of a run; QUICK fits in about ten minutes on a 2-core machine."""
+    """Sizes of a run, and about how long it takes on a 2-core machine once its archives are built."""
 
     model: str
     jobs: int  # measured requests per HTTP system
     concurrency: int  # closed-loop clients
     decentralized_jobs: int  # one process each: expensive, so fewer (the rate is what counts)
     ceiling_seconds: float  # time spent per batch size in the in-process ceiling
+    minutes: int = 0  # about how long the run takes on 2 cores (0: not stated)
 
 
-FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0)
-QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0)
+FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=10)
+QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=4)
 # A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
 GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
@@ -39,12 +44,12 @@ class BenchOptions:
     images: tuple[str, ...] = DEFAULT_IMAGES
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
     systems: tuple[str, ...] = SYSTEMS
-    backend: str = "aoti"  # our archive's backend
-    device: str = "cpu"  # where every system runs its model: cpu, or cuda (the GPU mode)
-    precision: str = "fp32"  # our archive's precision (fp16 in the GPU mode)
+    backend: str = defaults.BACKEND  # our archive's backend
+    device: str = defaults.DEVICE  # where every system runs its model: cpu, or cuda (the GPU mode)
+    precision: str = defaults.PRECISION  # our archive's precision (fp16 in the GPU mode)
     backend_note: str = ""  # why this backend, when the run chose it (the GPU mode)
-    max_batch: int = 8
-    batch: int = 8  # batch size for ours and hand-tuned stock
+    max_batch: int = defaults.MAX_BATCH
+    batch: int = defaults.BATCH  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
     ours_workers: int | None = None  # None: what `tsvk config` plans (the archive's suggestion)
     vcpus: int | None = None  # None: detected
@@ -74,12 +79,12 @@ def validation_problems(options: BenchOptions) -> list[str]:
     if unknown:
         problems.append(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
     if not options.systems:
-        problems.append(f"SYSTEMS must name at least one of {', '.join(SYSTEMS)}")
+        problems.append(f"systems must name at least one of {', '.join(SYSTEMS)}")
     for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch"):
         if getattr(options, name) < 1:
-            problems.append(f"{name.upper()} must be >= 1, got {getattr(options, name)}")
+            problems.append(f"{name} must be >= 1, got {getattr(options, name)}")
     if options.batch > options.max_batch:
-        problems.append(f"BATCH ({options.batch}) must not exceed MAX_BATCH ({options.max_batch})")
+        problems.append(f"batch ({options.batch}) must not exceed max_batch ({options.max_batch})")
     if options.backend not in BACKENDS:
         problems.append(f"backend must be one of {', '.join(BACKENDS)}, got {options.backend!r}")
     elif options.device not in DEVICES:
@@ -87,9 +92,9 @@ def validation_problems(options: BenchOptions) -> list[str]:
     else:
         problems += _target_problems(options.backend, options.device, options.precision)
     if options.vcpus is not None and options.vcpus < 1:
-        problems.append(f"VCPUS must be >= 1, got {options.vcpus}")
+        problems.append(f"vcpus must be >= 1, got {options.vcpus}")
     if not options.images:
-        problems.append("IMAGE must name at least one photo (skimage:chelsea or a file)")
+        problems.append(f"images must name at least one photo ({defaults.IMAGE} or a file)")
     if options.tag and not options.tag.replace("-", "").replace("_", "").isalnum():
         problems.append(f"tag must be letters, digits, - or _, got {options.tag!r}")
     return problems
@@ -125,7 +130,7 @@ def require_device(options: BenchOptions) -> None:
     if not torch.cuda.is_available():
         from ..errors import UsageError
 
-        raise UsageError(f"the GPU mode (--gpu / DEVICE=cuda) needs a CUDA GPU, and torch {torch.__version__} sees none here "
+        raise UsageError(f"the GPU mode (--gpu) needs a CUDA GPU, and torch {torch.__version__} sees none here "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU table")
 
 

@@ -1,6 +1,6 @@
 """Does core pinning (TorchServe's CPU launcher, one instance per worker) help? Measured, not assumed.
 
-Usage: python -m tsvk_tools.bench.pinning --model resnet18 --workers 2 --rounds 2
+Usage: tsvk bench pinning --model resnet18 --workers 2 --rounds 2
 Serves the same archive with the same generated config twice per round, pinning off and on,
 alternating so drift in the machine's load hits both, and prints throughput and p99 side by side.
 """
@@ -13,11 +13,14 @@ import sys
 import tempfile
 from pathlib import Path
 
+from tsvk import defaults
+
 from ..archive import build_archive
 from ..build import BuildRequest
 from ..images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
-from ..server import start_torchserve
+from ..models import WEIGHTS_NONE
 from ..ports import serving_on_free_ports
+from ..server import start_torchserve
 from ..serving_config import write_config
 from .loadgen import HttpTarget, run_closed_loop, summarize_records
 
@@ -28,7 +31,7 @@ def serve_and_measure(store: Path, model: str, workers: int, pinning: bool, requ
     plan = write_config(request, config)
     run = start_torchserve(config, workdir / "run")
     try:
-        run.wait_ready(timeout=600)
+        run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
         photos = [jpeg_bytes(photo_array(name), size=(640, 480)) for name in SKIMAGE_PHOTOS]
         target = HttpTarget(url=f"{run.url('inference')}/predictions/{model}", make_body=lambda b: b)
         run_closed_loop(target, photos, total=max(4, concurrency), concurrency=concurrency)  # warm-up
@@ -39,18 +42,22 @@ def serve_and_measure(store: Path, model: str, workers: int, pinning: bool, requ
     return summary
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tsvk-bench-pinning", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18")
-    parser.add_argument("--workers", type=int, default=2)
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tsvk bench pinning", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL})")
+    parser.add_argument("--workers", type=int, default=2, help="workers of the model (default 2)")
     parser.add_argument("--requests", type=int, default=120)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=2)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     results: dict[bool, list[dict]] = {False: [], True: []}
     with tempfile.TemporaryDirectory() as tmp:
         store = Path(tmp) / "store"
-        build_archive(BuildRequest(model=args.model, weights="none"), store)
+        build_archive(BuildRequest(model=args.model, weights=WEIGHTS_NONE), store)
         for round_index in range(args.rounds):
             for pinning in (False, True):
                 workdir = Path(tmp) / f"r{round_index}-{'pinned' if pinning else 'free'}"

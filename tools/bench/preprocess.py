@@ -19,6 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from tsvk import defaults
+
 DEFAULT_SIZE = (640, 480)
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "retina", "camera")
 BASELINE = "torchserve-builtin (PIL)"
@@ -99,7 +101,7 @@ def available_paths(size: tuple[int, int] = DEFAULT_SIZE) -> dict[str, Callable[
 
 
 def run_benchmark(
-    batch_size: int = 8, rounds: int = 5, batches_per_round: int = 10, threads: int = 1,
+    batch_size: int = defaults.BATCH, rounds: int = 5, batches_per_round: int = 10, threads: int = 1,
     paths: dict[str, Callable[[list[dict]], object]] | None = None, size: tuple[int, int] = DEFAULT_SIZE,
 ) -> list[BenchResult]:
     """Time every path on the same batches, interleaved round by round; returns one result per path."""
@@ -150,15 +152,19 @@ def _size(text: str) -> tuple[int, int]:
     return width, height
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsvk bench preprocess", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--batch-size", type=int, default=defaults.BATCH)
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds over all paths")
     parser.add_argument("--batches", type=int, default=10, help="batches per path per round")
     parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (a worker's share)")
     parser.add_argument("--size", type=_size, default=DEFAULT_SIZE, metavar="WxH",
                         help="photo size, e.g. 4032x3024 for a 12 MP phone photo (default 640x480)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     results = run_benchmark(args.batch_size, args.rounds, args.batches, args.threads, size=args.size)
     print(format_results(results, args.batch_size, args.threads, args.size))
     return 0

@@ -1,23 +1,36 @@
 """`tsvk bench` / `make bench`: measure every way of serving the model on this machine, in one run.
 
-    python -m tsvk_tools.bench.run --quick                       # about 10 minutes on 2 cores (resnet18)
-    python -m tsvk_tools.bench.run                               # the full run (resnet152)
-    python -m tsvk_tools.bench.run --central-figure              # issue #4: stock defaults vs ours, concurrency 32
-    python -m tsvk_tools.bench.run --gpu                         # the same table with every system on the GPU
+    tsvk bench --quick             # a smoke run on a small model
+    tsvk bench                     # the full run (resnet152)
+    tsvk bench --central-figure    # the central figure: stock defaults vs ours, concurrency 32
+    tsvk bench --gpu               # the same table with every system on the GPU
+
+`tsvk bench preprocess`, `tsvk bench compile` and `tsvk bench pinning` run the narrower benchmarks
+(BENCHMARKS below), each with its own options (`tsvk bench <name> --help`).
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import shlex
 import signal
 import sys
 from pathlib import Path
 
+from tsvk.settings import PRECISIONS
+
 from ..errors import UsageError
+from ..images import SKIMAGE_PHOTOS
 from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
 
 CENTRAL_FIGURE_CONCURRENCY = 32
+# `tsvk bench <name>`: the narrower benchmarks, each a module of this package with build_parser() and main().
+BENCHMARKS = {
+    "preprocess": ("preprocess", "preprocessing images/s of each backend vs TorchServe's PIL path"),
+    "compile": ("compiled", "`tsvk archive` time per backend and compiled vs eager img/s"),
+    "pinning": ("pinning", "serving with and without core pinning, alternating rounds"),
+}
 
 
 def _positive(text: str) -> int:
@@ -39,20 +52,24 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tsvk bench", description="Benchmark every way of serving one image classifier on this machine.")
-    p.add_argument("--quick", action="store_true", help=f"small run (~10 min on 2 cores): {QUICK.model}, {QUICK.jobs} jobs")
+    others = "; ".join(f"tsvk bench {name}: {what}" for name, (_, what) in BENCHMARKS.items())
+    p = argparse.ArgumentParser(prog="tsvk bench", description="Benchmark every way of serving one image classifier on this machine.",
+                                epilog=f"Narrower benchmarks, each with its own --help: {others}.")
+    p.add_argument("--quick", action="store_true",
+                   help=f"small run (about {QUICK.minutes} min on 2 cores once its archives are built): {QUICK.model}, {QUICK.jobs} jobs")
     p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
     p.add_argument("--jobs", type=_positive, help=f"measured requests per served system (default {FULL.jobs}; --quick: {QUICK.jobs})")
     p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
     p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
                    f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
-    p.add_argument("--image", help="comma-separated photos: skimage:chelsea|coffee|astronaut or JPEG files (default: all three)")
+    p.add_argument("--image", help=f"comma-separated photos: skimage:{'|'.join(SKIMAGE_PHOTOS)} or JPEG files (default: all of them)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
-    p.add_argument("--central-figure", action="store_true", help="issue #4: only torchserve_default and ours at concurrency 32")
+    p.add_argument("--central-figure", action="store_true", help="the central figure: only torchserve_default and ours at "
+                   f"concurrency {CENTRAL_FIGURE_CONCURRENCY}")
     p.add_argument("--gpu", action="store_true", help=f"every system on the GPU (CUDA): ours with TensorRT fp16 (AOTInductor "
                    f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}")
     p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
-    p.add_argument("--precision", choices=("fp32", "bf16", "fp16"), help="our archive's precision (default fp32; --gpu: fp16)")
+    p.add_argument("--precision", choices=PRECISIONS, help="our archive's precision (default fp32; --gpu: fp16)")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
@@ -82,7 +99,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
         vcpus=args.vcpus, ours_workers=args.ours_workers, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
-        command=("python -m tsvk_tools.bench.run " + shlex.join(argv)).strip(),
+        command=("tsvk bench " + shlex.join(argv)).strip(),
     )
 
 
@@ -120,8 +137,15 @@ def _interrupt_on_sigterm() -> None:
     signal.signal(signal.SIGTERM, handler)
 
 
+def benchmark_module(name: str):
+    """The module of the narrower benchmark `tsvk bench <name>`."""
+    return importlib.import_module(f"{__package__}.{BENCHMARKS[name][0]}")
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] and argv[0] in BENCHMARKS:
+        return benchmark_module(argv[0]).main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.render:
         return render_existing(args.render, args.tag or "")

@@ -7,7 +7,6 @@ its measurements. Both run under the same process-tree sampler.
 
 from __future__ import annotations
 
-import socket
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -85,13 +84,6 @@ class System:
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         raise NotImplementedError
-
-
-def free_port() -> int:
-    """A port nobody listens on now (never TorchServe's 8080-8082 or 7070-7071, which others use)."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def identity(body: bytes) -> bytes:

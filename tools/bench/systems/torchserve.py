@@ -15,17 +15,18 @@ from pathlib import Path
 
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
-from .base import Deployment, RunContext, System, free_port, identity
+from ...ports import free_ports, serving_on_free_ports
+from .base import Deployment, RunContext, System, identity
 
 RESPONSE_TIMEOUT_S = 300
 
 
 def address_properties() -> dict[str, str]:
     """Fresh ports for the three HTTP APIs and both gRPC APIs (TorchServe always opens gRPC)."""
-    ports = {api: free_port() for api in ("inference", "management", "metrics")}
-    properties = {f"{api}_address": f"http://127.0.0.1:{port}" for api, port in ports.items()}
-    properties.update({"grpc_inference_port": str(free_port()), "grpc_management_port": str(free_port())})
-    return properties
+    inference, management, metrics, grpc_inference, grpc_management = free_ports(5)
+    return {"inference_address": f"http://127.0.0.1:{inference}", "management_address": f"http://127.0.0.1:{management}",
+            "metrics_address": f"http://127.0.0.1:{metrics}", "grpc_inference_port": str(grpc_inference),
+            "grpc_management_port": str(grpc_management)}
 
 
 def stock_default_properties(model_store: Path, model: str) -> dict[str, str]:
@@ -118,17 +119,13 @@ class Ours(System):
         ctx.ours_mar
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        from ...serving_config import ServingRequest, write_config
+        from ...serving_config import write_config
 
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
-        addresses = address_properties()
-        request = ServingRequest(
+        request = serving_on_free_ports(
             vcpus=ctx.vcpus, workers=ctx.options.ours_workers, gpus=None if ctx.options.device == "cuda" else 0,
-            models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False,
-            concurrency=ctx.options.concurrency, inference_address=addresses["inference_address"],
-            management_address=addresses["management_address"], metrics_address=addresses["metrics_address"],
-            grpc_inference_port=int(addresses["grpc_inference_port"]), grpc_management_port=int(addresses["grpc_management_port"]),
+            models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False, concurrency=ctx.options.concurrency,
         )
         plan = write_config(request, config)
         deployment = serve(ctx, folder, config, ctx.options.model)

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..apps import environment
 from ..loadgen import HttpTarget
-from .base import Deployment, RunContext, System, free_port
+from ...ports import free_port
+from .base import Deployment, RunContext, System
 from .process import ServerProcess, clean_env, http_ok, wait_until
 
 GUNICORN_CONF = "python:tsvk_tools.bench.apps.gunicorn_conf"

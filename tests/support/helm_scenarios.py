@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from helm_support import config_with
+from tests.support.helm import config_with
 
 SHA256_OF_ARCHIVE = "3f" * 32
 METRICS_CONFIG = config_with(metrics_address="http://0.0.0.0:8082")

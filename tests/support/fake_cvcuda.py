@@ -16,7 +16,7 @@ Read from the cvcuda-cu12 0.19.0 wheel, `cvcuda/__init__.pyi`:
 - Devices (cvcuda issue #212): outputs are allocated on the current CUDA device even when the stream
   passed in belongs to another one; this fake records the current device at each allocation and refuses
   the mix outright (the real library fails or touches the wrong device).
-Arithmetic is done with torch on the CPU tensors behind `SimulatedDeviceMemory` (tests/unit/fake_cuda.py).
+Arithmetic is done with torch on the CPU tensors behind `SimulatedDeviceMemory` (tests/support/fake_cuda.py).
 """
 
 from __future__ import annotations

@@ -1,0 +1,44 @@
+"""Every default of tsvk, written once.
+
+The settings schema, `tsvk` and its benchmarks read their defaults from here; the Makefile leaves
+its variables empty so that `tsvk` decides, and tests check that the README and the Helm chart say
+the same. The package ships inside every archive, so this module imports nothing.
+"""
+
+# What `tsvk archive` builds when nothing else is asked for.
+MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
+WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
+BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
+DEVICE = "cpu"
+PRECISION = "fp32"
+MAX_BATCH = 8  # the largest batch an artifact accepts (its batch dimension is dynamic, 1..MAX_BATCH)
+TOPK = 5
+
+# What an archive suggests to `tsvk config`, and what `tsvk config` uses without an archive.
+BATCH = 8  # requests per batch, never above the artifact's max batch
+MAX_BATCH_DELAY_MS = 50  # how long TorchServe waits for a batch to fill
+WORKERS = 1  # workers per model, where neither the user nor the GPUs decide
+RESPONSE_TIMEOUT_S = 120
+
+# `tsvk config`: the TorchServe config.properties it writes.
+CONCURRENCY = 64  # expected concurrent clients; the job queue holds twice as many
+MAX_REQUEST_MB = 16  # TorchServe's own 6.5 MiB rejects large phone JPEGs
+TOKEN_EXPIRY_MIN = 60  # token-auth keys expire after this; `tsvk serve` renews them at half that age
+INFERENCE_ADDRESS = "http://0.0.0.0:8080"
+MANAGEMENT_ADDRESS = "http://127.0.0.1:8081"
+METRICS_ADDRESS = "http://127.0.0.1:8082"
+GRPC_INFERENCE_PORT = 7070
+GRPC_MANAGEMENT_PORT = 7071
+
+# Where things are, relative to the working directory.
+MODEL_STORE = "model_store"
+CONFIG = "configs/generated.properties"
+RUN_DIR = ".tsvk/run"  # the TorchServe that `tsvk serve` starts: its logs, pid and key file
+READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
+
+# What `tsvk predict` and `tsvk demo` classify when no image is named.
+IMAGE = "skimage:chelsea"
+
+# The handler's limits on decoded images.
+MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
+MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)

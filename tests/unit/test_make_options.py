@@ -1,0 +1,309 @@
+"""The Makefile, the `tsvk` CLI and the README's option tables agree.
+
+OPTIONS is the one table: each row says which Make variable becomes which `tsvk` flag for which
+targets. A new option (or target) is a row here, a `$(call opt,...)` in the Makefile and a row in the
+README; each check below then covers it:
+- `make -n` of every target turns each of its variables into its flag with the value given, and passes
+  none of them when they are empty (so `tsvk`, not Make, holds the defaults);
+- every command line the Makefile runs parses with the real `tsvk` parser, and every flag of that
+  command is in the table or in CLI_ONLY with a reason;
+- every variable the Makefile uses is in the table or in MAKE_ONLY;
+- every target is in the README's targets table, and each option table of the README lists exactly the
+  variables and flags of the targets in its heading, with `tsvk`'s defaults.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+
+from tsvk_tools import cli
+from tsvk_tools.bench import run as bench_run
+
+ROOT = Path(__file__).resolve().parents[2]
+MAKEFILE = ROOT / "Makefile"
+HELM_MK = ROOT / "k8s" / "helm.mk"
+README = ROOT / "README.md"
+
+
+@dataclass(frozen=True)
+class Option:
+    variable: str  # the Make variable
+    flag: str  # the tsvk flag it becomes
+    targets: str  # the make targets that take it, space-separated
+    example: str = "1"  # a value for the dry run (any non-empty value turns a switch on)
+    switch: bool = False  # a flag without a value: VAR=1 turns it on
+
+    @property
+    def target_list(self) -> list[str]:
+        return self.targets.split()
+
+
+BUILD = "archive compile"
+BENCH = "bench bench-central"
+OPTIONS = [
+    Option("MODEL", "--model", f"{BUILD} demo predict bench bench-central bench-compile bench-pinning gpu-check robustness soak",
+           "resnet50"),
+    Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
+    Option("BACKEND", "--backend", BUILD, "export"),
+    Option("DEVICE", "--device", BUILD, "cuda"),
+    Option("PRECISION", "--precision", BUILD, "bf16"),
+    Option("MAX_BATCH", "--max-batch", BUILD, "16"),
+    Option("BATCH", "--batch", f"{BUILD} config", "4"),
+    Option("MAX_BATCH_DELAY", "--max-batch-delay", f"{BUILD} config", "20"),
+    Option("WORKERS", "--workers", f"{BUILD} config bench-pinning", "3"),
+    Option("TOPK", "--topk", BUILD, "7"),
+    Option("FORCE", "--force", "archive", switch=True),
+    Option("MODEL_FILE", "--model-file", BUILD, "src/mynet.py"),
+    Option("MODEL_FACTORY", "--model-factory", BUILD, "MyNet"),
+    Option("RESIZE", "--resize", BUILD, "232"),
+    Option("CROP", "--crop", BUILD, "200"),
+    Option("MEAN", "--mean", BUILD, "0.5,0.5,0.5"),
+    Option("STD", "--std", BUILD, "0.25,0.25,0.25"),
+    Option("LABELS", "--labels", BUILD, "labels.txt"),
+    Option("TOLERANCE", "--tolerance", BUILD, "1e-2,1e-2,0.9"),
+    Option("EXACT_JPEG", "--exact-jpeg-decode", BUILD, switch=True),
+    Option("VCPUS", "--vcpus", "config", "8"),
+    Option("GPUS", "--gpus", "config", "2"),
+    Option("MODELS", "--models", "config", "resnet50,vit_b_16"),
+    Option("AUTH", "--auth", "config", "off"),
+    Option("PINNING", "--core-pinning", "config", switch=True),
+    Option("RESPONSE_TIMEOUT", "--response-timeout", "config", "300"),
+    Option("CONCURRENCY", "--concurrency", f"config {BENCH}", "24"),
+    Option("MAX_REQUEST_MB", "--max-request-mb", "config", "32"),
+    Option("DEADLINE_MS", "--deadline-ms", "config", "2500"),
+    Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
+    Option("CONFIG", "--output", "config", "configs/other.properties"),
+    Option("CONFIG", "--config", "serve", "configs/other.properties"),
+    Option("IMAGE", "--image", f"predict demo {BENCH}", "cat.jpg"),
+    Option("QUICK", "--quick", BENCH, switch=True),
+    Option("GPU", "--gpu", BENCH, switch=True),
+    Option("JOBS", "--jobs", BENCH, "40"),
+    Option("FUZZ_INPUTS", "--fuzz-inputs", "robustness", "500"),
+    Option("MINUTES", "--minutes", "soak", "5"),
+]
+
+# Flags of the commands the Makefile runs that no Make variable sets, and why.
+_PATHS = "paths: the Makefile works in the checkout (model_store/, build/, .tsvk/)"
+_BENCH_TUNING = "benchmark tuning beyond the everyday runs: `tsvk bench --help`"
+_ROBUSTNESS_TUNING = "the shape of the run beyond its size: `tsvk robustness --help`, `tsvk soak --help`"
+CLI_ONLY = {
+    "archive": {"--model-store": _PATHS},
+    "compile": {"--output-dir": _PATHS},
+    "config": {
+        "--model-store": _PATHS,
+        "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
+        "--inference-address": "addresses and ports: the Helm targets (HELM_METRICS_ADDRESS) and tests set them",
+        "--management-address": "addresses and ports: see --inference-address",
+        "--metrics-address": "addresses and ports: see --inference-address",
+        "--grpc-inference-port": "addresses and ports: see --inference-address",
+        "--grpc-management-port": "addresses and ports: see --inference-address",
+    },
+    "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed"},
+    "stop": {"--run-dir": _PATHS},
+    "predict": {"--run-dir": _PATHS},
+    "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
+    "bench": {flag: _BENCH_TUNING for flag in (
+        "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--ours-workers", "--vcpus",
+        "--warmup", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
+    "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
+    "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
+    "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},
+    "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
+    "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
+        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir")},
+    "soak": {flag: _ROBUSTNESS_TUNING for flag in (
+        "--model-store", "--load", "--malformed", "--capacity-seconds", "--warmup-minutes", "--workers", "--seed", "--output-dir",
+        "--work-dir")},
+}
+# Make variables that are not options of a tsvk command.
+MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST"}
+SHELL_OPERATORS = {"&&", "||", ";", "|", ">"}
+
+
+def _rows(target: str) -> list[Option]:
+    return [o for o in OPTIONS if target in o.target_list]
+
+
+def _variables() -> set[str]:
+    return {o.variable for o in OPTIONS}
+
+
+def _help_targets(path: Path) -> list[str]:
+    return re.findall(r"^([a-z][a-z-]*):.*## ", path.read_text(), re.MULTILINE)
+
+
+@pytest.fixture(scope="module")
+def make():
+    path = shutil.which("make")
+    if path is None:
+        pytest.skip("make is not installed")
+    return path
+
+
+@lru_cache(maxsize=None)
+def _dry_run(make: str, target: str, variables: tuple[str, ...]) -> list[list[str]]:
+    """The tsvk command lines (argv after `tsvk`) that `make -n target VAR=value ...` would run."""
+    env = {k: v for k, v in os.environ.items() if k not in _variables() | {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    done = subprocess.run([make, "--no-print-directory", "-n", target, "TSVK=tsvk", *variables],
+                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+    return [argv for line in done.stdout.splitlines() if (argv := _tsvk_argv(line))]
+
+
+def _tsvk_argv(line: str) -> list[str] | None:
+    tokens = shlex.split(line, posix=True) if "tsvk" in line else []
+    commands = _subcommands()
+    for i, token in enumerate(tokens[:-1]):
+        if token == "tsvk" and tokens[i + 1] in commands:
+            rest = tokens[i + 1:]
+            return rest[:next((j for j, t in enumerate(rest) if t in SHELL_OPERATORS), len(rest))]
+    return None
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    return next(a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+
+def _command(argv: list[str]) -> tuple[str, argparse.ArgumentParser, list[str]]:
+    """The command's name (`config`, `bench compile`), its real parser, and its arguments."""
+    if argv[0] == "bench" and len(argv) > 1 and argv[1] in bench_run.BENCHMARKS:
+        return f"bench {argv[1]}", bench_run.benchmark_module(argv[1]).build_parser(), argv[2:]
+    if argv[0] == "bench":
+        return "bench", bench_run.build_parser(), argv[1:]
+    return argv[0], _subcommands()[argv[0]], argv[1:]
+
+
+def _flags(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {s: a for a in parser._actions for s in a.option_strings if s.startswith("--") and s != "--help"}
+
+
+def _make_targets() -> list[str]:
+    return _help_targets(MAKEFILE)
+
+
+def _given(target: str) -> tuple[str, ...]:
+    return tuple(f"{o.variable}={o.example}" for o in _rows(target))
+
+
+def _commands_of(make, target: str) -> list[list[str]]:
+    return _dry_run(make, target, _given(target))
+
+
+def test_every_target_of_an_option_runs_tsvk(make):
+    for target in sorted({t for o in OPTIONS for t in o.target_list}):
+        assert target in _make_targets(), f"{target} is in OPTIONS but the Makefile has no such target with a help line"
+        assert _commands_of(make, target), f"make {target} runs no tsvk command"
+
+
+@pytest.mark.parametrize("target", _make_targets())
+def test_each_variable_becomes_its_flag(make, target):
+    for argv in _commands_of(make, target):
+        for option in _rows(target):
+            expected = [option.flag] if option.switch else [option.flag, option.example]
+            assert any(argv[i:i + len(expected)] == expected for i in range(len(argv))), \
+                f"make {target} {option.variable}={option.example} does not pass {' '.join(expected)}: tsvk {shlex.join(argv)}"
+
+
+@pytest.mark.parametrize("target", _make_targets())
+def test_empty_variables_leave_the_defaults_to_tsvk(make, target):
+    for argv in _dry_run(make, target, ()):
+        passed = [o for o in _rows(target) if o.flag in argv]
+        assert not passed, f"make {target} passes {[o.flag for o in passed]} with nothing set: tsvk {shlex.join(argv)}"
+
+
+@pytest.mark.parametrize("target", _make_targets())
+def test_the_command_parses_and_every_flag_has_a_variable_or_a_reason(make, target):
+    for argv in _commands_of(make, target):
+        name, parser, arguments = _command(argv)
+        try:
+            parser.parse_args(arguments)
+        except SystemExit:
+            pytest.fail(f"make {target} runs `tsvk {shlex.join(argv)}`, which tsvk refuses")
+        covered = {o.flag for o in _rows(target)} | set(CLI_ONLY.get(name, {}))
+        fixed = {t for t in argv if t.startswith("--")} - {o.flag for o in OPTIONS}  # flags the recipe always passes
+        missing = set(_flags(parser)) - covered - fixed
+        assert not missing, f"`tsvk {name}` flags without a Make variable for make {target} or a reason in CLI_ONLY: {sorted(missing)}"
+
+
+def test_every_make_variable_is_an_option_or_make_only():
+    used = set(re.findall(r"\$\(([A-Z][A-Z0-9_]*)\)", MAKEFILE.read_text()))
+    unknown = used - _variables() - MAKE_ONLY
+    assert not unknown, f"Makefile variables in neither OPTIONS nor MAKE_ONLY: {sorted(unknown)}"
+    assert not (_variables() - used), f"OPTIONS the Makefile never uses: {sorted(_variables() - used)}"
+
+
+def _readme_tables() -> dict[tuple[str, ...], list[list[str]]]:
+    """Each option table of the README, keyed by the make targets its heading names: rows of cells."""
+    tables: dict[tuple[str, ...], list[list[str]]] = {}
+    for section in re.split(r"^### ", README.read_text(), flags=re.MULTILINE)[1:]:
+        heading, _, body = section.partition("\n")
+        targets = tuple(re.findall(r"`make ([a-z-]+)`", heading))
+        rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines() if line.startswith("| `")]
+        if targets and rows:
+            tables[targets] = rows
+    return tables
+
+
+def _code(cell: str) -> list[str]:
+    return re.findall(r"`([^`]+)`", cell)
+
+
+def test_readme_lists_every_target():
+    listed = set()
+    for line in README.read_text().splitlines():
+        if line.startswith("| `make "):
+            listed |= set(re.findall(r"`make ([a-z-]+)`", line.split("|")[1]))
+    targets = set(_make_targets()) | set(_help_targets(HELM_MK))
+    assert targets - {"help"} <= listed, f"targets missing from the README's targets table: {sorted(targets - listed - {'help'})}"
+    assert listed <= targets, f"the README's targets table names targets that do not exist: {sorted(listed - targets)}"
+
+
+def test_every_target_with_options_has_a_readme_option_table():
+    documented = {t for targets in _readme_tables() for t in targets}
+    undocumented = {t for o in OPTIONS for t in o.target_list} - documented
+    assert not undocumented, f"targets whose options no README table lists: {sorted(undocumented)}"
+
+
+@pytest.mark.parametrize("targets", sorted(_readme_tables()), ids=" ".join)
+def test_readme_option_table_lists_the_variables_and_flags_of_its_targets(targets):
+    rows = _readme_tables()[targets]
+    documented = {_code(row[0])[0].removesuffix("=1"): set(_code(row[1])) for row in rows}
+    expected: dict[str, set[str]] = {}
+    for option in (o for t in targets for o in _rows(t)):
+        expected.setdefault(option.variable, set()).add(option.flag)
+    assert documented == expected
+
+
+@pytest.mark.parametrize("targets", sorted(_readme_tables()), ids=" ".join)
+def test_readme_defaults_are_tsvks(make, targets):
+    """A default written as one code span is the flag's default in every command of the table's targets."""
+    for row in _readme_tables()[targets]:
+        variable, default = _code(row[0])[0].removesuffix("=1"), row[-1]
+        if not re.fullmatch(r"`[^`]+`", default):
+            continue
+        for target in targets:
+            for argv in _dry_run(make, target, ()):
+                name, parser, _ = _command(argv)
+                for option in (o for o in _rows(target) if o.variable == variable):
+                    action = _flags(parser)[option.flag]
+                    said = action.type(default.strip("`")) if action.type else default.strip("`")
+                    assert said == action.default, f"README: {variable} defaults to {default}; `tsvk {name} {option.flag}`: {action.default}"
+
+
+def test_the_quick_benchmark_takes_as_long_everywhere():
+    from tsvk_tools.bench.options import QUICK
+
+    for path in (README, ROOT / "docs" / "benchmarks.md", MAKEFILE):
+        for said in re.findall(r"(?:QUICK=1|--quick)[^\n]*?about ([\d-]+) min", path.read_text()):
+            assert said == str(QUICK.minutes), f"{path.name} says the quick run takes about {said} minutes; QUICK says {QUICK.minutes}"
+    assert f"about {QUICK.minutes} min" in bench_run.build_parser().format_help()
