@@ -43,6 +43,7 @@ def fuzz(service: Service, count: int, seed: int, concurrency: int) -> dict:
     """`count` Hypothesis-generated hostile requests at `concurrency`; statuses, 5xx, deaths, time, memory."""
     corpus = generate_corpus(count, seed)
     pids_before = service.worker_pids()
+    rss_before = _worker_rss(service)
     started = time.monotonic()
     with watch.PeakWorkerRss(service.run) as memory:
         answers = send_all([_fuzz_job(service.target, item) for item in corpus], concurrency)
@@ -57,7 +58,8 @@ def fuzz(service: Service, count: int, seed: int, concurrency: int) -> dict:
         "inputs": len(corpus), "seed": seed, "concurrency": concurrency, "seconds": round(elapsed, 1),
         "statuses": statuses, "by_kind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
         "server_errors": server_errors, "client_errors": statuses.get("0", 0), "worker_deaths": deaths,
-        "slowest_s": round(max(a.seconds for a in answers), 3), "peak_worker_rss_mb": round(memory.peak_mb, 1),
+        "slowest_s": round(max(a.seconds for a in answers), 3), "workers_rss_mb_before": round(rss_before, 1),
+        "peak_worker_rss_mb": round(memory.peak_mb, 1),
         "checks": {
             "at least 10,000 inputs": len(corpus) >= 10_000,
             "only 200/400/413/415": set(map(int, statuses)) <= set(FUZZ_ALLOWED_STATUSES),
