@@ -27,13 +27,6 @@ CPU = torch.device("cpu")
 
 
 @pytest.fixture
-def cuda(monkeypatch):
-    yield FakeCuda(device_count=2).install(monkeypatch)
-    monkeypatch.undo()
-    features.reset_cache()  # forget probe results taken on the fake GPUs
-
-
-@pytest.fixture
 def fake_cvcuda(monkeypatch, cuda):
     """CV-CUDA 0.19 as tests/support/fake_cvcuda.py imitates it, over CPU memory standing in for the GPU's."""
     fake = FakeCvcuda(cuda, SimulatedDeviceMemory().install(monkeypatch))

@@ -22,13 +22,6 @@ from tests.support.handler_fakes import FakeContext, tiny_module, write_tiny_eag
 
 
 @pytest.fixture
-def cuda(monkeypatch):
-    yield FakeCuda(device_count=2).install(monkeypatch)
-    monkeypatch.undo()
-    features.reset_cache()  # forget probe results taken on the fake GPUs
-
-
-@pytest.fixture
 def gpu_decodes(monkeypatch, cuda):
     """torchvision 0.29 `torchvision/io/image.py` `decode_jpeg(input, mode, device)` on a fake GPU: a "cuda"
     device without an index means the current one; records the device each decode would run on."""

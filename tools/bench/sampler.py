@@ -24,21 +24,17 @@ class Sample:
     processes: int
 
 
-@dataclass
-class TreeSampler:
-    """Samples the descendants of `root_pid` every `interval` seconds in a background thread."""
+class Periodic:
+    """Calls `tick()` every `interval` seconds on a background thread while used as a context manager."""
 
-    root_pid: int = field(default_factory=os.getpid)
     interval: float = 0.2
-    samples: list[Sample] = field(default_factory=list)
-    seen: dict[int, psutil.Process] = field(default_factory=dict)  # every process seen, kept to tell reused pids apart
 
-    def __post_init__(self):
-        self._known: dict[int, psutil.Process] = {}
+    def tick(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="tree-sampler", daemon=True)
-
-    def __enter__(self) -> "TreeSampler":
+        self._thread = threading.Thread(target=self._loop, name=type(self).__name__, daemon=True)
         self._thread.start()
         return self
 
@@ -48,8 +44,24 @@ class TreeSampler:
 
     def _loop(self) -> None:
         while not self._stop.is_set():
-            self.samples.append(self.sample())
+            self.tick()
             self._stop.wait(self.interval)
+
+
+@dataclass
+class TreeSampler(Periodic):
+    """Samples the descendants of `root_pid` every `interval` seconds in a background thread."""
+
+    root_pid: int = field(default_factory=os.getpid)
+    interval: float = 0.2
+    samples: list[Sample] = field(default_factory=list)
+    seen: dict[int, psutil.Process] = field(default_factory=dict)  # every process seen, kept to tell reused pids apart
+
+    def __post_init__(self):
+        self._known: dict[int, psutil.Process] = {}
+
+    def tick(self) -> None:
+        self.samples.append(self.sample())
 
     def sample(self) -> Sample:
         cpu = rss = 0.0

@@ -12,13 +12,13 @@ import json
 import os
 import re
 import signal
-import threading
 import time
 import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import psutil
 
+from ..bench.sampler import Periodic
 from ..server import TorchServeRun, group_is_ours
 
 WORKER_MARKER = "model_service_worker"
@@ -105,25 +105,13 @@ def _role(process: psutil.Process) -> str:
 
 
 @dataclass
-class PeakWorkerRss:
+class PeakWorkerRss(Periodic):
     """Samples the workers' RSS in the background; `peak_mb` is the largest single worker seen."""
 
     run: TorchServeRun
-    interval_s: float = 0.1
+    interval: float = 0.1
     peak_mb: float = 0.0
-    _stop: threading.Event = field(default_factory=threading.Event)
 
-    def __enter__(self) -> "PeakWorkerRss":
-        self._thread = threading.Thread(target=self._loop, daemon=True)
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        while not self._stop.is_set():
-            worker_rss = [mb for name, mb in sample(self.run).rss_mb.items() if name.startswith("worker")]
-            self.peak_mb = max([self.peak_mb, *worker_rss])
-            self._stop.wait(self.interval_s)
+    def tick(self) -> None:
+        worker_rss = [mb for name, mb in sample(self.run).rss_mb.items() if name.startswith("worker")]
+        self.peak_mb = max([self.peak_mb, *worker_rss])
