@@ -22,7 +22,7 @@ class Tolerance:
     atol: float  # allowed |artifact - eager| on the logits ...
     rtol: float  # ... plus this fraction of the largest eager logit
     min_top1: float  # fraction of samples whose top-1 class must agree
-    basis: str = "as given (TOLERANCE=atol,rtol,min_top1)"  # why these bounds, for the report
+    basis: str = "as given (--tolerance atol,rtol,min_top1)"  # why these bounds, for the report
 
 
 TOLERANCES = {
@@ -32,7 +32,7 @@ TOLERANCES = {
 }
 # TF32 rounds convolution and matmul inputs to 10 mantissa bits (as fp16 does) but keeps fp32's range and
 # accumulates in fp32: bounds between fp32's and fp16's, one near tie in nine samples may flip. Not yet
-# measured on a GPU (none of this project's machines has one): `make gpu-check` records what it sees.
+# measured on a GPU: `tsvk gpu-check` records what it sees.
 CUDA_FP32 = Tolerance(atol=1e-2, rtol=1e-2, min_top1=0.85,
                       basis="fp32 on cuda: the artifact may use TF32 (cuDNN and Torch-TensorRT default); reference in exact fp32")
 

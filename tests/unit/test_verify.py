@@ -36,7 +36,7 @@ def test_fp32_on_cuda_gets_bounds_of_its_own_and_says_why():
 
 
 @pytest.mark.parametrize("given, expected", [(None, "fp32: exact fp32 on both sides"),
-                                              (Tolerance(1.0, 0.0, 0.5), "as given (TOLERANCE=atol,rtol,min_top1)")])
+                                              (Tolerance(1.0, 0.0, 0.5), "as given (--tolerance atol,rtol,min_top1)")])
 def test_every_report_names_the_bounds_it_used(given, expected):
     report = verify_artifact(_recording({}, "artifact"), _recording({}, "eager"), TARGET, given)
     assert report.tolerance == expected and report.to_dict()["tolerance"] == expected

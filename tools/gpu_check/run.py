@@ -28,8 +28,8 @@ def require_cuda() -> None:
     if not torch.cuda.is_available():
         raise UsageError(
             f"no CUDA device here (torch {torch.__version__}: torch.cuda.is_available() is False), and every step of "
-            "the GPU check needs one; run `make gpu-check` on a machine with an NVIDIA GPU and its driver "
-            "(e.g. a cloud GPU instance) after `make setup`"
+            "the GPU check needs one; run `tsvk gpu-check` (make gpu-check) on a machine with an NVIDIA GPU and its "
+            "driver, e.g. a cloud GPU instance"
         )
 
 
