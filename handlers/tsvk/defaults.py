@@ -42,3 +42,10 @@ IMAGE = "skimage:chelsea"
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)
+
+# `tsvk robustness` and `tsvk soak`.
+ROBUSTNESS_MODEL = "resnet18"  # served with random weights: robustness does not depend on their values
+FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus
+SOAK_MINUTES = 70.0  # long enough to span TorchServe's 60-minute key expiry
+SOAK_LOAD = 0.7  # share of the measured capacity the soak sends
+SOAK_MALFORMED = 0.05  # share of malformed requests in the soak

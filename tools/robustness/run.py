@@ -7,6 +7,7 @@ import argparse
 from datetime import datetime, timezone
 from pathlib import Path
 
+from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
 from ..errors import UsageError
@@ -21,9 +22,10 @@ KEY_EXPIRY_TEST_MIN = 0.1  # 6 s: three expiries in under half a minute
 
 def register(commands) -> None:
     p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth and key expiry against a real TorchServe")
-    p.add_argument("--model", default="resnet18", help="archive name in --model-store (built with random weights if missing)")
+    p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)")
     p.add_argument("--model-store", type=Path, default=DEFAULT_WORK_DIR / "store")
-    p.add_argument("--fuzz-inputs", type=int, default=10_000, help="Hypothesis-generated requests (default 10,000)")
+    p.add_argument("--fuzz-inputs", type=int, default=defaults.FUZZ_INPUTS,
+                   help=f"Hypothesis-generated requests (default {defaults.FUZZ_INPUTS})")
     p.add_argument("--seed", type=int, default=0, help="corpus seed: the same seed sends the same requests")
     p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
     p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")

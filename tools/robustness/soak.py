@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
+from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
 from ..bench.report import git_state
@@ -58,11 +59,13 @@ def _ms(seconds: float | None) -> float | None:
 
 def register(commands) -> None:
     p = commands.add_parser("soak", help="a long run at a share of measured capacity: memory, files, p99 and errors per minute")
-    p.add_argument("--minutes", type=float, default=70.0, help="length of the loaded run (default 70: spans the 60-minute key expiry)")
-    p.add_argument("--model", default="resnet18")
+    p.add_argument("--minutes", type=float, default=defaults.SOAK_MINUTES,
+                   help=f"length of the loaded run (default {defaults.SOAK_MINUTES:g}: spans the 60-minute key expiry)")
+    p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL)
     p.add_argument("--model-store", type=Path, default=DEFAULT_WORK_DIR / "store")
-    p.add_argument("--load", type=float, default=0.7, help="share of the measured capacity to send (default 0.7)")
-    p.add_argument("--malformed", type=float, default=0.05, help="share of malformed requests (default 0.05)")
+    p.add_argument("--load", type=float, default=defaults.SOAK_LOAD, help=f"share of the measured capacity to send (default {defaults.SOAK_LOAD})")
+    p.add_argument("--malformed", type=float, default=defaults.SOAK_MALFORMED,
+                   help=f"share of malformed requests (default {defaults.SOAK_MALFORMED})")
     p.add_argument("--capacity-seconds", type=float, default=60.0, help="closed-loop measurement of capacity first")
     p.add_argument("--warmup-minutes", type=float, default=10.0, help="minutes left out of the drift figures")
     p.add_argument("--workers", type=int, default=1)
