@@ -248,8 +248,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise
     print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
     if run.keys():
-        print(f"token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
-              f"while TorchServe runs: on a 400 InvalidKeyException, read it again)")
+        print("token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
+              "while TorchServe runs: on a 400 InvalidKeyException, read it again)")
     return 0
 
 

@@ -5,7 +5,6 @@ tests/gpu/test_bench_gpu.py runs the same systems for real where CUDA is present
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch

@@ -8,7 +8,6 @@ constants, layout) against the CPU backend and how it hands tensors over. nvJPEG
 
 import pytest
 import torch
-import torchvision.transforms.v2.functional as F
 
 from tsvk import features
 from tsvk.decode import decode_rgb, probe
@@ -17,7 +16,7 @@ from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 from tsvk.settings import PreprocessSettings
 
-from tests.support.fake_cuda import FakeCuda, FakeStream, SimulatedDeviceMemory
+from tests.support.fake_cuda import FakeStream, SimulatedDeviceMemory
 from tests.support.fake_cvcuda import FakeCvcuda
 from tests.support.handler_fakes import encode, noise_image, photo
 

@@ -17,7 +17,6 @@ from tsvk.preprocess import BackendChoice
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.service import ClassifierService
 
-from tests.support.fake_cuda import FakeCuda
 from tests.support.handler_fakes import FakeContext, tiny_module, write_tiny_eager_archive
 
 
