@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import platform
+import sys
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -12,9 +13,11 @@ from tsvk import defaults
 from tsvk.settings import ArtifactSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 
 from .backends import CompileTarget, check_target, get_backend, prepare_model
+from .calibration import Photos, int8_photos
 from .errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model
 from .verify import Tolerance, VerificationReport, verify_artifact
+from .verify_int8 import AgreementReport, verify_int8
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class BuildRequest:
     serving: ServingDefaults = field(default_factory=ServingDefaults)
     topk: int = defaults.TOPK
     jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
+    calibration: Path | None = None  # int8: a directory of real photos (some calibrate, the rest verify)
 
 
 @dataclass
@@ -37,7 +41,7 @@ class BuildResult:
     resolved: ResolvedModel
     artifact: Path
     settings: HandlerSettings
-    report: VerificationReport
+    report: VerificationReport | AgreementReport
     seconds: float
 
 
@@ -48,18 +52,62 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     check_target(backend, request.device, request.precision)
     request = _clamp_suggested_batch(request)
     resolved = resolve_model(request.model, request.weights, request.custom)
-    target = CompileTarget(request.device, request.precision, request.max_batch, resolved.preprocess.crop)
+    preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
+    photos = _photos(request, resolved, preprocess)
+    target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
+                           calibration=photos.calibration.batch if photos else None)
     eager_fp32 = resolved.model.to(request.device)
     artifact = Path(workdir) / backend.file_name
+    artifact_settings = ArtifactSettings(file=artifact.name, format=request.backend, device=request.device,
+                                         precision=request.precision, max_batch=request.max_batch, source=resolved.source)
     _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
-    compiled = backend.load(artifact, request.device, prepare_model(copy.deepcopy(eager_fp32), target))
-    report = verify_artifact(compiled, eager_fp32, target, request.tolerance)
+    compiled = _load_back(backend, artifact_settings, artifact, target, eager_fp32)
+    report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
         raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
     seconds = time.perf_counter() - started
-    settings = _settings(request, resolved, artifact, report, seconds)
+    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos)
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
+    """int8's calibration and held-out photos; a --calibration for any other precision is a mistake worth naming."""
+    if request.precision != "int8":
+        if request.calibration is not None:
+            raise UsageError(f"--calibration applies to --precision int8 only (got --precision {request.precision})")
+        return None
+    random_weights = bool(resolved.weights.get("random"))
+    if random_weights:
+        _warn_random_int8()
+    return int8_photos(request.calibration, preprocess, random_weights)
+
+
+def _warn_random_int8() -> None:
+    print("=" * 78, file=sys.stderr)
+    print("--precision int8 with random weights: ACCURACY CANNOT BE MEASURED. Calibrating on the photos", file=sys.stderr)
+    print("given (or scikit-image's); agreement is reported but no threshold is applied.", file=sys.stderr)
+    print("=" * 78, file=sys.stderr)
+
+
+def _load_back(backend, artifact_settings: ArtifactSettings, artifact: Path, target: CompileTarget, eager_fp32):
+    """The artifact as it will run: the backend's own load, or the handler's loader where the backend names none."""
+    if backend.load is not None:
+        return backend.load(artifact, target.device, prepare_model(copy.deepcopy(eager_fp32), target))
+    import torch
+
+    from tsvk.loading import load_model
+
+    return load_model(artifact_settings, artifact.parent, torch.device(target.device)).forward
+
+
+def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):
+    if photos is None:
+        return verify_artifact(compiled, eager_fp32, target, request.tolerance)
+    held_out = photos.held_out is not None
+    measured_on = photos.held_out if held_out else photos.calibration
+    floor = request.tolerance.min_top1 if request.tolerance else None
+    return verify_int8(compiled, eager_fp32, target, measured_on, held_out, not resolved.weights.get("random"), floor)
 
 
 def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:
@@ -82,23 +130,30 @@ def _compile(backend, model, target: CompileTarget, artifact: Path, request: Bui
                          f"Try --backend export or --backend eager to narrow it down") from err
 
 
-def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Path, report, seconds: float) -> HandlerSettings:
-    import torch
-    import torchvision
-
+def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: ArtifactSettings, preprocess, report, seconds: float,
+              photos: Photos | None) -> HandlerSettings:
     return HandlerSettings(
         model_name=request.model,
-        artifact=ArtifactSettings(
-            file=artifact.name, format=request.backend, device=request.device,
-            precision=request.precision, max_batch=request.max_batch, source=resolved.source,
-        ),
-        preprocess=replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling),
+        artifact=artifact,
+        preprocess=preprocess,
         runtime=RuntimeSettings(topk=request.topk),
         serving=request.serving,
         provenance={
             "weights": resolved.weights,
             "verification": report.to_dict(),
+            **({"calibration": photos.provenance} if photos else {}),
             "build_seconds": round(seconds, 1),
-            "built_with": {"torch": str(torch.__version__), "torchvision": str(torchvision.__version__), "python": platform.python_version()},
+            "built_with": _versions(request),
         },
     )
+
+
+def _versions(request: BuildRequest) -> dict[str, str]:
+    import importlib.metadata
+
+    import torch
+    import torchvision
+
+    versions = {"torch": str(torch.__version__), "torchvision": str(torchvision.__version__), "python": platform.python_version()}
+    extra = (["openvino"] if request.backend == "openvino" else []) + (["nncf"] if request.precision == "int8" else [])
+    return {**versions, **{name: importlib.metadata.version(name) for name in extra}}

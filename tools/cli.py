@@ -144,7 +144,10 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--mean", type=triple, help="custom model: normalisation mean r,g,b")
     p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
     p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
-    p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision)")
+    p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision; "
+                   "int8: only min_top1, the top-1 agreement needed on held-out photos)")
+    p.add_argument("--calibration", type=Path, help="--precision int8: a directory of real photos (a few hundred); "
+                   f"{defaults.CALIBRATION_SHARE:.0%} calibrate, the rest verify accuracy")
     p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch "
                    f"(default: min({defaults.BATCH}, max batch); tsvk config decides)")
     p.add_argument("--max-batch-delay", type=non_negative_int, default=defaults.MAX_BATCH_DELAY_MS, dest="max_batch_delay_ms",
@@ -174,7 +177,7 @@ def build_request(args: argparse.Namespace):
     return BuildRequest(
         model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
         weights=args.weights, custom=custom, tolerance=args.tolerance, serving=serving, topk=args.topk,
-        jpeg_dct_scaling=not args.exact_jpeg_decode,
+        jpeg_dct_scaling=not args.exact_jpeg_decode, calibration=args.calibration,
     )
 
 

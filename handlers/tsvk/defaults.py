@@ -14,6 +14,13 @@ PRECISION = "fp32"
 MAX_BATCH = 8  # the largest batch an artifact accepts (its batch dimension is dynamic, 1..MAX_BATCH)
 TOPK = 5
 
+# int8 (--backend openvino --precision int8): calibration photos and the accuracy an archive must keep.
+CALIBRATION_MAX_IMAGES = 300  # NNCF's own default subset; more adds build time, not accuracy
+CALIBRATION_SHARE = 0.4  # of a --calibration directory's photos; the rest are held out for verification
+HELD_OUT_MAX_IMAGES = 300  # verification runs eager fp32 and the int8 artifact on each of these
+INT8_MIN_TOP1_AGREEMENT = 0.97  # int8 top-1 equals eager fp32 top-1 on at least this share of held-out photos
+INT8_MAX_TOP1_DROP = 0.01  # where labels are known: top-1 accuracy may fall by at most this (1 point)
+
 # What an archive suggests to `tsvk config`, and what `tsvk config` uses without an archive.
 BATCH = 8  # requests per batch, never above the artifact's max batch
 MAX_BATCH_DELAY_MS = 50  # how long TorchServe waits for a batch to fill

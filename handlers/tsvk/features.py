@@ -1,4 +1,4 @@
-"""What this worker can use, probed once: CUDA, nvJPEG, CV-CUDA, Torch-TensorRT.
+"""What this worker can use, probed once: CUDA, nvJPEG, CV-CUDA, Torch-TensorRT, OpenVINO.
 
 Every optional GPU library is imported here and nowhere else, so the rest of the package asks
 `has_cvcuda()` instead of wrapping imports in try/except, and tests fake one seam: `optional_module`.
@@ -16,6 +16,7 @@ from types import ModuleType
 _INSTALL_HINTS = {
     "cvcuda": "pip install cvcuda-cu12 (or cvcuda-cu13 to match your CUDA)",
     "torch_tensorrt": "pip install torch-tensorrt matching your torch version",
+    "openvino": "pip install openvino (tsvk's requirements.txt pins the tested version)",
 }
 
 
@@ -82,8 +83,13 @@ def has_torch_tensorrt() -> bool:
     return _probe_module("torch_tensorrt")[0] is not None
 
 
+def has_openvino() -> bool:
+    """OpenVINO runs `openvino` artifacts on the CPU; only archives of that format need it."""
+    return _probe_module("openvino")[0] is not None
+
+
 PROBES = {"cuda": lambda device: has_cuda(), "nvjpeg": has_nvjpeg, "cvcuda": lambda device: has_cvcuda(),
-          "torch_tensorrt": lambda device: has_torch_tensorrt()}
+          "torch_tensorrt": lambda device: has_torch_tensorrt(), "openvino": lambda device: has_openvino()}
 
 
 def describe(names: tuple[str, ...] = tuple(PROBES), device=None) -> dict[str, bool]:

@@ -1,10 +1,12 @@
 """Load whatever model artifact the archive carries, on the device this worker should use.
 
-One loader per `artifact.format` (aoti, export, tensorrt, torchscript, eager); each returns a
-callable taking one NCHW batch of the artifact's precision. Device rules: `cuda:<gpu_id>` when
+One loader per `artifact.format` (aoti, export, tensorrt, torchscript, eager, openvino); each returns
+a callable taking one NCHW batch of the artifact's input dtype. Device rules: `cuda:<gpu_id>` when
 TorchServe gave this worker a GPU and CUDA works, else CPU; an artifact that needs CUDA fails the
 load on a CPU-only worker with a message saying so; an AOTInductor package compiled for the CPU
-stays on the CPU even on a GPU worker (it cannot run anywhere else).
+stays on the CPU even on a GPU worker (it cannot run anywhere else), and so does an OpenVINO one.
+Build-time verification loads `openvino` artifacts through `load_model` too: what is verified is
+what is served.
 """
 
 from __future__ import annotations
@@ -27,8 +29,10 @@ PRECISION_DTYPES = {
     "fp32": torch.float32,
     "fp16": torch.float16,
     "bf16": torch.bfloat16,
+    "int8": torch.float32,  # quantized inside the graph: the input stays fp32
 }
 CUDA_ONLY_FORMATS = ("tensorrt",)
+CPU_ONLY_FORMATS = ("openvino",)
 
 
 class ArtifactLoadError(RuntimeError):
@@ -82,6 +86,8 @@ def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torc
         )
     if artifact.format == "aoti" and artifact.device == "cpu" and worker.type == "cuda":
         return torch.device("cpu"), f"aoti package compiled for cpu runs on cpu although the worker has {worker}"
+    if artifact.format in CPU_ONLY_FORMATS and worker.type == "cuda":
+        return torch.device("cpu"), f"{artifact.format} artifacts run on cpu although the worker has {worker}"
     return worker, ""
 
 
@@ -145,6 +151,18 @@ def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
     raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
 
 
+def load_openvino(path: Path, device: torch.device, **_: Any) -> Callable:
+    """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this)."""
+    from .openvino_ir import compile_for_cpu
+
+    try:
+        ov = features.optional_module("openvino")
+    except ImportError as err:
+        raise ArtifactLoadError(f"{path.name} is an OpenVINO artifact (format 'openvino') and this worker cannot import "
+                                f"openvino; install it in the worker's Python: {err}") from None
+    return compile_for_cpu(ov, path, torch.get_num_threads())
+
+
 def load_eager(
     path: Path, device: torch.device, *, artifact: ArtifactSettings, model_dir: Path,
     num_classes: int | None, dtype: torch.dtype, **_: Any,
@@ -202,4 +220,5 @@ _LOADERS: dict[str, Callable[..., Callable]] = {
     "tensorrt": load_tensorrt,
     "torchscript": load_torchscript,
     "eager": load_eager,
+    "openvino": load_openvino,
 }

@@ -18,9 +18,9 @@ from .defaults import (BATCH, DEVICE, MAX_BATCH, MAX_BATCH_DELAY_MS, MAX_BATCH_P
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
 
-ARTIFACT_FORMATS = ("aoti", "export", "torchscript", "tensorrt", "eager")
+ARTIFACT_FORMATS = ("aoti", "export", "torchscript", "tensorrt", "eager", "openvino")
 DEVICES = ("cpu", "cuda")
-PRECISIONS = ("fp32", "fp16", "bf16")
+PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # int8: weights and activations; the input stays fp32
 PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")

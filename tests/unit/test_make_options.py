@@ -72,6 +72,7 @@ OPTIONS = [
     Option("LABELS", "--labels", BUILD, "labels.txt"),
     Option("TOLERANCE", "--tolerance", BUILD, "1e-2,1e-2,0.9"),
     Option("EXACT_JPEG", "--exact-jpeg-decode", BUILD, switch=True),
+    Option("CALIBRATION", "--calibration", BUILD, "photos/"),
     Option("VCPUS", "--vcpus", "config", "8"),
     Option("GPUS", "--gpus", "config", "2"),
     Option("MODELS", "--models", "config", "resnet50,vit_b_16"),

@@ -25,6 +25,12 @@ def get_backend(name: str) -> Backend:
     return BACKENDS[name]
 
 
+def _elsewhere(precision: str) -> str:
+    """Where a precision this backend lacks is offered, e.g. '; --precision int8: use --backend openvino --device cpu'."""
+    offers = [f"--backend {b.name} --device {d}" for b in BACKENDS.values() for d, p in b.precisions.items() if precision in p]
+    return f"; --precision {precision}: use {' or '.join(offers)}" if offers else ""
+
+
 def check_target(backend: Backend, device: str, precision: str) -> None:
     """Refuse unsupported combinations with the list of supported ones."""
     supported = backend.precisions.get(device)
@@ -33,7 +39,8 @@ def check_target(backend: Backend, device: str, precision: str) -> None:
                          f"{' or '.join(backend.precisions)}")
     if precision not in supported:
         combos = "; ".join(f"--device {d}: --precision {'|'.join(p)}" for d, p in backend.precisions.items())
-        raise UsageError(f"--backend {backend.name} --device {device} does not support --precision {precision}; supported: {combos}")
+        raise UsageError(f"--backend {backend.name} --device {device} does not support --precision {precision}; supported: {combos}"
+                         f"{_elsewhere(precision)}")
     if device == "cuda" and backend.name == "tensorrt":
         require_tensorrt()  # fail before any work, naming what is missing
     elif device == "cuda":

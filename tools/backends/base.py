@@ -2,19 +2,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "float32"}  # int8 quantizes inside
 
 
 @dataclass(frozen=True)
 class CompileTarget:
     device: str  # cpu | cuda
-    precision: str  # fp32 | fp16 | bf16
+    precision: str  # fp32 | fp16 | bf16 | int8
     max_batch: int
     crop: int
+    calibration: Any = field(default=None, compare=False)  # int8: preprocessed photos, float32 NCHW
 
     @property
     def input_dtype(self):
@@ -43,7 +44,9 @@ class Backend:
     file_name: str
     precisions: dict[str, tuple[str, ...]]  # device -> supported precisions
     compile: Callable[[Any, CompileTarget, Path], None]  # (eager model on target, target, artifact path)
-    load: Callable[..., Callable]  # (artifact path, device, template eager model) -> callable(batch) -> logits
+    # (artifact path, device, template eager model) -> callable(batch) -> logits; None: verification loads the
+    # artifact with the handler's own loader (tsvk.loading.load_model), so what is verified is what is served
+    load: Callable[..., Callable] | None
     summary: str
 
 

@@ -1,0 +1,157 @@
+"""--backend openvino: fp32 and int8 build, load through the handler's loader, and refuse what they cannot do."""
+
+from __future__ import annotations
+
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import torch
+
+from tsvk import features
+from tsvk.loading import ArtifactLoadError, load_model, model_device
+from tsvk.settings import ArtifactSettings
+from tsvk_tools.backends import check_target, get_backend
+from tsvk_tools.build import BuildRequest, build
+from tsvk_tools.calibration import split
+from tsvk_tools.errors import UsageError
+from tsvk_tools.images import jpeg_bytes, photo_array
+from tsvk_tools.models import CustomModel
+
+pytest.importorskip("openvino")
+
+FIXTURES = Path(__file__).parent.parent / "fixtures"
+TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)
+
+
+def tiny(tmp_path: Path, **request) -> object:
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return build(BuildRequest(model="tiny", backend="openvino", custom=TINY, max_batch=4, **request), tmp_path / "out")
+
+
+def served(result) -> object:
+    """The artifact as a worker loads it."""
+    return load_model(result.settings.artifact, result.artifact.parent, torch.device("cpu"))
+
+
+@pytest.fixture
+def photos_dir(tmp_path) -> Path:
+    """Ten small real-photo JPEGs: crops of scikit-image's photos at several offsets."""
+    directory = tmp_path / "photos"
+    directory.mkdir()
+    for name in ("chelsea", "coffee", "astronaut"):
+        array = photo_array(name)
+        for i in range(4 if name == "chelsea" else 3):
+            (directory / f"{name}_{i}.jpg").write_bytes(jpeg_bytes(array[20 * i:, 30 * i:], size=(64, 48)))
+    return directory
+
+
+@pytest.fixture
+def trained_weights(tmp_path) -> Path:
+    from tests.fixtures.tiny_model import make_tiny
+
+    path = tmp_path / "tiny.pth"
+    torch.save(make_tiny().state_dict(), path)
+    return path
+
+
+def test_fp32_artifact_is_one_zip_and_matches_eager_at_batch_1_and_max(tmp_path):
+    result = tiny(tmp_path, weights="none")
+    assert result.report.passed and result.settings.artifact.format == "openvino"
+    assert sorted(zipfile.ZipFile(result.artifact).namelist()) == ["model.bin", "model.xml"]
+    loaded = served(result)
+    eager = result.resolved.model
+    for batch in (1, 4):
+        x = torch.randn(batch, 3, 32, 32)
+        got = loaded.forward(x)
+        assert isinstance(got, torch.Tensor) and got.shape == (batch, 3)
+        torch.testing.assert_close(got, eager(x).detach(), atol=1e-4, rtol=1e-4)
+
+
+def test_loader_uses_the_workers_planned_threads(tmp_path, monkeypatch):
+    result = tiny(tmp_path, weights="none")
+    seen = {}
+    import tsvk.openvino_ir as ir
+
+    real = ir.compile_for_cpu
+
+    def recording(ov, path, threads):
+        seen["threads"] = threads
+        return real(ov, path, threads)
+
+    monkeypatch.setattr(ir, "compile_for_cpu", recording)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
+    served(result)
+    assert seen["threads"] == 3
+
+
+def test_int8_with_calibration_builds_and_agrees_on_shapes(tmp_path, photos_dir):
+    result = tiny(tmp_path, weights="none", precision="int8", calibration=photos_dir)
+    calibration = result.settings.provenance["calibration"]
+    assert calibration["directory"] == str(photos_dir) and calibration["images"] == 4 and calibration["held_out_images"] == 6
+    assert len(calibration["names_sha256"]) == 64
+    verification = result.settings.provenance["verification"]
+    assert verification["held_out"] is True and verification["enforced"] is False
+    loaded = served(result)
+    assert loaded.input_dtype == torch.float32
+    for batch in (1, 4):
+        assert loaded.forward(torch.randn(batch, 3, 32, 32)).shape == (batch, 3)
+
+
+def test_int8_with_trained_weights_and_no_calibration_is_refused(tmp_path, trained_weights):
+    with pytest.raises(UsageError, match="--precision int8 with trained weights needs --calibration DIR"):
+        tiny(tmp_path, weights=str(trained_weights), precision="int8")
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+def test_int8_with_trained_weights_is_judged_on_held_out_photos(tmp_path, trained_weights, photos_dir):
+    try:
+        result = tiny(tmp_path, weights=str(trained_weights), precision="int8", calibration=photos_dir)
+    except UsageError as err:  # a 3-class toy may flip a near tie; then the refusal must say why
+        assert "verification FAIL" in str(err) and "top-1 agreement" in str(err)
+        return
+    assert result.report.enforced and result.report.photos == 6 and result.report.top1_agreement >= 0.97
+
+
+def test_calibration_is_for_int8_only(tmp_path, photos_dir):
+    with pytest.raises(UsageError, match="--calibration applies to --precision int8 only"):
+        tiny(tmp_path, weights="none", calibration=photos_dir)
+
+
+def test_split_spreads_both_halves_over_the_directory():
+    calibration, held_out = split([Path(f"{i:03d}.jpg") for i in range(500)])
+    assert len(calibration) == 200 and len(held_out) == 300
+    assert calibration[:3] == [Path("000.jpg"), Path("001.jpg"), Path("005.jpg")]
+    assert not set(calibration) & set(held_out)
+
+
+@pytest.mark.parametrize("backend", ["aoti", "export", "torchscript", "eager"])
+def test_int8_is_refused_by_other_backends_pointing_to_openvino(backend):
+    with pytest.raises(UsageError, match=r"does not support --precision int8.*use --backend openvino --device cpu"):
+        check_target(get_backend(backend), "cpu", "int8")
+
+
+def test_openvino_does_not_run_on_cuda_or_in_fp16():
+    with pytest.raises(UsageError, match="--backend openvino does not run on --device cuda"):
+        check_target(get_backend("openvino"), "cuda", "fp32")
+    with pytest.raises(UsageError, match=r"supported: --device cpu: --precision fp32\|int8"):
+        check_target(get_backend("openvino"), "cpu", "fp16")
+
+
+def test_openvino_artifact_stays_on_cpu_on_a_gpu_worker():
+    artifact = ArtifactSettings(file="model.ov.zip", format="openvino")
+    device, note = model_device(artifact, torch.device("cuda", 0))
+    assert device == torch.device("cpu") and "openvino artifacts run on cpu" in note
+
+
+def test_missing_openvino_fails_the_load_with_the_pip_command(tmp_path, monkeypatch):
+    result = tiny(tmp_path, weights="none")
+    monkeypatch.setitem(sys.modules, "openvino", None)  # `import openvino` now raises ImportError
+    features.reset_cache()
+    try:
+        with pytest.raises(ArtifactLoadError, match=r"OpenVINO artifact .*cannot import openvino.*pip install openvino"):
+            served(result)
+        assert not features.has_openvino()
+    finally:
+        features.reset_cache()
