@@ -1,6 +1,6 @@
 """OpenVINO fp32 / int8 against eager and AOTInductor: CPU speed, and what int8 does to accuracy.
 
-Usage: taskset -c 0 python -m tsvk_tools.bench.openvino_check [--photos DIR] [--rounds N]
+Usage: python -m tsvk_tools.bench.openvino_check [--photos DIR] [--rounds N]
 1. Speed: ResNet-50 with random weights at batch 8 and 1 intra-op thread; each variant is built by
    `tsvk_tools.build.build` (as `tsvk archive` does) and loaded by the handler's loader, then the
    variants run in alternating rounds of the same process, so a noisy machine slows them alike.
@@ -13,6 +13,7 @@ Prints a plain-text report; commit it as benchmarks/results/openvino-<date>.txt.
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import statistics
 import sys
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     command = "python -m tsvk_tools.bench.openvino_check " + shlex.join(argv if argv is not None else sys.argv[1:])
-    report = [f"$ taskset -c 0 {command.strip()}", f"torch {torch.__version__}, started {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
+    report = [f"$ {command.strip()} (affinity: cores {sorted(os.sched_getaffinity(0))})", f"torch {torch.__version__}, started {time.strftime('%Y-%m-%d %H:%M:%S')}", ""]
     with tempfile.TemporaryDirectory(prefix="tsvk-ov-check-") as tmp:
         if args.skip != "speed":
             report += speed(args.rounds, Path(tmp)) + [""]
