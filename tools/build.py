@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import platform
+import shutil
 import sys
 import time
 from dataclasses import dataclass, field, replace
@@ -61,7 +62,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     artifact_settings = ArtifactSettings(file=artifact.name, format=request.backend, device=request.device,
                                          precision=request.precision, max_batch=request.max_batch, source=resolved.source)
     _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
-    compiled = _load_back(backend, artifact_settings, artifact, target, eager_fp32)
+    compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
     report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
@@ -90,15 +91,18 @@ def _warn_random_int8() -> None:
     print("=" * 78, file=sys.stderr)
 
 
-def _load_back(backend, artifact_settings: ArtifactSettings, artifact: Path, target: CompileTarget, eager_fp32):
-    """The artifact as it will run: the backend's own load, or the handler's loader where the backend names none."""
-    if backend.load is not None:
-        return backend.load(artifact, target.device, prepare_model(copy.deepcopy(eager_fp32), target))
+def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: CompileTarget, resolved: ResolvedModel,
+               custom: CustomModel | None):
+    """The artifact as a worker will run it: loaded by the handler's own loader from a directory laid out
+    as the archive is (the artifact, plus the model code that a custom model's eager state_dict needs)."""
     import torch
 
     from tsvk.loading import load_model
 
-    return load_model(artifact_settings, artifact.parent, torch.device(target.device)).forward
+    if artifact_settings.format == "eager" and custom is not None and not (artifact.parent / custom.file.name).exists():
+        shutil.copy2(custom.file, artifact.parent / custom.file.name)
+    num_classes = len(resolved.labels) if resolved.labels else None
+    return load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes).forward
 
 
 def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tsvk import features
+from tsvk.loading import load_model
 from tsvk.postprocess import first_tensor
-from tsvk_tools.backends import get_backend
 from tsvk_tools.build import BuildRequest, build
 
 pytestmark = [
@@ -35,7 +35,7 @@ def test_cuda_backend_verifies_and_takes_every_batch(tmp_path, resnet18_weights,
     for key in ("max_abs_diff", "allowed_abs_diff", "top1_agreement"):
         record_property(key, getattr(result.report, key))
     assert result.report.passed, result.report.describe()
-    loaded = get_backend(backend).load(result.artifact, "cuda")
+    loaded = load_model(result.settings.artifact, result.artifact.parent, torch.device("cuda")).forward  # as a worker loads it
     dtype = torch.float16 if precision == "fp16" else torch.float32
     with torch.no_grad():
         for batch in range(1, MAX_BATCH + 1):

@@ -90,3 +90,8 @@ class FakeTorchTensorRT(types.ModuleType):
         args = tuple(_example(spec, _device_of(module)) for spec in specs)
         program = torch.export.export(module, args, dynamic_shapes=dynamic_shapes, strict=False)
         torch.export.save(program, file_path)
+
+    def load(self, file_path, **kwargs):
+        """As the real one for an `exported_program` file: torch.export's own load."""
+        self.calls["load"] = {"file_path": file_path, **kwargs}
+        return torch.export.load(file_path)

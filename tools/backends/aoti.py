@@ -16,17 +16,10 @@ def compile_aoti(model, target: CompileTarget, artifact: Path) -> None:
     torch._inductor.aoti_compile_and_package(program, package_path=str(artifact), inductor_configs={"freezing": True})
 
 
-def load_aoti(artifact: Path, device: str, template=None):
-    import torch
-
-    return torch._inductor.aoti_load_package(str(artifact))
-
-
 BACKEND = Backend(
     name="aoti",
     file_name="model.pt2",
     precisions={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")},
     compile=compile_aoti,
-    load=load_aoti,
     summary="torch.export + AOTInductor package with freezing (default; fastest on CPU)",
 )

@@ -38,15 +38,15 @@ class CompileTarget:
 
 @dataclass(frozen=True)
 class Backend:
-    """A compile backend: where it runs, what it writes, how the artifact is loaded back."""
+    """A compile backend: where it runs, what it writes, how it compiles.
+
+    There is no load here: build-time verification loads every artifact with the handler's own
+    loader (`tsvk.loading.load_model`), so what is verified is exactly what a worker serves."""
 
     name: str
     file_name: str
     precisions: dict[str, tuple[str, ...]]  # device -> supported precisions
     compile: Callable[[Any, CompileTarget, Path], None]  # (eager model on target, target, artifact path)
-    # (artifact path, device, template eager model) -> callable(batch) -> logits; None: verification loads the
-    # artifact with the handler's own loader (tsvk.loading.load_model), so what is verified is what is served
-    load: Callable[..., Callable] | None
     summary: str
 
 

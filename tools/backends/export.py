@@ -23,17 +23,10 @@ def compile_export(model, target: CompileTarget, artifact: Path) -> None:
     torch.export.save(export_program(model, target), str(artifact))
 
 
-def load_export(artifact: Path, device: str, template=None):
-    import torch
-
-    return torch.export.load(str(artifact)).module()
-
-
 BACKEND = Backend(
     name="export",
     file_name="model.pt2",
     precisions={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")},
     compile=compile_export,
-    load=load_export,
     summary="torch.export ExportedProgram (portable, runs eagerly)",
 )

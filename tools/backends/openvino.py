@@ -3,8 +3,8 @@
 The IR has a dynamic batch 1..max_batch and travels as one zip (`tsvk.openvino_ir`). int8 is NNCF's
 post-training quantization, calibrated on real photos preprocessed as the handler does
 (`target.calibration`, chosen by `tools/calibration.py`); its accuracy is verified on held-out
-photos, not by a logit tolerance (`tools/verify_int8.py`). Loading is the handler's own loader
-(`load=None`), so the build verifies exactly what a worker runs.
+photos, not by a logit tolerance (`tools/verify_int8.py`). Like every artifact, it is loaded back
+for verification by the handler's own loader (`tsvk.loading`), so the build verifies what a worker runs.
 """
 
 from __future__ import annotations
@@ -63,6 +63,5 @@ BACKEND = Backend(
     file_name="model.ov.zip",
     precisions={"cpu": ("fp32", "int8")},
     compile=compile_openvino,
-    load=None,
     summary="OpenVINO IR (CPU): fp32, or int8 by NNCF post-training quantization on --calibration photos",
 )

@@ -49,18 +49,10 @@ def compile_tensorrt(model, target: CompileTarget, artifact: Path) -> None:
     trt.save(compiled, str(artifact), output_format="exported_program", arg_inputs=[spec])
 
 
-def load_tensorrt(artifact: Path, device: str, template=None):
-    import torch
-
-    require_tensorrt()  # registers the TensorRT engine classes that the saved program refers to
-    return torch.export.load(str(artifact)).module()
-
-
 BACKEND = Backend(
     name="tensorrt",
     file_name="model.ep",
     precisions={"cuda": ("fp32", "fp16")},
     compile=compile_tensorrt,
-    load=load_tensorrt,
     summary="Torch-TensorRT dynamo engine (CUDA only)",
 )

@@ -18,19 +18,10 @@ def compile_torchscript(model, target: CompileTarget, artifact: Path) -> None:
             torch.jit.save(torch.jit.freeze(traced.eval()), str(artifact))
 
 
-def load_torchscript(artifact: Path, device: str, template=None):
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return torch.jit.load(str(artifact), map_location=device)
-
-
 BACKEND = Backend(
     name="torchscript",
     file_name="model.ts",
     precisions={"cpu": ("fp32", "bf16"), "cuda": ("fp32", "fp16", "bf16")},
     compile=compile_torchscript,
-    load=load_torchscript,
     summary="TorchScript trace, frozen (legacy; deprecated in torch 2.14)",
 )

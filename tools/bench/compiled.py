@@ -20,24 +20,29 @@ from ..archive import build_archive
 from ..archive_info import read_archive_settings
 from tsvk import defaults
 
-from ..backends import BACKENDS, CompileTarget, get_backend
+from ..backends import BACKENDS, CompileTarget
 from ..build import BuildRequest
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
 
 
 def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:
-    """Build the archive exactly as `tsvk archive` does (timed), then load its artifact back."""
+    """Build the archive exactly as `tsvk archive` does (timed), then load it back as a worker does."""
     import zipfile
+
+    import torch
+
+    from tsvk.loading import load_model
 
     start = time.perf_counter()
     mar, result = build_archive(BuildRequest(model=model, backend=name, weights=weights, max_batch=max_batch), store)
     row = {"backend": name, "archive_seconds": round(time.perf_counter() - start, 1), "archive_mib": round(mar.stat().st_size / 2**20, 1),
            "verification": read_archive_settings(mar).provenance["verification"]}
-    backend = get_backend(name)
-    zipfile.ZipFile(mar).extract(backend.file_name, unpacked / name)
+    zipfile.ZipFile(mar).extractall(unpacked / name)
     target = CompileTarget("cpu", "fp32", max_batch, result.settings.preprocess.crop)
-    return row, backend.load(unpacked / name / backend.file_name, "cpu", result.resolved.model), target
+    labels = result.resolved.labels
+    loaded = load_model(result.settings.artifact, unpacked / name, torch.device("cpu"), num_classes=len(labels) if labels else None)
+    return row, loaded.forward, target
 
 
 def interleaved_throughput(models: dict[str, object], target: CompileTarget, batch: int, repeats: int) -> dict[str, float]:
