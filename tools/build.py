@@ -61,14 +61,14 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     artifact = Path(workdir) / backend.file_name
     artifact_settings = ArtifactSettings(file=artifact.name, format=request.backend, device=request.device,
                                          precision=request.precision, max_batch=request.max_batch, source=resolved.source)
-    _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
+    compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
     compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
     report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
         raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
     seconds = time.perf_counter() - started
-    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos)
+    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
     return BuildResult(resolved, artifact, settings, report, seconds)
 
 
@@ -121,12 +121,12 @@ def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:
     return replace(request, serving=replace(request.serving, batch_size=request.max_batch))
 
 
-def _compile(backend, model, target: CompileTarget, artifact: Path, request: BuildRequest) -> None:
+def _compile(backend, model, target: CompileTarget, artifact: Path, request: BuildRequest) -> dict | None:
     import torch
 
     try:
         with torch.no_grad():
-            backend.compile(model, target, artifact)
+            return backend.compile(model, target, artifact)
     except UsageError:
         raise
     except Exception as err:  # compilers fail in many ways; the user needs the backend and the cause
@@ -135,7 +135,7 @@ def _compile(backend, model, target: CompileTarget, artifact: Path, request: Bui
 
 
 def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: ArtifactSettings, preprocess, report, seconds: float,
-              photos: Photos | None) -> HandlerSettings:
+              photos: Photos | None, compile_facts: dict | None) -> HandlerSettings:
     return HandlerSettings(
         model_name=request.model,
         artifact=artifact,
@@ -146,6 +146,7 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
             "weights": resolved.weights,
             "verification": report.to_dict(),
             **({"calibration": photos.provenance} if photos else {}),
+            **({"compile": compile_facts} if compile_facts else {}),
             "build_seconds": round(seconds, 1),
             "built_with": _versions(request),
         },
@@ -159,5 +160,7 @@ def _versions(request: BuildRequest) -> dict[str, str]:
     import torchvision
 
     versions = {"torch": str(torch.__version__), "torchvision": str(torchvision.__version__), "python": platform.python_version()}
-    extra = (["openvino"] if request.backend == "openvino" else []) + (["nncf"] if request.precision == "int8" else [])
+    int8 = request.precision == "int8"
+    extra = (["openvino"] if request.backend == "openvino" else []) + (["nncf"] if int8 and request.backend == "openvino" else []) \
+        + (["torchao"] if int8 and request.backend == "aoti" else [])
     return {**versions, **{name: importlib.metadata.version(name) for name in extra}}

@@ -50,6 +50,11 @@ IMAGE = "skimage:chelsea"
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)
 
+# `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
+# the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).
+FAST_BACKEND = "openvino"
+FAST_PRECISION = "int8"
+
 # `tsvk robustness` and `tsvk soak`.
 ROBUSTNESS_MODEL = "resnet18"  # served with random weights: robustness does not depend on their values
 FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from tsvk import features
 
 from tests.support.fake_cuda import FakeCuda
+from tsvk_tools.images import jpeg_bytes, photo_array
 
 
 @pytest.fixture
@@ -14,3 +17,15 @@ def cuda(monkeypatch):
     yield FakeCuda(device_count=2).install(monkeypatch)
     monkeypatch.undo()
     features.reset_cache()
+
+
+@pytest.fixture
+def photos_dir(tmp_path) -> Path:
+    """Ten small real-photo JPEGs: crops of scikit-image's photos at several offsets."""
+    directory = tmp_path / "photos"
+    directory.mkdir()
+    for name in ("chelsea", "coffee", "astronaut"):
+        array = photo_array(name)
+        for i in range(4 if name == "chelsea" else 3):
+            (directory / f"{name}_{i}.jpg").write_bytes(jpeg_bytes(array[20 * i:, 30 * i:], size=(64, 48)))
+    return directory

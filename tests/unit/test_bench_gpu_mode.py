@@ -14,7 +14,7 @@ from tsvk_tools.bench.apps.ceiling_probe import device_sync, no_sync, timed_call
 from tsvk_tools.bench.assets import Photo, ours_build_request
 from tsvk_tools.bench.markdown import render_markdown
 from tsvk import features
-from tsvk_tools.bench.options import GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
+from tsvk_tools.bench.options import FAST_SYSTEMS, GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
 from tsvk_tools.bench.report import build_result
 from tsvk_tools.bench.run import build_parser, options_from_args
 from tsvk_tools.bench.systems.base import RunContext
@@ -53,7 +53,14 @@ def test_gpu_flag_runs_every_system_on_cuda_in_fp16_with_its_own_tag(tensorrt_im
     assert (options.device, options.precision, options.tag) == ("cuda", "fp16", "gpu")
     assert (options.jobs, options.concurrency, options.model) == (GPU.jobs, GPU.concurrency, "resnet152")
     assert (options.backend, options.backend_note) == ("tensorrt", "torch_tensorrt imports")
-    assert options.systems == SYSTEMS  # the same table as on the CPU
+    assert options.systems == tuple(s for s in SYSTEMS if s not in FAST_SYSTEMS)  # the CPU table but its CPU-artifact rows
+    assert FAST_SYSTEMS and set(FAST_SYSTEMS) < set(SYSTEMS)
+
+
+def test_fast_rows_cannot_be_asked_for_in_the_gpu_mode(tensorrt_imports):
+    tensorrt_imports(True)
+    with pytest.raises(UsageError, match="ours_fast measure the fastest CPU artifact and cannot run in the GPU mode"):
+        _options("--gpu", "--systems", "ours,ours_fast")
 
 
 def test_gpu_backend_is_tensorrt_only_where_it_imports(tensorrt_imports):
@@ -78,7 +85,7 @@ def test_cpu_runs_stay_fp32_on_the_cpu():
 
 @pytest.mark.parametrize(("kwargs", "message"), [
     ({"backend": "tensorrt"}, "backend tensorrt does not run on device cpu; it runs on cuda"),
-    ({"precision": "fp16"}, "backend aoti on cpu supports precision fp32, bf16, got 'fp16'"),
+    ({"precision": "fp16"}, "backend aoti on cpu supports precision fp32, bf16, int8, got 'fp16'"),
     ({"device": "tpu"}, "device must be one of cpu, cuda, got 'tpu'"),
     ({"device": "cuda", "backend": "tensorrt", "precision": "bf16"}, "backend tensorrt on cuda supports precision fp32, fp16"),
 ])

@@ -46,7 +46,9 @@ class Backend:
     name: str
     file_name: str
     precisions: dict[str, tuple[str, ...]]  # device -> supported precisions
-    compile: Callable[[Any, CompileTarget, Path], None]  # (eager model on target, target, artifact path)
+    # (eager model on target, target, artifact path) -> facts about the compiled artifact for the archive's
+    # provenance (e.g. how many kernels run int8), or None
+    compile: Callable[[Any, CompileTarget, Path], dict | None]
     summary: str
 
 

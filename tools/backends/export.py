@@ -7,14 +7,14 @@ from pathlib import Path
 from .base import Backend, CompileTarget
 
 
-def export_program(model, target: CompileTarget):
+def export_program(model, target: CompileTarget, strict: bool = False):
     import torch
 
     example = target.example(target.trace_batch())
     if target.max_batch == 1:
-        return torch.export.export(model, (example,))
+        return torch.export.export(model, (example,), strict=strict)
     batch = torch.export.Dim("batch", min=1, max=target.max_batch)
-    return torch.export.export(model, (example,), dynamic_shapes=({0: batch},))
+    return torch.export.export(model, (example,), dynamic_shapes=({0: batch},), strict=strict)
 
 
 def compile_export(model, target: CompileTarget, artifact: Path) -> None:

@@ -70,6 +70,7 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
         "|---|---|---|---|",
         *(f"| {g['goal']} | {g['target']} | {_cell(g['measured'], 2)} | {_met(g['met'])} |" for g in result["goals"]),
     ]
+    lines += _compute_lines(result.get("compute") or {}, result["systems"])
     if result.get("diagnosis"):
         lines += ["", "## Where the time goes", "", *(f"- {line}" for line in result["diagnosis"])]
     top1 = _top1_lines(result["systems"])
@@ -99,3 +100,18 @@ def _met(met) -> str:
 def _top1_lines(systems: dict) -> list[str]:
     return [f"- {name}: " + ", ".join(f"photo {i}: {label}" for i, label in system["top1"].items())
             for name, system in systems.items() if system.get("top1")]
+
+
+def _compute_lines(compute: dict, systems: dict) -> list[str]:
+    """GFLOP/s achieved per system against the machine's fp32 peak (tools/bench/compute.py)."""
+    if not compute.get("systems"):
+        return []
+    peak = compute.get("fp32_peak") or {}
+    lines = ["", "## Compute use", "",
+             f"{compute['gflop_per_image']} GFLOP per image; fp32 peak {_cell(peak.get('gflops'), 1)} GFLOP/s "
+             f"({peak.get('formula', 'clock unknown')}). An int8 artifact does the same operations, so its share can pass 100%.",
+             "", "| System | GFLOP/s | Share of fp32 peak |", "|---|---|---|"]
+    for name, row in compute["systems"].items():
+        share = "-" if row["of_fp32_peak"] is None else f"{100 * row['of_fp32_peak']:.0f}%"
+        lines.append(f"| {systems.get(name, {}).get('label', name)} | {_cell(row['gflops'], 1)} | {share} |")
+    return lines

@@ -31,8 +31,8 @@ from ..errors import UsageError
 from ..models import CustomModel
 from ..verify_int8 import accuracy, logits
 
-SPEED_VARIANTS = (("aoti", "fp32"), ("openvino", "fp32"), ("openvino", "int8"))
-ACCURACY_VARIANTS = (("openvino", "fp32"), ("openvino", "int8"))
+SPEED_VARIANTS = (("aoti", "fp32"), ("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))
+ACCURACY_VARIANTS = (("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))
 
 
 def served(request: BuildRequest, workdir: Path):

@@ -11,7 +11,9 @@ from tsvk.settings import DEVICES
 
 from ..images import SKIMAGE_PHOTOS
 
-SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "flask_gunicorn", "litserve", "ceiling")
+SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_fast", "flask_gunicorn", "litserve", "ceiling",
+           "ceiling_fast")
+FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 
@@ -43,10 +45,12 @@ class BenchOptions:
     ceiling_seconds: float = FULL.ceiling_seconds
     images: tuple[str, ...] = DEFAULT_IMAGES
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
-    systems: tuple[str, ...] = SYSTEMS
+    systems: tuple[str, ...] | None = None  # None: every system that runs on `device`
     backend: str = defaults.BACKEND  # our archive's backend
     device: str = defaults.DEVICE  # where every system runs its model: cpu, or cuda (the GPU mode)
     precision: str = defaults.PRECISION  # our archive's precision (fp16 in the GPU mode)
+    fast_backend: str = defaults.FAST_BACKEND  # ours_fast / ceiling_fast: the fastest verified CPU artifact
+    fast_precision: str = defaults.FAST_PRECISION
     backend_note: str = ""  # why this backend, when the run chose it (the GPU mode)
     max_batch: int = defaults.MAX_BATCH
     batch: int = defaults.BATCH  # batch size for ours and hand-tuned stock
@@ -62,6 +66,8 @@ class BenchOptions:
     command: str = ""  # the command line that produced the run, for the report
 
     def __post_init__(self):
+        if self.systems is None:  # frozen: the one place a field is filled in after construction
+            object.__setattr__(self, "systems", default_systems(self.device))
         problems = validation_problems(self)
         if problems:
             from ..errors import UsageError
@@ -71,6 +77,11 @@ class BenchOptions:
     @property
     def warmup_requests(self) -> int:
         return self.warmup if self.warmup is not None else 2 * min(self.concurrency, 2 * self.batch)
+
+
+def default_systems(device: str) -> tuple[str, ...]:
+    """Every system; in the GPU mode all but the rows that measure a CPU-only artifact."""
+    return SYSTEMS if device != "cuda" else tuple(s for s in SYSTEMS if s not in FAST_SYSTEMS)
 
 
 def validation_problems(options: BenchOptions) -> list[str]:
@@ -91,6 +102,7 @@ def validation_problems(options: BenchOptions) -> list[str]:
         problems.append(f"device must be one of {', '.join(DEVICES)}, got {options.device!r}")
     else:
         problems += _target_problems(options.backend, options.device, options.precision)
+    problems += _fast_problems(options)
     if options.vcpus is not None and options.vcpus < 1:
         problems.append(f"vcpus must be >= 1, got {options.vcpus}")
     if not options.images:
@@ -110,6 +122,16 @@ def _target_problems(backend: str, device: str, precision: str) -> list[str]:
     if precision not in supported[device]:
         return [f"backend {backend} on {device} supports precision {', '.join(supported[device])}, got {precision!r}"]
     return []
+
+
+def _fast_problems(options: BenchOptions) -> list[str]:
+    """The fast rows run on the CPU only, with an artifact that can be built for the CPU."""
+    chosen = [s for s in options.systems if s in FAST_SYSTEMS]
+    if chosen and options.device == "cuda":
+        return [f"{', '.join(chosen)} measure the fastest CPU artifact and cannot run in the GPU mode"]
+    if options.fast_backend not in BACKENDS:
+        return [f"fast backend must be one of {', '.join(BACKENDS)}, got {options.fast_backend!r}"]
+    return _target_problems(options.fast_backend, "cpu", options.fast_precision)
 
 
 def gpu_backend() -> tuple[str, str]:

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
+from .compute import compute_use, fp32_peak, gflop_per_image
 from .options import BenchOptions
 from .stats import ratio
 
@@ -25,17 +26,27 @@ RATIO_SYSTEMS = {
     "ours_vs_flask_gunicorn": "flask_gunicorn",
     "ours_vs_litserve": "litserve",
 }
+FAST_RATIOS = {  # the fastest verified CPU artifact (ours_fast) against the fp32 rows of the same run
+    "fast_vs_ours": ("ours_fast", "ours"),
+    "fast_vs_torchserve_tuned": ("ours_fast", "torchserve_tuned"),
+    "fast_vs_compute_ceiling": ("ours_fast", "ceiling"),
+    "fast_vs_fast_ceiling": ("ours_fast", "ceiling_fast"),
+    "fast_ceiling_vs_ceiling": ("ceiling_fast", "ceiling"),
+}
 GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_decentralized", 5.0, "ours >= 5x decentralized"),
     ("ours_vs_torchserve_default", 1.5, "ours >= 1.5x stock TorchServe defaults"),
     ("ours_vs_torchserve_tuned", 1.2, "ours >= 1.2x best hand-tuned stock TorchServe"),
     ("ours_vs_compute_ceiling", 0.9, "ours >= 0.9x the in-process compute ceiling"),
+    ("fast_vs_ours", 1.12, "ours with the fastest CPU artifact >= 1.12x ours fp32"),
+    ("fast_vs_torchserve_tuned", 1.25, "ours with the fastest CPU artifact >= 1.25x best hand-tuned stock TorchServe"),
 )
 
 
 def build_result(options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime,
                  removed_env: dict | None = None) -> dict:
     ratios = compute_ratios(systems)
+    compute = compute_inputs(options.model, vcpus)
     return {
         "schema_version": SCHEMA_VERSION,
         "created": started.isoformat(timespec="seconds"),
@@ -49,8 +60,18 @@ def build_result(options: BenchOptions, vcpus: int, systems: dict, started: date
         "systems": systems,
         "ratios": ratios,
         "goals": evaluate_goals(systems, ratios),
+        "compute": {**compute, "systems": compute_use(systems, compute["gflop_per_image"], compute["fp32_peak"])},
         "diagnosis": diagnose(systems),
     }
+
+
+def compute_inputs(model: str, vcpus: int) -> dict:
+    """The model's GFLOP per image and the machine's fp32 peak (compute.py says how each is found)."""
+    try:
+        work = gflop_per_image(model)
+    except (ValueError, KeyError):  # not a torchvision builder: nothing to count
+        work = None
+    return {"gflop_per_image": work, "fp32_peak": fp32_peak(vcpus)}
 
 
 def _options_dict(options: BenchOptions) -> dict:
@@ -70,6 +91,8 @@ def compute_ratios(systems: dict) -> dict:
     ratios = {key: ratio(ours, throughput(systems, other)) for key, other in RATIO_SYSTEMS.items()}
     ratios["ours_vs_pipeline_ceiling"] = ratio(ours, pipeline_ceiling(systems.get("ceiling")))
     ratios["p99_ours_vs_torchserve_tuned"] = ratio(_p99(systems, "ours"), _p99(systems, "torchserve_tuned"))
+    ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in FAST_RATIOS.items()})
+    ratios["p99_fast_vs_torchserve_tuned"] = ratio(_p99(systems, "ours_fast"), _p99(systems, "torchserve_tuned"))
     return ratios
 
 
@@ -165,7 +188,10 @@ def git_state() -> dict:
 def refresh(result: dict) -> dict:
     """Recompute ratios, goals and diagnosis from a result's measurements (after a report change)."""
     ratios = compute_ratios(result["systems"])
-    return {**result, "ratios": ratios, "goals": evaluate_goals(result["systems"], ratios), "diagnosis": diagnose(result["systems"])}
+    compute = result.get("compute") or compute_inputs(result["options"]["model"], result["machine"]["vcpus"])
+    compute = {**compute, "systems": compute_use(result["systems"], compute["gflop_per_image"], compute["fp32_peak"])}
+    return {**result, "ratios": ratios, "goals": evaluate_goals(result["systems"], ratios), "compute": compute,
+            "diagnosis": diagnose(result["systems"])}
 
 
 def result_stem(result: dict, tag: str) -> str:

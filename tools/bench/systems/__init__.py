@@ -4,10 +4,11 @@ from __future__ import annotations
 
 
 def registry() -> dict:
-    from .ceiling import ComputeCeiling
+    from .ceiling import ComputeCeiling, FastCeiling
     from .decentralized import Decentralized
-    from .torchserve import Ours, TorchServeDefault, TorchServeTuned
+    from .torchserve import Ours, OursFast, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
-    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), FlaskGunicorn(), LitServeBatched(), ComputeCeiling()]
+    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursFast(), FlaskGunicorn(), LitServeBatched(),
+               ComputeCeiling(), FastCeiling()]
     return {system.name: system for system in systems}

@@ -53,6 +53,16 @@ class RunContext:
         return ours_archive(self.options, self.weights)
 
     @cached_property
+    def fast_mar(self) -> Path:
+        """Our archive built with the fastest verified CPU artifact (`fast_backend` / `fast_precision`)."""
+        from dataclasses import replace
+
+        from ..assets import ours_archive
+
+        fast = replace(self.options, backend=self.options.fast_backend, precision=self.options.fast_precision)
+        return ours_archive(fast, self.weights)
+
+    @cached_property
     def stock_mar(self) -> Path:
         from ..assets import stock_archive
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 from ...errors import UsageError
 from ..stats import latency_summary
@@ -22,11 +23,14 @@ class ComputeCeiling(System):
                    "all vCPUs as torch threads (no HTTP, no decoding); decode + preprocess measured separately")
     self_timed = True
 
+    def archive(self, ctx: RunContext) -> Path:
+        return ctx.ours_mar
+
     def prepare(self, ctx: RunContext) -> None:
-        ctx.ours_mar
+        self.archive(ctx)
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
-        command = [sys.executable, "-m", "tsvk_tools.bench.apps.ceiling_probe", "--mar", str(ctx.ours_mar),
+        command = [sys.executable, "-m", "tsvk_tools.bench.apps.ceiling_probe", "--mar", str(self.archive(ctx)),
                    "--threads", str(ctx.vcpus), "--seconds", str(ctx.options.ceiling_seconds), "--device", ctx.options.device,
                    "--images", *[str(p.file) for p in ctx.photos]]
         done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
@@ -59,3 +63,12 @@ def summarize_probe(probe: dict) -> dict:
             "latency_means": "per call of one batch of the best size",
         },
     }
+
+
+class FastCeiling(ComputeCeiling):
+    name = "ceiling_fast"
+    label = "Ceiling: fastest CPU artifact in-process"
+    description = "as the ceiling above, for the archive ours_fast serves"
+
+    def archive(self, ctx: RunContext) -> Path:
+        return ctx.fast_mar

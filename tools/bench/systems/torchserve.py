@@ -115,23 +115,37 @@ class Ours(System):
     label = "tsvk (ours)"
     description = "our archive (tsvk archive, compiled backend), our handler, our generated config (tsvk config)"
 
+    def archive(self, ctx: RunContext) -> tuple[Path, str, str]:
+        """The .mar this row serves, with its backend and precision."""
+        return ctx.ours_mar, ctx.options.backend, ctx.options.precision
+
     def prepare(self, ctx: RunContext) -> None:
-        ctx.ours_mar
+        self.archive(ctx)
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         from ...serving_config import write_config
 
+        mar, backend, precision = self.archive(ctx)
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
         request = serving_on_free_ports(
             vcpus=ctx.vcpus, workers=ctx.options.ours_workers, gpus=None if ctx.options.device == "cuda" else 0,
-            models=(ctx.options.model,), model_store=ctx.ours_mar.parent, auth=False, concurrency=ctx.options.concurrency,
+            models=(ctx.options.model,), model_store=mar.parent, auth=False, concurrency=ctx.options.concurrency,
         )
         plan = write_config(request, config)
         deployment = serve(ctx, folder, config, ctx.options.model)
         model = plan.models[0]
         deployment.details["plan"] = {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,
-                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": ctx.options.backend,
-                                      "device": ctx.options.device, "precision": ctx.options.precision,
-                                      "gpus": plan.gpus}
+                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": backend,
+                                      "device": ctx.options.device, "precision": precision, "gpus": plan.gpus}
         return deployment
+
+
+class OursFast(Ours):
+    name = "ours_fast"
+    label = "tsvk (ours), fastest CPU artifact"
+    description = ("ours as above, with the fastest artifact that passes verification on the CPU (default OpenVINO "
+                   "int8, NNCF calibrated on real photos)")
+
+    def archive(self, ctx: RunContext) -> tuple[Path, str, str]:
+        return ctx.fast_mar, ctx.options.fast_backend, ctx.options.fast_precision
