@@ -34,7 +34,7 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
+.PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -86,6 +86,9 @@ bench-compile: setup ## archive time per backend and compiled vs eager img/s (MO
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
 	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
+
+bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
+	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))
 
 gpu-check: setup ## on a CUDA machine: GPU tests, GPU preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))

@@ -91,6 +91,7 @@ OPTIONS = [
     Option("JOBS", "--jobs", BENCH, "40"),
     Option("FUZZ_INPUTS", "--fuzz-inputs", "robustness", "500"),
     Option("MINUTES", "--minutes", "soak", "5"),
+    Option("IMAGES", "--images", "bench-accuracy", "photos/"),
 ]
 
 # Flags of the commands the Makefile runs that no Make variable sets, and why.
@@ -119,6 +120,7 @@ CLI_ONLY = {
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
     "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},
+    "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
         "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir")},

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
+from ..models import WEIGHTS_NONE
 from .options import BenchOptions
 
 WEIGHTS_SEED = 0
@@ -107,20 +108,29 @@ def ours_archive(options: BenchOptions, weights: Path) -> Path:
 
 
 def _build_ours(options: BenchOptions, weights: Path, store: Path) -> None:
+    import torch
+
     from ..archive import build_archive
 
-    build_archive(ours_build_request(options, weights), store, force=True)
+    request = ours_build_request(options, weights)
+    if request.weights == WEIGHTS_NONE:
+        torch.manual_seed(WEIGHTS_SEED)  # the builder draws the same random weights as shared_weights did
+    build_archive(request, store, force=True)
 
 
 def ours_build_request(options: BenchOptions, weights: Path):
-    """`tsvk archive` for this run: its backend, device and precision, verified against eager as always."""
+    """`tsvk archive` for this run: its backend, device and precision, verified against eager as always.
+
+    int8 is built from `--weights none` reseeded (`_build_ours`): a weights file counts as trained weights,
+    whose int8 build needs labelled photos to verify accuracy against, and these weights are random."""
     from tsvk.settings import ServingDefaults
 
     from ..build import BuildRequest
 
     return BuildRequest(
         model=options.model, backend=options.backend, device=options.device, precision=options.precision,
-        max_batch=options.max_batch, weights=str(weights), serving=ServingDefaults(batch_size=options.batch),
+        max_batch=options.max_batch, weights=WEIGHTS_NONE if options.precision == "int8" else str(weights),
+        serving=ServingDefaults(batch_size=options.batch),
     )
 
 

@@ -31,6 +31,7 @@ BENCHMARKS = {
     "preprocess": ("preprocess", "preprocessing images/s of each backend vs TorchServe's PIL path"),
     "compile": ("compiled", "`tsvk archive` time per backend and compiled vs eager img/s"),
     "pinning": ("pinning", "serving with and without core pinning, alternating rounds"),
+    "accuracy": ("accuracy", "top-1/top-5 of every backend and precision through a real TorchServe (EfficientNet-Lite0)"),
 }
 
 
