@@ -21,7 +21,7 @@ from pathlib import Path
 from ..errors import UsageError
 from .base import CompileTarget
 
-CALIBRATION_CHUNK = 8  # photos per calibration forward: bounds memory, the observers see every photo
+CALIBRATION_CHUNK = 8  # photos per calibration forward (at most the exported batch range): the observers see every photo
 INT8_KERNELS = {"conv": r"aoti_torch_cpu__qconv\w*", "linear": r"aoti_torch_cpu__qlinear\w*"}
 FP32_KERNELS = {"conv": r"aoti_torch_cpu_mkldnn__convolution\w*", "linear": r"aoti_torch_cpu__linear_pointwise\w*"}
 
@@ -45,9 +45,10 @@ def quantized_program(model, target: CompileTarget, export_program):
     quantizer = x86.X86InductorQuantizer()
     quantizer.set_global(x86.get_default_x86_inductor_quantization_config())
     prepared = quantize_pt2e.prepare_pt2e(export_program(model, target, strict=True).module(), quantizer)
+    chunk = min(CALIBRATION_CHUNK, target.max_batch)
     with torch.no_grad():
-        for start in range(0, len(target.calibration), CALIBRATION_CHUNK):
-            prepared(target.calibration[start:start + CALIBRATION_CHUNK])
+        for start in range(0, len(target.calibration), chunk):
+            prepared(target.calibration[start:start + chunk])
     return export_program(quantize_pt2e.convert_pt2e(prepared), target, strict=True)
 
 
