@@ -119,7 +119,7 @@ CLI_ONLY = {
     "predict": {"--run-dir": _PATHS},
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
     "bench": {flag: _BENCH_TUNING for flag in (
-        "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--ours-workers", "--vcpus",
+        "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--ours-workers", "--tuned-config", "--vcpus",
         "--warmup", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},

@@ -55,7 +55,8 @@ def build_result(options: BenchOptions, vcpus: int, systems: dict, started: date
 
 def _options_dict(options: BenchOptions) -> dict:
     raw = asdict(options)
-    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), images=list(options.images),
+    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), tuned_config=str(options.tuned_config),
+               images=list(options.images),
                systems=list(options.systems), image_size=list(options.image_size), warmup=options.warmup_requests)
     return raw
 
@@ -70,6 +71,7 @@ def compute_ratios(systems: dict) -> dict:
     ratios = {key: ratio(ours, throughput(systems, other)) for key, other in RATIO_SYSTEMS.items()}
     ratios["ours_vs_pipeline_ceiling"] = ratio(ours, pipeline_ceiling(systems.get("ceiling")))
     ratios["p99_ours_vs_torchserve_tuned"] = ratio(_p99(systems, "ours"), _p99(systems, "torchserve_tuned"))
+    ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)  # what `tsvk tune` adds to the rule
     return ratios
 
 

@@ -18,6 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
+from tsvk import defaults
 from tsvk.settings import PRECISIONS
 
 from ..errors import UsageError
@@ -71,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
     p.add_argument("--precision", choices=PRECISIONS, help="our archive's precision (default fp32; --gpu: fp16)")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
+    p.add_argument("--tuned-config", type=Path, help="the config whose tuned numbers the ours_tuned system serves (default "
+                   f"{defaults.TUNE_OUTPUT}; left out of the run when it has no entry for the model)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
@@ -97,7 +100,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
     return with_preset(
         preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
-        vcpus=args.vcpus, ours_workers=args.ours_workers, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
+        vcpus=args.vcpus, ours_workers=args.ours_workers, tuned_config=args.tuned_config, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
         command=("tsvk bench " + shlex.join(argv)).strip(),
     )

@@ -30,7 +30,7 @@ from .search import Measurement
 from .space import Candidate
 
 FIRST_WINDOW_SHARE = 1 / 3
-WARMUP_SHARE = 0.25  # of the window: the first batches of a fresh worker are slow
+WARMUP_ROUNDS = 2  # requests per client before the measured load: a fresh worker's first batches are slow
 STOP_MARGIN_S = 15.0  # the load ends this long before the deadline, so stopping TorchServe fits in it
 MIN_WINDOW_S = 3.0
 SOCKET_PATH_MAX = 107  # AF_UNIX: TorchServe's workers listen on <TMPDIR>/.ts.sock.<port>, and TMPDIR is the run dir's
@@ -102,7 +102,7 @@ def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadlin
     try:
         run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
         load_end = deadline - STOP_MARGIN_S
-        if load_end - time.monotonic() < (1 + WARMUP_SHARE) * min(bench.window_s, MIN_WINDOW_S):
+        if load_end - time.monotonic() < 2 * MIN_WINDOW_S:
             return Measurement(error="cut at the deadline")
         return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
     finally:
@@ -113,7 +113,7 @@ def _loaded(bench: Bench, run: TorchServeRun, candidate: Candidate, stop_rule, l
     targets = {name: HttpTarget(f"{run.url('inference')}/predictions/{name}", identity, timeout_s=max(1.0, load_end - time.monotonic()))
                for name, _ in candidate.models}
     clients = concurrency_of(bench, candidate)
-    _load(targets, bench.photos, clients, min(load_end, time.monotonic() + WARMUP_SHARE * bench.window_s))
+    _warm_up(targets, bench.photos, clients, load_end - MIN_WINDOW_S)
     window = min(bench.window_s, load_end - time.monotonic())
     first = _window(targets, bench.photos, clients, time.monotonic() + FIRST_WINDOW_SHARE * window, sampler)
     measured = _summary(first, clients)
@@ -147,6 +147,23 @@ def _window(targets, photos, clients, until: float, sampler: TreeSampler) -> _Wi
     return _Window(records, started, ended - started, window_stats(sampler.samples, started, ended)["mean_cpu_pct"])
 
 
+def _warm_up(targets: dict[str, HttpTarget], photos, clients: dict[str, int], until: float) -> None:
+    """Each client sends WARMUP_ROUNDS requests, so every worker has run full batches before the clock starts
+    (a fresh worker's first batches are slow), but never past `until`."""
+    def drive(name: str) -> None:
+        run_closed_loop(targets[name], photos, WARMUP_ROUNDS * clients[name], clients[name], until=until)
+
+    _each_model(drive, targets)
+
+
+def _each_model(drive: Callable[[str], None], names) -> None:
+    threads = [threading.Thread(target=drive, args=(name,), name=f"load-{name}") for name in names]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+
+
 def _load(targets: dict[str, HttpTarget], photos, clients: dict[str, int], until: float) -> dict[str, list[RequestRecord]]:
     """Every model's clients at once (the models share the cores), until `until`."""
     records: dict[str, list[RequestRecord]] = {}
@@ -154,11 +171,7 @@ def _load(targets: dict[str, HttpTarget], photos, clients: dict[str, int], until
     def drive(name: str) -> None:
         records[name] = run_closed_loop(targets[name], photos, ALL_AT_ONCE, clients[name], until=until)
 
-    threads = [threading.Thread(target=drive, args=(name,), name=f"load-{name}") for name in targets]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    _each_model(drive, targets)
     return records
 
 

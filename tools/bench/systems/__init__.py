@@ -6,8 +6,8 @@ from __future__ import annotations
 def registry() -> dict:
     from .ceiling import ComputeCeiling
     from .decentralized import Decentralized
-    from .torchserve import Ours, TorchServeDefault, TorchServeTuned
+    from .torchserve import Ours, OursTuned, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
-    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), FlaskGunicorn(), LitServeBatched(), ComputeCeiling()]
+    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), FlaskGunicorn(), LitServeBatched(), ComputeCeiling()]
     return {system.name: system for system in systems}
