@@ -136,6 +136,28 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
     return replace(base, models=models, origin=origin)
 
 
+def tuned_choices(config: Path) -> dict[str, ModelChoice]:
+    """Per model, the numbers a config written by `tsvk tune` holds, with the measurement behind them
+    (the `# tuned:` comment above its threads line). Refused when the file holds no tuned model."""
+    from tsvk.threads import read_properties, threads_from_config
+
+    if not Path(config).is_file():
+        raise UsageError(f"--tuned {config}: no such file; write it with `tsvk tune`")
+    properties, text = read_properties(config), Path(config).read_text()
+    entries = json.loads(properties.get("models", "{}"))
+    choices = {}
+    for name, versions in entries.items():
+        entry, threads = versions.get(MODEL_VERSION, {}), threads_from_config(properties, name)
+        note = re.search(rf"^# tuned: (.*)\n{re.escape(THREADS_KEY_PREFIX + name)}=", text, re.M)
+        if threads is not None and note is not None:
+            choices[name] = ModelChoice(entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"],
+                                        note.group(1))
+    if not choices:
+        raise UsageError(f"--tuned {config} holds no tuned model (no `# tuned:` line above a tsvk.threads.<model> line); "
+                         "write it with `tsvk tune`")
+    return choices
+
+
 def write_plan(plan: ServingPlan, output: Path) -> ServingPlan:
     write_text_atomic(Path(output), render_properties(plan))
     return plan

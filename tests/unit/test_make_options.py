@@ -106,6 +106,7 @@ CLI_ONLY = {
     "config": {
         "--model-store": _PATHS,
         "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
+        "--tuned": "the Helm targets pass it (HELM_TUNED, k8s/helm.mk); `tsvk tune` writes a config `make serve` takes as it is",
         "--inference-address": "addresses and ports: the Helm targets (HELM_METRICS_ADDRESS) and tests set them",
         "--management-address": "addresses and ports: see --inference-address",
         "--metrics-address": "addresses and ports: see --inference-address",

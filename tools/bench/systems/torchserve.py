@@ -112,19 +112,13 @@ def tuned_worker_counts(vcpus: int, device: str) -> list[int]:
 
 def tuned_choice(config: Path, model: str):
     """The workers, threads, batch and delay `tsvk tune` wrote for `model` into `config`; None when it has none."""
-    from tsvk.threads import read_properties, threads_from_config
+    from ...errors import UsageError
+    from ...serving_config import tuned_choices
 
-    from ...serving_config import ModelChoice
-
-    if not Path(config).is_file():
+    try:
+        return tuned_choices(config).get(model)
+    except UsageError:
         return None
-    properties = read_properties(config)
-    entry = (json.loads(properties.get("models", "{}")).get(model) or {}).get("1.0")
-    threads = threads_from_config(properties, model)
-    if entry is None or threads is None:
-        return None
-    return ModelChoice(entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"],
-                       f"as in {config}")
 
 
 class OursTuned(System):
