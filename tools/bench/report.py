@@ -56,8 +56,8 @@ def build_result(options: BenchOptions, vcpus: int, systems: dict, started: date
 def _options_dict(options: BenchOptions) -> dict:
     raw = asdict(options)
     raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), tuned_config=str(options.tuned_config),
-               images=list(options.images),
-               systems=list(options.systems), image_size=list(options.image_size), warmup=options.warmup_requests)
+               images=list(options.images), systems=list(options.systems), image_size=list(options.image_size),
+               warmup=options.warmup_requests)
     return raw
 
 
