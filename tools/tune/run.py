@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 
 from tsvk import defaults
-from tsvk.cpus import detect_vcpus
 
 from ..archive_info import list_archives, read_archive_settings
 from ..errors import UsageError
