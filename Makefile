@@ -31,10 +31,14 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
   $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--output,$(CONFIG)))
 
+tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS)) $(call opt,--min-img-s,$(MIN_IMG_S)) \
+  $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
+  $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--auth,$(AUTH)) $(call opt,--output,$(CONFIG)))
+
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: tune robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -59,6 +63,9 @@ compile: setup ## compile and verify only, into build/<model>/ (the archive opti
 
 config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, ...)
 	$(TSVK) config $(config_flags)
+
+tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
+	$(TSVK) tune $(tune_flags)
 
 serve: setup ## start TorchServe on CONFIG and wait until every model is ready
 	$(TSVK) serve $(call opt,--config,$(CONFIG))

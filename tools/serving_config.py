@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import json
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk import defaults
@@ -61,6 +61,19 @@ class ModelPlan:
     response_timeout_s: int
     intra_op_threads: int
     inter_op_threads: int = 1
+    measured: str = ""  # `tsvk tune`: the measurement that chose these numbers, written above the model's lines
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Numbers for one model decided elsewhere (by `tsvk tune`'s measurements) instead of by the rule."""
+
+    workers: int
+    intra_op_threads: int
+    inter_op_threads: int
+    batch: int
+    max_batch_delay_ms: int
+    measured: str = ""
 
 
 @dataclass(frozen=True)
@@ -69,6 +82,7 @@ class ServingPlan:
     vcpus: int
     gpus: int
     models: tuple[ModelPlan, ...] = field(default_factory=tuple)
+    origin: str = "tsvk config"  # the command that wrote the file, named in its first line
 
     @property
     def total_workers(self) -> int:
@@ -99,6 +113,66 @@ def write_config(request: ServingRequest, output: Path) -> ServingPlan:
     plan = plan_serving(request)
     write_text_atomic(Path(output), render_properties(plan))
     return plan
+
+
+def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], origin: str = "tsvk config") -> ServingPlan:
+    """The rule's plan with each model's workers, threads, batch and delay replaced by `choices`.
+
+    Everything else (addresses, security, queue, timeouts) stays the generator's, so a tuned config
+    differs from a generated one only in the numbers. The same limits hold: batch within the
+    archive's compiled max batch, and workers x intra-op threads, summed over the models, within the
+    vCPUs."""
+    base = plan_serving(replace(request, workers=None, batch=None, max_batch_delay_ms=None, models=tuple(choices)))
+    models = tuple(_chosen(m, choices[m.name]) for m in base.models)
+    problems = [p for c in choices.values() for name in ("workers", "batch", "max_batch_delay_ms") if (p := bound_problem(name, getattr(c, name)))]
+    problems += [p for m in models if (p := _batch_problem(m.name, m.batch, _archive_settings(request, m.name)))]
+    threads = sum(m.workers * m.intra_op_threads for m in models)
+    if threads > base.vcpus:
+        problems.append(f"workers x intra-op threads, summed over the models, is {threads}: more than the {base.vcpus} vCPUs")
+    if any(min(c.intra_op_threads, c.inter_op_threads) < 1 for c in choices.values()):
+        problems.append("intra-op and inter-op threads must be at least 1")
+    if problems:
+        raise UsageError("; ".join(problems))
+    return replace(base, models=models, origin=origin)
+
+
+def tuned_choices(config: Path) -> dict[str, ModelChoice]:
+    """Per model, the numbers a config written by `tsvk tune` holds, with the measurement behind them
+    (the `# tuned:` comment above its threads line). Refused when the file holds no tuned model."""
+    from tsvk.threads import read_properties, threads_from_config
+
+    if not Path(config).is_file():
+        raise UsageError(f"--tuned {config}: no such file; write it with `tsvk tune`")
+    properties, text = read_properties(config), Path(config).read_text()
+    entries = json.loads(properties.get("models", "{}"))
+    choices = {}
+    for name, versions in entries.items():
+        entry, threads = versions.get(MODEL_VERSION, {}), threads_from_config(properties, name)
+        note = re.search(rf"^# tuned: (.*)\n{re.escape(THREADS_KEY_PREFIX + name)}=", text, re.M)
+        if threads is not None and note is not None:
+            choices[name] = ModelChoice(entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"],
+                                        note.group(1))
+    if not choices:
+        raise UsageError(f"--tuned {config} holds no tuned model (no `# tuned:` line above a tsvk.threads.<model> line); "
+                         "write it with `tsvk tune`")
+    return choices
+
+
+def write_plan(plan: ServingPlan, output: Path) -> ServingPlan:
+    write_text_atomic(Path(output), render_properties(plan))
+    return plan
+
+
+def _chosen(model: ModelPlan, choice: ModelChoice) -> ModelPlan:
+    return replace(model, workers=choice.workers, batch=choice.batch, max_batch_delay_ms=choice.max_batch_delay_ms,
+                   intra_op_threads=choice.intra_op_threads, inter_op_threads=choice.inter_op_threads, measured=choice.measured)
+
+
+def _archive_settings(request: ServingRequest, name: str) -> HandlerSettings | None:
+    if not request.archive_check:
+        return None
+    path = list_archives(request.model_store).get(name)
+    return read_archive_settings(path) if path else None
 
 
 def _suggested(settings: HandlerSettings | None) -> ServingDefaults:
@@ -196,7 +270,7 @@ def _detect_gpus() -> int:
 
 def render_properties(plan: ServingPlan) -> str:
     """The config.properties text: deterministic, one `# why` comment above every property."""
-    lines = ["# Generated by `tsvk config`; edit the command, not this file.", f"# Plan: {_summary(plan)}", ""]
+    lines = [f"# Generated by `{plan.origin}`; edit the command, not this file.", f"# Plan: {_summary(plan)}", ""]
     for why, key, value in _properties(plan):
         lines += [f"# {why}", f"{key}={value}"]
     return "\n".join(lines) + "\n"
@@ -274,10 +348,11 @@ def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
         }}
         for m in plan.models
     }
+    why = "fixed worker counts (min = max: no scaling surprises), batch size within each archive's compiled max batch"
+    tuned = "; ".join(f"{m.name}: {m.measured}" for m in plan.models if m.measured)
     return [
         ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),
-        ("fixed worker counts (min = max: no scaling surprises), batch size within each archive's compiled max batch",
-         "models", json.dumps(entries, sort_keys=True, separators=(",", ":"))),
+        (f"{why}\n# tuned: {tuned}" if tuned else why, "models", json.dumps(entries, sort_keys=True, separators=(",", ":"))),
     ]
 
 
@@ -293,11 +368,15 @@ def _deadlines(plan: ServingPlan) -> list[tuple[str, str, str]]:
 
 
 def _threads(plan: ServingPlan) -> list[tuple[str, str, str]]:
-    return [
-        (f"{m.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {m.intra_op_threads} torch thread(s) per worker, "
-         "read by the tsvk handler at load", f"{THREADS_KEY_PREFIX}{m.name}", f"{m.intra_op_threads},{m.inter_op_threads}")
-        for m in plan.models
-    ]
+    return [(_threads_why(plan, m), f"{THREADS_KEY_PREFIX}{m.name}", f"{m.intra_op_threads},{m.inter_op_threads}") for m in plan.models]
+
+
+def _threads_why(plan: ServingPlan, model: ModelPlan) -> str:
+    if model.measured:
+        return (f"{model.name}: {model.intra_op_threads} intra-op, {model.inter_op_threads} inter-op torch thread(s) per worker, "
+                f"read by the tsvk handler at load\n# tuned: {model.measured}")
+    return (f"{model.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {model.intra_op_threads} torch thread(s) per worker, "
+            "read by the tsvk handler at load")
 
 
 def _pinning(plan: ServingPlan) -> list[tuple[str, str, str]]:

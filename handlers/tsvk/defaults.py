@@ -62,3 +62,13 @@ FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus
 SOAK_MINUTES = 70.0  # long enough to span TorchServe's 60-minute key expiry
 SOAK_LOAD = 0.7  # share of the measured capacity the soak sends
 SOAK_MALFORMED = 0.05  # share of malformed requests in the soak
+
+# `tsvk tune`: the measured search for the best workers x threads x batch x delay.
+TUNE_MINUTES = 10.0  # the whole search, server starts included
+TUNE_OUTPUT = "configs/tuned.properties"
+TUNE_RESULTS_DIR = "benchmarks/results"
+TUNE_DELAYS_MS = (0, 5, 10, 20, 50, 100, 200)  # max batch delays tried; the archive's suggestion is added
+TUNE_MAX_INTER_OP = 2  # inter-op threads tried per worker: 1 (a classifier is one chain of ops) and 2
+TUNE_NOISE = 0.03  # a neighbour must beat the current point by this share to move the climb
+TUNE_EARLY_STOP_SHARE = 0.6  # stop a candidate whose first window runs under this share of the best
+TUNE_MEMORY_MARGIN = 0.1  # a candidate's estimated memory is its workers' measured RSS plus this share

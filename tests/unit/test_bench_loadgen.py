@@ -66,6 +66,13 @@ def test_sends_exactly_total_requests_with_at_most_concurrency_in_flight(server)
     assert 1 < _State.most_in_flight <= 3
 
 
+def test_a_time_bounded_load_sends_nothing_after_its_end(server):
+    until = time.monotonic() + 0.3
+    records = run_closed_loop(HttpTarget(server, lambda b: b), [b"a"], total=10**9, concurrency=2, until=until)
+    assert 2 <= len(records) < 200  # 10 ms a request, two clients, 0.3 s
+    assert all(r.started < until for r in records)
+
+
 def test_answers_are_read_per_photo(server):
     records = run_closed_loop(HttpTarget(server, lambda b: b), [b"a", b"b"], total=6, concurrency=2)
     summary = summarize_records(records)

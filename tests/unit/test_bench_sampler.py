@@ -19,6 +19,7 @@ def test_sampler_measures_a_busy_child_and_its_exit():
     assert child.pid in sampler.seen_pids
     stats = window_stats(sampler.samples)
     assert stats["peak_rss_mb"] >= 64
+    assert sampler.peak_rss_mb_by_pid[child.pid] >= 64  # each process's own peak, too
     assert stats["peak_cpu_pct"] >= 25  # a spinning child; well above 0 even on a machine busy with other work
     assert leftover(list(sampler.seen.values())) == []
 

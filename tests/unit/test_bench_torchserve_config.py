@@ -33,3 +33,19 @@ def test_hand_tuned_tries_every_worker_count_with_threads_sharing_the_vcpus(tmp_
     ctx = RunContext(BenchOptions(), vcpus=4, run_dir=tmp_path)
     assert TorchServeTuned().variants(ctx) == [
         {"workers": 1, "threads": 4}, {"workers": 2, "threads": 2}, {"workers": 3, "threads": 1}, {"workers": 4, "threads": 1}]
+
+
+def test_ours_tuned_serves_what_tsvk_tune_wrote_and_is_left_out_without_it(tmp_path):
+    from tsvk_tools.bench.systems.torchserve import OursTuned, tuned_choice
+    from tsvk_tools.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
+
+    config = tmp_path / "tuned.properties"
+    request = ServingRequest(vcpus=4, gpus=0, models=("resnet152",), archive_check=False)
+    written = ModelChoice(workers=2, intra_op_threads=2, inter_op_threads=1, batch=4, max_batch_delay_ms=20, measured="m")
+    write_plan(plan_with_choices(request, {"resnet152": written}, origin="tsvk tune"), config)
+    read = tuned_choice(config, "resnet152")
+    assert (read.workers, read.intra_op_threads, read.inter_op_threads, read.batch, read.max_batch_delay_ms) == (2, 2, 1, 4, 20)
+    assert tuned_choice(config, "resnet50") is None and tuned_choice(tmp_path / "missing.properties", "resnet152") is None
+    ctx = RunContext(BenchOptions(model="resnet50", tuned_config=config), 4, tmp_path)
+    assert "no tuned entry for resnet50" in OursTuned().unavailable(ctx)
+    assert OursTuned().unavailable(RunContext(BenchOptions(model="resnet152", tuned_config=config), 4, tmp_path)) == ""

@@ -20,7 +20,7 @@ def write_chart(result: dict, path: Path) -> Path | None:
         return None
     systems = result["systems"]
     labels = [systems[n]["label"].replace(" (", "\n(").replace(", ", ",\n", 1) for n in names]
-    colors = ["tab:green" if n == "ours" else ("tab:gray" if n == "ceiling" else "tab:blue") for n in names]
+    colors = ["tab:green" if n in ("ours", "ours_tuned") else ("tab:gray" if n == "ceiling" else "tab:blue") for n in names]
     figure, (left, right) = plt.subplots(1, 2, figsize=(9, 3.6), dpi=80)
     left.bar_label(left.barh(labels, [systems[n]["throughput_ips"] for n in names], color=colors), fmt="%.1f", fontsize=7)
     left.set_xlabel("images / s (higher is better)")

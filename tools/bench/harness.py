@@ -53,7 +53,13 @@ def prepare(options: BenchOptions, started: datetime | None = None, log=print) -
     started = started or datetime.now(timezone.utc)
     run_dir = Path(options.cache_dir).resolve() / "runs" / started.strftime("%Y%m%dT%H%M%SZ")
     ctx = RunContext(options, resolved_vcpus(options), run_dir)
-    systems = [registry()[name] for name in options.systems]
+    systems = []
+    for system in (registry()[name] for name in options.systems):
+        reason = system.unavailable(ctx)
+        if reason:
+            log(f"bench: {system.name} left out: {reason}")
+        else:
+            systems.append(system)
     log(f"bench: {options.model} on {options.device}, {len(systems)} system(s), {ctx.vcpus} vCPUs; "
         "preparing weights, archives and photos")
     ctx.photos

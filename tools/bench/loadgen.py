@@ -73,8 +73,10 @@ def send_one(target: HttpTarget, session: requests.Session, body: bytes, image: 
     return RequestRecord(started, finished, 200, top1, image=image)
 
 
-def run_closed_loop(target: HttpTarget, images: Sequence[bytes], total: int, concurrency: int) -> list[RequestRecord]:
-    """Send `total` requests from `concurrency` clients, cycling over `images`; records in completion order."""
+def run_closed_loop(target: HttpTarget, images: Sequence[bytes], total: int, concurrency: int,
+                    until: float | None = None) -> list[RequestRecord]:
+    """Send `total` requests from `concurrency` clients, cycling over `images`; records in completion order.
+    With `until` (a time.monotonic() value) no request is sent after it: a time-bounded load."""
     if total < 1 or concurrency < 1 or not images:
         raise ValueError(f"need total >= 1, concurrency >= 1 and at least one image; got {total}, {concurrency}, {len(images)}")
     bodies = [target.make_body(image) for image in images]  # encoded once: no client work while measuring
@@ -84,7 +86,7 @@ def run_closed_loop(target: HttpTarget, images: Sequence[bytes], total: int, con
 
     def client() -> None:
         with requests.Session() as session:
-            while (ticket := next(tickets)) < total:  # itertools.count is atomic under the GIL
+            while (until is None or time.monotonic() < until) and (ticket := next(tickets)) < total:  # count() is atomic under the GIL
                 record = send_one(target, session, bodies[ticket % len(bodies)], ticket % len(bodies))
                 with lock:
                     records.append(record)

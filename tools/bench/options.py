@@ -11,8 +11,8 @@ from tsvk.settings import DEVICES
 
 from ..images import SKIMAGE_PHOTOS
 
-SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_fast", "flask_gunicorn", "litserve", "ceiling",
-           "ceiling_fast")
+SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "flask_gunicorn", "litserve",
+           "ceiling", "ceiling_fast")
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
@@ -56,6 +56,7 @@ class BenchOptions:
     batch: int = defaults.BATCH  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
     ours_workers: int | None = None  # None: what `tsvk config` plans (the archive's suggestion)
+    tuned_config: Path = Path(defaults.TUNE_OUTPUT)  # ours_tuned serves the numbers `tsvk tune` wrote here, when it has the model
     vcpus: int | None = None  # None: detected
     warmup: int | None = None  # None: 2 rounds of min(concurrency, 2 x batch)
     output_dir: Path = Path("benchmarks/results")

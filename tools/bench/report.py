@@ -76,8 +76,9 @@ def compute_inputs(model: str, vcpus: int) -> dict:
 
 def _options_dict(options: BenchOptions) -> dict:
     raw = asdict(options)
-    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), images=list(options.images),
-               systems=list(options.systems), image_size=list(options.image_size), warmup=options.warmup_requests)
+    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), tuned_config=str(options.tuned_config),
+               images=list(options.images), systems=list(options.systems), image_size=list(options.image_size),
+               warmup=options.warmup_requests)
     return raw
 
 
@@ -93,6 +94,7 @@ def compute_ratios(systems: dict) -> dict:
     ratios["p99_ours_vs_torchserve_tuned"] = ratio(_p99(systems, "ours"), _p99(systems, "torchserve_tuned"))
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in FAST_RATIOS.items()})
     ratios["p99_fast_vs_torchserve_tuned"] = ratio(_p99(systems, "ours_fast"), _p99(systems, "torchserve_tuned"))
+    ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)  # what `tsvk tune` adds to the rule
     return ratios
 
 

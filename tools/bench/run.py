@@ -75,6 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--fast-backend", choices=BACKENDS, help=f"the ours_fast and ceiling_fast rows' backend (default {defaults.FAST_BACKEND})")
     p.add_argument("--fast-precision", choices=PRECISIONS, help=f"their precision (default {defaults.FAST_PRECISION})")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
+    p.add_argument("--tuned-config", type=Path, help="the config whose tuned numbers the ours_tuned system serves (default "
+                   f"{defaults.TUNE_OUTPUT}; left out of the run when it has no entry for the model)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
@@ -101,7 +103,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
     return with_preset(
         preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
-        vcpus=args.vcpus, ours_workers=args.ours_workers, fast_backend=args.fast_backend, fast_precision=args.fast_precision, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
+        vcpus=args.vcpus, ours_workers=args.ours_workers, tuned_config=args.tuned_config, fast_backend=args.fast_backend,
+        fast_precision=args.fast_precision, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
         command=("tsvk bench " + shlex.join(argv)).strip(),
     )

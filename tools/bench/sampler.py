@@ -56,6 +56,7 @@ class TreeSampler(Periodic):
     interval: float = 0.2
     samples: list[Sample] = field(default_factory=list)
     seen: dict[int, psutil.Process] = field(default_factory=dict)  # every process seen, kept to tell reused pids apart
+    peak_rss_mb_by_pid: dict[int, float] = field(default_factory=dict)  # what each process reached (a worker's memory)
 
     def __post_init__(self):
         self._known: dict[int, psutil.Process] = {}
@@ -70,7 +71,9 @@ class TreeSampler(Periodic):
             try:
                 with process.oneshot():
                     cpu += process.cpu_percent(None)  # since this process's previous sample
-                    rss += process.memory_info().rss
+                    own = process.memory_info().rss
+                rss += own
+                self.peak_rss_mb_by_pid[process.pid] = max(self.peak_rss_mb_by_pid.get(process.pid, 0.0), own / 2**20)
                 alive += 1
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue

@@ -6,9 +6,9 @@ from __future__ import annotations
 def registry() -> dict:
     from .ceiling import ComputeCeiling, FastCeiling
     from .decentralized import Decentralized
-    from .torchserve import Ours, OursFast, TorchServeDefault, TorchServeTuned
+    from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
-    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursFast(), FlaskGunicorn(), LitServeBatched(),
-               ComputeCeiling(), FastCeiling()]
+    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), FlaskGunicorn(),
+               LitServeBatched(), ComputeCeiling(), FastCeiling()]
     return {system.name: system for system in systems}

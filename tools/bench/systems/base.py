@@ -82,6 +82,10 @@ class System:
     description = ""
     self_timed = False
 
+    def unavailable(self, ctx: RunContext) -> str:
+        """Why this system cannot run here (it is then left out of the run, said once), or ""."""
+        return ""
+
     def prepare(self, ctx: RunContext) -> None:
         """Build what this system needs before it is timed (archives, weights)."""
 

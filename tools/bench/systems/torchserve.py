@@ -110,6 +110,48 @@ def tuned_worker_counts(vcpus: int, device: str) -> list[int]:
     return list(range(1, vcpus + 1))
 
 
+def tuned_choice(config: Path, model: str):
+    """The workers, threads, batch and delay `tsvk tune` wrote for `model` into `config`; None when it has none."""
+    from ...errors import UsageError
+    from ...serving_config import tuned_choices
+
+    try:
+        return tuned_choices(config).get(model)
+    except UsageError:
+        return None
+
+
+class OursTuned(System):
+    name = "ours_tuned"
+    label = "tsvk, tuned (ours)"
+    description = ("our archive and handler with the workers, threads, batch and delay `tsvk tune` chose (configs/tuned.properties), "
+                   "the rest of the config as `tsvk config` writes it")
+
+    def unavailable(self, ctx: RunContext) -> str:
+        if tuned_choice(ctx.options.tuned_config, ctx.options.model) is None:
+            return f"{ctx.options.tuned_config} has no tuned entry for {ctx.options.model} (`make tune MODELS={ctx.options.model}`)"
+        return ""
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.ours_mar
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        from ...serving_config import plan_with_choices, write_plan
+
+        folder = ctx.system_dir(self.name)
+        config = folder / "config.properties"
+        choice = tuned_choice(ctx.options.tuned_config, ctx.options.model)
+        request = serving_on_free_ports(vcpus=ctx.vcpus, gpus=None if ctx.options.device == "cuda" else 0, models=(ctx.options.model,),
+                                        model_store=ctx.ours_mar.parent, auth=False, concurrency=ctx.options.concurrency)
+        write_plan(plan_with_choices(request, {ctx.options.model: choice}, origin="tsvk tune"), config)
+        deployment = serve(ctx, folder, config, ctx.options.model)
+        deployment.details["plan"] = {"workers": choice.workers, "threads": choice.intra_op_threads, "batch": choice.batch,
+                                      "max_batch_delay_ms": choice.max_batch_delay_ms, "backend": ctx.options.backend,
+                                      "device": ctx.options.device, "precision": ctx.options.precision,
+                                      "tuned_config": str(ctx.options.tuned_config)}
+        return deployment
+
+
 class Ours(System):
     name = "ours"
     label = "tsvk (ours)"

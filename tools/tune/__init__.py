@@ -1,0 +1,9 @@
+"""`tsvk tune`: measure serving configs on this machine and write the best into a config.
+
+space.py    what may be tried: workers, threads, batch, delay per model, within the vCPUs
+search.py   how the budget is spent: a coarse pass over the worker/thread split, then hill-climbing
+memory.py   the memory cap, and each candidate's memory estimated from measured worker RSS
+measure.py  one candidate on a real TorchServe, driven by the benchmark's load generator
+report.py   the results (json, markdown, Pareto plot) and the tuned config
+run.py      the command: options, progress, outputs
+"""

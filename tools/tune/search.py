@@ -1,0 +1,253 @@
+"""How `tsvk tune` spends its budget: a coarse pass, then hill-climbing from the best point.
+
+Why this and not a library sampler (optuna's TPE, say): every measurement here costs tens of seconds
+to minutes (a TorchServe start plus a load window), so a budget buys 5 to 20 of them. The space is
+small and discrete, and its structure is known: the worker/thread split matters most on a CPU, batch
+next, the delay least. A model-based sampler needs more trials than that to beat a search that uses
+the structure, and its choices would change from run to run. So, like Triton Model Analyzer's quick
+search: measure the worker/thread splits first (the 1 x N versus N x 1 question), then climb one
+step in one dimension at a time from the best, moving as soon as a neighbour is clearly better
+(by more than the noise, TUNE_NOISE), until no neighbour is or the budget is spent.
+
+Budget: the next candidate is started only while the time left covers the longest candidate so far;
+each measurement also gets the search's deadline and is cut there, so the whole search ends within
+the budget. Candidates that clearly lose stop after their first, short window (early stop); and a
+candidate whose estimated memory exceeds the cap is never started (memory.py).
+
+Choice: the highest total images/s among candidates that meet every goal (p99, memory, the images/s
+floor per model). When none does, the candidate that misses the goals by least, and the report says
+so. The search is pure: measuring is a function passed in, so tests run it on made-up measurements.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from tsvk import defaults
+
+from .memory import MemoryModel
+from .space import Candidate, Space
+
+
+@dataclass(frozen=True)
+class Goal:
+    p99_ms: float | None = None  # every model's p99 at or under this
+    min_img_s: float | None = None  # every model at or above this (a floor, reported when unreachable)
+    memory_mb: float | None = None  # the cap: what the whole TorchServe may use
+
+
+@dataclass
+class Measurement:
+    """What one candidate did under load. img_s is summed over the models; p50/p99 are the worst model's."""
+
+    img_s: float | None = None
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    peak_rss_mb: float | None = None
+    mean_cpu_pct: float | None = None
+    requests: int = 0
+    errors: int = 0
+    per_model: dict[str, dict] = field(default_factory=dict)  # name -> img_s, p50_ms, p99_ms, requests, errors, concurrency
+    frontend_rss_mb: float | None = None
+    worker_rss_mb: dict[str, float] = field(default_factory=dict)  # name -> the largest peak RSS of one of its workers
+    stopped_early: str = ""  # why the candidate was stopped after its first window
+    error: str = ""  # why it could not be measured (did not start, cut at the deadline, ...)
+    seconds: float = 0.0  # start to stop, server start included
+
+
+# A measurement: (candidate, early-stop rule, absolute deadline) -> Measurement. The early-stop rule
+# takes the first window's measurement and returns why to stop, or "".
+Measure = Callable[[Candidate, Callable[[Measurement], str], float], Measurement]
+
+
+@dataclass
+class Trial:
+    number: int
+    phase: str  # coarse, climb
+    candidate: Candidate
+    measurement: Measurement | None = None
+    skipped: str = ""  # why it was not run
+    estimated_mb: float | None = None
+
+    @property
+    def measured(self) -> bool:
+        m = self.measurement
+        return m is not None and not m.error and not m.stopped_early and m.img_s is not None
+
+
+@dataclass
+class SearchResult:
+    trials: list[Trial]
+    chosen: Trial | None
+    goal_met: bool
+    problems: list[str]  # what the chosen one misses (empty when goal_met)
+    stopped_because: str
+    seconds: float
+    memory_cap_mb: float | None
+
+
+def problems_of(trial: Trial, goal: Goal) -> list[str]:
+    """The goals a fully measured trial misses, each said with its numbers."""
+    m = trial.measurement
+    found = []
+    if m.errors:
+        found.append(f"{m.errors} of {m.requests} requests failed")
+    if goal.p99_ms is not None and m.p99_ms is not None and m.p99_ms > goal.p99_ms:
+        found.append(f"p99 {m.p99_ms:,.0f} ms > {goal.p99_ms:,.0f} ms")
+    if goal.memory_mb is not None and m.peak_rss_mb is not None and m.peak_rss_mb > goal.memory_mb:
+        found.append(f"peak RSS {m.peak_rss_mb:,.0f} MiB > {goal.memory_mb:,.0f} MiB")
+    if goal.min_img_s is not None:
+        for name, model in m.per_model.items():
+            if (model.get("img_s") or 0) < goal.min_img_s:
+                found.append(f"{name} {model.get('img_s') or 0:.1f} img/s < {goal.min_img_s:g} img/s")
+    return found
+
+
+def violation(trial: Trial, goal: Goal) -> float:
+    """How far a measured trial is from the goals, as a sum of relative excesses (0: meets them all)."""
+    m = trial.measurement
+    total = 10.0 * m.errors / max(1, m.requests)
+    if goal.p99_ms is not None and m.p99_ms is not None:
+        total += max(0.0, m.p99_ms / goal.p99_ms - 1)
+    if goal.memory_mb is not None and m.peak_rss_mb is not None:
+        total += 10.0 * max(0.0, m.peak_rss_mb / goal.memory_mb - 1)  # over the cap is the worst miss
+    if goal.min_img_s is not None:
+        total += sum(max(0.0, 1 - (model.get("img_s") or 0) / goal.min_img_s) for model in m.per_model.values())
+    return total
+
+
+def score(trial: Trial, goal: Goal) -> tuple[int, float]:
+    """Higher is better: any candidate meeting the goals beats any that does not; then images/s, or
+    among those that miss, the smaller miss."""
+    miss = violation(trial, goal)
+    return (1, trial.measurement.img_s) if miss == 0 else (0, -miss)
+
+
+def clearly_better(new: Trial, old: Trial, goal: Goal, noise: float = defaults.TUNE_NOISE) -> bool:
+    if not new.measured:
+        return False
+    (new_ok, new_value), (old_ok, old_value) = score(new, goal), score(old, goal)
+    if new_ok != old_ok:
+        return new_ok > old_ok
+    if new_ok:
+        return new_value > old_value * (1 + noise)
+    return new_value > old_value + noise  # misses are negative: a smaller miss by more than the noise
+
+
+@dataclass
+class Search:
+    space: Space
+    measure: Measure
+    goal: Goal
+    budget_s: float
+    clock: Callable[[], float] = time.monotonic
+    progress: Callable[[str], None] = print
+    early_stop_share: float = defaults.TUNE_EARLY_STOP_SHARE
+    reserve_s: float = 0.0  # kept back for writing the results
+    memory: MemoryModel = field(default_factory=MemoryModel)
+
+    def __post_init__(self):
+        self.started = self.clock()
+        self.trials: list[Trial] = []
+        self.tried: set[Candidate] = set()
+
+    @property
+    def deadline(self) -> float:
+        return self.started + self.budget_s - self.reserve_s
+
+    def run(self) -> SearchResult:
+        stopped = self._coarse() or self._climb()
+        chosen = self.best()
+        problems = problems_of(chosen, self.goal) if chosen else ["no candidate could be measured"]
+        return SearchResult(self.trials, chosen, chosen is not None and not problems, problems, stopped,
+                            round(self.clock() - self.started, 1), self.goal.memory_mb)
+
+    def _coarse(self) -> str:
+        for candidate in self.space.coarse():
+            if not self._time_for_another():
+                return "the budget ran out during the coarse pass"
+            self._try(candidate, "coarse")
+        return ""
+
+    def _climb(self) -> str:
+        current = self.best()
+        if current is None:
+            return "no coarse candidate could be measured"
+        while True:
+            moved = False
+            for neighbour in self.space.neighbours(current.candidate):
+                if neighbour in self.tried:
+                    continue
+                if not self._time_for_another():
+                    return "the budget ran out"
+                trial = self._try(neighbour, "climb")
+                if trial and clearly_better(trial, current, self.goal):
+                    current, moved = trial, True
+                    break
+            if not moved:
+                return "no neighbour of the best is better (a local optimum)"
+
+    def best(self) -> Trial | None:
+        measured = [t for t in self.trials if t.measured]
+        return max(measured, key=lambda t: score(t, self.goal)) if measured else None
+
+    def _time_for_another(self) -> bool:
+        """Start another candidate only if the time left covers the longest one so far."""
+        longest = max((t.measurement.seconds for t in self.trials if t.measurement), default=0.0)
+        return self.deadline - self.clock() > max(longest, 1.0)
+
+    def _try(self, candidate: Candidate, phase: str) -> Trial | None:
+        self.tried.add(candidate)
+        trial = Trial(len(self.trials) + 1, phase, candidate, estimated_mb=self.memory.estimate_mb(candidate))
+        self.trials.append(trial)
+        cap = self.goal.memory_mb
+        if cap is not None and trial.estimated_mb is not None and trial.estimated_mb > cap:
+            trial.skipped = f"estimated {trial.estimated_mb:,.0f} MiB > cap {cap:,.0f} MiB"
+            self.progress(f"tune: candidate {trial.number} skipped: {candidate.describe()}: {trial.skipped}")
+            return None
+        trial.measurement = self.measure(candidate, self._early_stop_rule(), self.deadline)
+        self.memory.learn(trial.measurement.frontend_rss_mb, trial.measurement.worker_rss_mb)
+        self.progress(self._progress_line(trial))
+        return trial
+
+    def _early_stop_rule(self) -> Callable[[Measurement], str]:
+        best = self.best()
+        bar = score(best, self.goal) if best else None
+
+        def rule(first: Measurement) -> str:
+            if first.errors and first.errors == first.requests:
+                return f"every request of the first window failed ({first.errors})"
+            if not bar or bar[0] == 0:  # nothing meets the goals yet: every full measurement helps the climb
+                return ""
+            if self.goal.p99_ms is not None and first.p99_ms is not None and first.p99_ms > 2 * self.goal.p99_ms:
+                return f"p99 {first.p99_ms:,.0f} ms in the first window, over twice the goal"
+            if (first.img_s or 0) < self.early_stop_share * bar[1]:
+                return (f"{first.img_s or 0:.1f} img/s in the first window, under {self.early_stop_share:.0%} of the "
+                        f"best ({bar[1]:.1f})")
+            return ""
+
+        return rule
+
+    def at_most(self) -> int:
+        """The most candidates this search can still come to: those tried plus what the time left buys."""
+        costs = [t.measurement.seconds for t in self.trials if t.measurement and t.measurement.seconds > 0]
+        left = max(0.0, self.deadline - self.clock())
+        more = math.floor(left / max(costs)) if costs else len(self.space.coarse())
+        return min(len(self.trials) + more, self.space.size())
+
+    def _progress_line(self, trial: Trial) -> str:
+        m = trial.measurement
+        if m.error:
+            outcome = f"failed: {m.error.splitlines()[0]}"
+        else:
+            outcome = (f"{m.img_s or 0:.1f} img/s, p99 {m.p99_ms or 0:,.0f} ms, {m.peak_rss_mb or 0:,.0f} MiB"
+                       + (f" (stopped early: {m.stopped_early})" if m.stopped_early else ""))
+        best = self.best()
+        best_text = (f"best so far: #{best.number} {best.measurement.img_s:.1f} img/s"
+                     + ("" if score(best, self.goal)[0] else " (misses the goal)")) if best else "no best yet"
+        return (f"tune: candidate {trial.number} of at most {self.at_most()} ({trial.phase}, {m.seconds:.0f} s): "
+                f"{trial.candidate.describe()} -> {outcome}; {best_text}; {self.clock() - self.started:.0f} of "
+                f"{self.budget_s:.0f} s used")
