@@ -56,3 +56,11 @@ FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus
 SOAK_MINUTES = 70.0  # long enough to span TorchServe's 60-minute key expiry
 SOAK_LOAD = 0.7  # share of the measured capacity the soak sends
 SOAK_MALFORMED = 0.05  # share of malformed requests in the soak
+
+# The Open Inference Protocol (KServe v2): `tsvk config --protocol oip` and the front `tsvk serve` starts.
+PROTOCOLS = ("predictions", "oip")  # predictions: TorchServe's /predictions only; oip: that plus the front
+PROTOCOL = "predictions"
+OIP_ADDRESS = "127.0.0.1"  # the front's REST and gRPC listen here: nothing new on a public address unless asked
+OIP_REST_PORT = 8000  # Triton's ports, where tritonclient users look first
+OIP_GRPC_PORT = 8001
+OIP_MAX_IMAGES = 64  # images in one request; each is one TorchServe request, so TorchServe's queue bounds them too
