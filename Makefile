@@ -29,7 +29,8 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   $(call opt,--auth,$(AUTH)) $(call switch,--core-pinning,$(PINNING)) $(call opt,--response-timeout,$(RESPONSE_TIMEOUT)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
-  $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--output,$(CONFIG)))
+  $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--protocol,$(PROTOCOL)) \
+  $(call opt,--output,$(CONFIG)))
 
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
@@ -57,17 +58,17 @@ archive: setup ## compile, verify and pack model_store/<model>.mar (MODEL, BACKE
 compile: setup ## compile and verify only, into build/<model>/ (the archive options but FORCE)
 	$(TSVK) compile $(build_flags)
 
-config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, ...)
+config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, ...)
 	$(TSVK) config $(config_flags)
 
-serve: setup ## start TorchServe on CONFIG and wait until every model is ready
-	$(TSVK) serve $(call opt,--config,$(CONFIG))
+serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
+	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL))
 
-stop: ## stop the TorchServe that `make serve` started (no other)
+stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
 
-predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL)
-	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL))
+predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
+	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

@@ -322,13 +322,16 @@ def _register_predict(commands) -> None:
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model", help="model name (default: the first in the running config)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.add_argument("--protocol", choices=("predictions", "oip-rest", "oip-grpc"), default="predictions",
+                   help="predictions (TorchServe's /predictions, default), or the Open Inference Protocol front over REST "
+                        "or gRPC (tritonclient; the server must run a config from `tsvk config --protocol oip`)")
     p.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import predict
 
-    print(predict(args.run_dir, args.image, args.model))
+    print(predict(args.run_dir, args.image, args.model, args.protocol))
     return 0
 
 

@@ -168,3 +168,14 @@ def test_predictions_still_answer_as_before(served):
     response = requests.post(f"{run.url('inference')}/predictions/{MODEL}", data=encode(noise_image(seed=9), "JPEG"),
                              headers=run.headers("inference"), timeout=60)
     assert response.status_code == 200 and set(response.json()) == LABELS
+
+
+@pytest.mark.parametrize("protocol", ["oip-rest", "oip-grpc", "predictions"])
+def test_tsvk_predict_over_each_protocol(served, protocol, tmp_path, capsys):
+    image = tmp_path / "photo.png"
+    image.write_bytes(encode(noise_image(seed=11), "PNG"))
+    assert tsvk(["predict", "--protocol", protocol, "--image", str(image), "--model", MODEL, "--run-dir", str(served[0].run_dir)]) == 0
+    import json
+
+    answer = json.loads(capsys.readouterr().out)
+    assert set(answer) == LABELS and abs(sum(answer.values()) - 1) < 1e-5
