@@ -11,7 +11,8 @@ from tsvk.settings import DEVICES
 
 from ..images import SKIMAGE_PHOTOS
 
-SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "flask_gunicorn", "litserve", "ceiling")
+SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_oip_rest", "ours_oip_grpc", "flask_gunicorn", "litserve",
+           "ceiling")
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 

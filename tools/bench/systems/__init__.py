@@ -6,8 +6,9 @@ from __future__ import annotations
 def registry() -> dict:
     from .ceiling import ComputeCeiling
     from .decentralized import Decentralized
+    from .oip import OursOipGrpc, OursOipRest
     from .torchserve import Ours, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
-    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), FlaskGunicorn(), LitServeBatched(), ComputeCeiling()]
+    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursOipRest(), OursOipGrpc(), FlaskGunicorn(), LitServeBatched(), ComputeCeiling()]
     return {system.name: system for system in systems}
