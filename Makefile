@@ -49,6 +49,7 @@ $(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
+	$(PYTHON) -m pip install -q --no-deps kserve==0.21.0  # the OIP front; its other dependencies are in requirements.txt
 	$(PYTHON) -m pip install -q --no-deps -e .
 	@touch $@
 
