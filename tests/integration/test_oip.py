@@ -179,3 +179,15 @@ def test_tsvk_predict_over_each_protocol(served, protocol, tmp_path, capsys):
 
     answer = json.loads(capsys.readouterr().out)
     assert set(answer) == LABELS and abs(sum(answer.values()) - 1) < 1e-5
+
+
+def test_plain_json_with_base64_images_and_no_id(served):
+    """What curl sends (docs/oip.md): JSON only, base64 text, no request id."""
+    import base64
+
+    body = {"inputs": [{"name": "images", "datatype": "BYTES", "shape": [2],
+                        "data": [base64.b64encode(bytes(image)).decode() for image in _images(12, 13)]}]}
+    response = requests.post(f"{served[1]}/v2/models/{MODEL}/infer", json=body, headers=_auth(served), timeout=60)
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o for o in response.json()["outputs"]}
+    assert outputs["probabilities"]["shape"] == [2, 3] and set(outputs["labels"]["data"][:3]) == LABELS

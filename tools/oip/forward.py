@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import uuid
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -131,7 +132,8 @@ class TorchServeModel(Model):
             output = InferOutput(name=name, shape=list(values.shape), datatype=datatype)
             output.set_data_from_numpy(values, binary_data=False)
             outputs.append(output)
-        return InferResponse(response_id=payload.id, model_name=self.name, infer_outputs=outputs,
+        response_id = payload.id or str(uuid.uuid4())  # optional in a request, a string in every response
+        return InferResponse(response_id=response_id, model_name=self.name, infer_outputs=outputs,
                              use_binary_outputs=payload.use_binary_outputs, requested_outputs=payload.request_outputs)
 
 
