@@ -3,8 +3,8 @@
 Same archive, same generated config (plus `--protocol oip`), same photos and load as `ours`; only the
 protocol differs, so the two rows side by side are the cost of the front. REST sends the protocol's
 JSON with each photo as base64 text (as KServe's image examples do); gRPC sends the raw bytes with
-tritonclient, one client per load thread. The front is a process of its own, in its own session: the
-CPU and memory columns sample TorchServe's process tree only.
+tritonclient, one client per load thread. The front is a child of the benchmark like TorchServe, so
+the CPU and memory columns include it.
 """
 
 from __future__ import annotations
