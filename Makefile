@@ -29,7 +29,8 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
   $(call opt,--auth,$(AUTH)) $(call switch,--core-pinning,$(PINNING)) $(call opt,--response-timeout,$(RESPONSE_TIMEOUT)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
-  $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--output,$(CONFIG)))
+  $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--protocol,$(PROTOCOL)) \
+  $(call opt,--output,$(CONFIG)))
 
 tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS)) $(call opt,--min-img-s,$(MIN_IMG_S)) \
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
@@ -52,6 +53,7 @@ $(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
+	$(PYTHON) -m pip install -q --no-deps kserve==0.21.0  # the OIP front; its other dependencies are in requirements.txt
 	$(PYTHON) -m pip install -q --no-deps -e .
 	@touch $@
 
@@ -61,20 +63,20 @@ archive: setup ## compile, verify and pack model_store/<model>.mar (MODEL, BACKE
 compile: setup ## compile and verify only, into build/<model>/ (the archive options but FORCE)
 	$(TSVK) compile $(build_flags)
 
-config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, ...)
+config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, ...)
 	$(TSVK) config $(config_flags)
 
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
 	$(TSVK) tune $(tune_flags)
 
-serve: setup ## start TorchServe on CONFIG and wait until every model is ready
-	$(TSVK) serve $(call opt,--config,$(CONFIG))
+serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
+	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL))
 
-stop: ## stop the TorchServe that `make serve` started (no other)
+stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
 
-predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL)
-	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL))
+predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
+	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

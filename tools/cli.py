@@ -109,8 +109,21 @@ def _register_config(commands) -> None:
     p.add_argument("--grpc-management-port", type=positive_int, default=defaults.GRPC_MANAGEMENT_PORT)
     p.add_argument("--tuned", type=Path, help="take each model's workers, threads, batch and delay from a config `tsvk tune` wrote "
                    "(everything else from these flags: a tuned config for another address, model store or the Helm chart)")
+    _add_protocol_argument(p)
+    p.add_argument("--oip-address", default=defaults.OIP_ADDRESS,
+                   help=f"--protocol oip: where the front listens (default {defaults.OIP_ADDRESS}; 0.0.0.0 exposes it)")
+    p.add_argument("--oip-rest-port", type=positive_int, default=defaults.OIP_REST_PORT,
+                   help=f"--protocol oip: the front's REST port (default {defaults.OIP_REST_PORT})")
+    p.add_argument("--oip-grpc-port", type=positive_int, default=defaults.OIP_GRPC_PORT,
+                   help=f"--protocol oip: the front's gRPC port (default {defaults.OIP_GRPC_PORT})")
     p.add_argument("--output", "-o", type=Path, default=Path(defaults.CONFIG))
     p.set_defaults(func=cmd_config)
+
+
+def _add_protocol_argument(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    p.add_argument("--protocol", choices=defaults.PROTOCOLS, default=None if help_text else defaults.PROTOCOL,
+                   help=help_text or "oip: also serve the Open Inference Protocol (KServe v2) over REST and gRPC, through a "
+                   f"front `tsvk serve` starts (default {defaults.PROTOCOL}: TorchServe's /predictions only)")
 
 
 def cmd_config(args: argparse.Namespace) -> int:
@@ -255,6 +268,8 @@ def _register_serve(commands) -> None:
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="working dir, logs and key file of this TorchServe")
     p.add_argument("--timeout", type=positive_int, default=defaults.READY_TIMEOUT_S,
                    help=f"seconds to wait for the models (default {defaults.READY_TIMEOUT_S})")
+    _add_protocol_argument(p, "oip: require the config to serve the Open Inference Protocol (default: whatever the config "
+                              "says; a config from `tsvk config --protocol oip` starts the front too)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -263,18 +278,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .keys import start_key_renewer
 
+    from tsvk.threads import read_properties
+
+    from .oip.config import is_oip_config
+
+    oip = args.config.is_file() and is_oip_config(read_properties(args.config))
+    if args.protocol == "oip" and not oip:
+        raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
     run = start_torchserve(args.config, args.run_dir)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=args.timeout)
+        if oip:
+            _start_front(run)
     except UsageError:
         run.stop()
         raise
     print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
+    if oip:
+        rest, grpc = _front_addresses(run)
+        print(f"Open Inference Protocol: REST {rest}/v2/models/<model>/infer, gRPC {grpc}")
     if run.keys():
         print("token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
               "while TorchServe runs: on a 400 InvalidKeyException, read it again)")
     return 0
+
+
+def _start_front(run) -> None:
+    """The Open Inference Protocol front, once TorchServe's models are ready; stopped with TorchServe."""
+    from .oip.config import read_front_config
+    from .oip.process import start_front, wait_front_ready
+
+    start_front(run.config, run.run_dir)
+    wait_front_ready(read_front_config(run.config), run.run_dir)
+
+
+def _front_addresses(run) -> tuple[str, str]:
+    from .oip.config import read_front_config
+    from .oip.process import front_urls
+
+    return front_urls(read_front_config(run.config))
 
 
 def _register_stop(commands) -> None:
@@ -300,13 +343,16 @@ def _register_predict(commands) -> None:
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model", help="model name (default: the first in the running config)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    p.add_argument("--protocol", choices=("predictions", "oip-rest", "oip-grpc"), default="predictions",
+                   help="predictions (TorchServe's /predictions, default), or the Open Inference Protocol front over REST "
+                        "or gRPC (tritonclient; the server must run a config from `tsvk config --protocol oip`)")
     p.set_defaults(func=cmd_predict)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .predict import predict
 
-    print(predict(args.run_dir, args.image, args.model))
+    print(predict(args.run_dir, args.image, args.model, args.protocol))
     return 0
 
 

@@ -26,6 +26,8 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "max_request_mb": (1, 1024),  # bytes = MiB x 2^20 must stay a Java int
     "grpc_inference_port": (1, 65_535),
     "grpc_management_port": (1, 65_535),
+    "oip_rest_port": (1, 65_535),
+    "oip_grpc_port": (1, 65_535),
     "deadline_ms": (1, 3_600_000),
     "token_expiry_min": (1, 525_600),  # at most a year
 }

@@ -16,13 +16,20 @@ from .keys import call_with_fresh_key
 from .server import find_running
 
 
-def predict(run_dir: Path, image: str, model: str | None = None) -> str:
+PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")
+
+
+def predict(run_dir: Path, image: str, model: str | None = None, protocol: str = "predictions") -> str:
     run = find_running(run_dir)
     if run is None:
         raise UsageError(f"no TorchServe started from {run_dir} is running; `tsvk serve` first")
     model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
     if not model:
         raise UsageError("no model named and none configured; pass --model <name>")
+    if protocol != "predictions":
+        from .oip.client import predict_oip
+
+        return predict_oip(run, model, image_bytes(image), grpc=protocol == "oip-grpc")
     url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
     status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
     if status != 200:

@@ -95,8 +95,10 @@ class TorchServeRun:
         """SIGTERM our process session (frontend, workers, key renewer); SIGKILL only what is still ours
         and still running after `timeout`. Nothing is signalled once the pid is no longer ours."""
         from .keys import stop_key_renewer
+        from .oip.process import stop_front
 
         stop_key_renewer(self.run_dir)
+        stop_front(self.run_dir)
         if self.owned():
             signal_group(self.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout

@@ -50,6 +50,10 @@ class ServingRequest:
     metrics_address: str = defaults.METRICS_ADDRESS
     grpc_inference_port: int = defaults.GRPC_INFERENCE_PORT
     grpc_management_port: int = defaults.GRPC_MANAGEMENT_PORT
+    protocol: str = defaults.PROTOCOL  # "oip": also the Open Inference Protocol front `tsvk serve` starts
+    oip_address: str = defaults.OIP_ADDRESS
+    oip_rest_port: int = defaults.OIP_REST_PORT
+    oip_grpc_port: int = defaults.OIP_GRPC_PORT
 
 
 @dataclass(frozen=True)
@@ -188,6 +192,10 @@ def _workers(request: ServingRequest, gpus: int, settings: HandlerSettings | Non
 def _check_counts(request: ServingRequest) -> list[str]:
     """Every number within what TorchServe parses, every name and address one property line long."""
     problems = [p for p in (bound_problem(name, getattr(request, name)) for name in BOUNDS) if p]
+    if request.protocol not in defaults.PROTOCOLS:
+        problems.append(f"--protocol must be one of {', '.join(defaults.PROTOCOLS)}, got {request.protocol!r}")
+    if not re.fullmatch(r"[0-9A-Za-z.:\-]+", request.oip_address or ""):
+        problems.append(f"--oip-address must be a host name or IP address, got {request.oip_address!r}")
     if request.vcpus and request.workers and request.workers > request.vcpus:
         problems.append(f"--workers ({request.workers}) must not exceed --vcpus ({request.vcpus})")
     for name in ("inference_address", "management_address", "metrics_address"):
@@ -282,7 +290,8 @@ def _summary(plan: ServingPlan) -> str:
 
 
 def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
-    return _network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _deadlines(plan) + _pinning(plan)
+    return (_network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _deadlines(plan) + _pinning(plan)
+            + _open_inference_protocol(plan))
 
 
 def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
@@ -387,4 +396,20 @@ def _pinning(plan: ServingPlan) -> list[tuple[str, str, str]]:
         ("pin each worker to its own cores with torch.backends.xeon.run_cpu (one instance per worker)", "cpu_launcher_enable", "true"),
         (f"{threads} core(s) per instance; taskset instead of numactl, which slim images lack",
          "cpu_launcher_args", f"--ncores-per-instance {threads} --disable-numactl"),
+    ]
+
+
+def _open_inference_protocol(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    """The front's settings (tools/oip): TorchServe ignores these keys, `tsvk serve` reads them."""
+    r = plan.request
+    if r.protocol != "oip":
+        return []
+    where = "localhost only" if r.oip_address in ("127.0.0.1", "::1", "localhost") else "as asked (--oip-address)"
+    return [
+        (f"Open Inference Protocol (KServe v2) front, started by `tsvk serve`: listens on {r.oip_address} ({where})",
+         "tsvk.oip.address", r.oip_address),
+        ("its REST port (/v2/...; inference requests need the same token as /predictions)", "tsvk.oip.rest_port", str(r.oip_rest_port)),
+        ("its gRPC port (inference.GRPCInferenceService)", "tsvk.oip.grpc_port", str(r.oip_grpc_port)),
+        ("images one request may hold; each becomes one TorchServe request, batched with all others", "tsvk.oip.max_images",
+         str(defaults.OIP_MAX_IMAGES)),
     ]

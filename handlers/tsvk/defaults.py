@@ -72,3 +72,11 @@ TUNE_MAX_INTER_OP = 2  # inter-op threads tried per worker: 1 (a classifier is o
 TUNE_NOISE = 0.03  # a neighbour must beat the current point by this share to move the climb
 TUNE_EARLY_STOP_SHARE = 0.6  # stop a candidate whose first window runs under this share of the best
 TUNE_MEMORY_MARGIN = 0.1  # a candidate's estimated memory is its workers' measured RSS plus this share
+
+# The Open Inference Protocol (KServe v2): `tsvk config --protocol oip` and the front `tsvk serve` starts.
+PROTOCOLS = ("predictions", "oip")  # predictions: TorchServe's /predictions only; oip: that plus the front
+PROTOCOL = "predictions"
+OIP_ADDRESS = "127.0.0.1"  # the front's REST and gRPC listen here: nothing new on a public address unless asked
+OIP_REST_PORT = 8000  # Triton's ports, where tritonclient users look first
+OIP_GRPC_PORT = 8001
+OIP_MAX_IMAGES = 64  # images in one request; each is one TorchServe request, so TorchServe's queue bounds them too

@@ -39,6 +39,12 @@ class BadImage(BadRequest):
     code = "bad_image"
 
 
+class BadTensor(BadRequest):
+    """An Open Inference Protocol input with the wrong name, datatype, shape or data (handlers/tsvk/oip.py)."""
+
+    code = "bad_tensor"
+
+
 class UnsupportedFormat(RequestError):
     """A recognised image format the handler does not decode (TIFF, HEIC, ...)."""
 
@@ -71,6 +77,6 @@ class InferenceFailed(RequestError):
     code = "inference_failed"
 
 
-ERROR_CLASSES = (BadRequest, BadImage, UnsupportedFormat, ImageTooLarge, DeadlineExceeded, InferenceFailed)
+ERROR_CLASSES = (BadRequest, BadImage, BadTensor, UnsupportedFormat, ImageTooLarge, DeadlineExceeded, InferenceFailed)
 PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
            503: "Service Unavailable"}

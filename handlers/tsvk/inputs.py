@@ -3,6 +3,10 @@
 TorchServe hands the handler one dict per request: a raw body under "data" or "body", multipart
 form fields under their own names, JSON bodies already parsed into dicts, text bodies as str.
 Clients also send base64 (as text, as bytes, or inside JSON under "image", "data" or "b64").
+
+A JSON body with `inputs` is an Open Inference Protocol request (handlers/tsvk/oip.py): one image, as
+base64 text in a BYTES tensor, or one preprocessed FP32 image. `read_request` says which protocol a
+request spoke, so its answer (or its error) is written in the same one (postprocess.py).
 """
 
 from __future__ import annotations
@@ -10,15 +14,47 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from dataclasses import dataclass
 from typing import Any, Mapping
 
-from .errors import BadImage, BadRequest
+import numpy as np
 
+from . import oip
+from .errors import BadImage, BadRequest, BadTensor, RequestError
+
+PREDICTIONS = "predictions"  # TorchServe's /predictions shapes: an image in, {label: probability} out
+OIP = "oip"  # the Open Inference Protocol: tensors in, tensors out
 BODY_KEYS = ("data", "body")
 JSON_IMAGE_KEYS = ("image", "data", "b64")
 
 # Leading bytes of the formats we decode; anything else is tried as base64 before giving up.
 _MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What one request holds: an encoded image, preprocessed pixels (3, H, W), or why it cannot be read;
+    and the protocol its answer is written in."""
+
+    protocol: str = PREDICTIONS
+    image: bytes | None = None
+    pixels: np.ndarray | None = None
+    error: RequestError | None = None
+    request_id: str | None = None
+
+
+def read_request(request: Any, crop: int) -> Payload:
+    """The payload of one request; never raises: a request that cannot be read carries its error."""
+    try:
+        document = _oip_document(request)
+    except RequestError as err:
+        return Payload(error=err)
+    if document is not None:
+        return _read_oip(document, crop)
+    try:
+        return Payload(image=request_payload(request))
+    except RequestError as err:
+        return Payload(error=err)
 
 
 def request_payload(request: Any) -> bytes:
@@ -102,3 +138,63 @@ def _b64_or_none(data: bytes) -> bytes | None:
         return base64.b64decode(compact, altchars=alphabet, validate=True) or None
     except (binascii.Error, ValueError):
         return None
+
+
+def _oip_document(request: Any) -> Mapping[str, Any] | None:
+    """The request's JSON object when it is an Open Inference Protocol request (it has `inputs`)."""
+    value = _pick_field(request) if isinstance(request, Mapping) else request
+    if isinstance(value, (bytes, bytearray)) and value.lstrip()[:1] == b"{":
+        value = bytes(value).decode("utf-8", errors="replace")
+    if isinstance(value, str) and value.lstrip()[:1] == "{":
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return None  # not JSON after all: the /predictions reader says what is wrong
+    return value if isinstance(value, Mapping) and "inputs" in value else None
+
+
+def _read_oip(document: Mapping[str, Any], crop: int) -> Payload:
+    request_id = document.get("id") if isinstance(document.get("id"), str) else None
+    try:
+        tensor = _single_input(document.get("inputs"))
+        oip.check_input(tensor.get("name"), tensor.get("datatype"), _shape(tensor), crop, max_items=1)
+        if tensor["name"] == oip.IMAGES:
+            return Payload(OIP, image=_oip_image(tensor.get("data")), request_id=request_id)
+        return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)
+    except RequestError as err:
+        return Payload(OIP, error=err, request_id=request_id)
+
+
+def _single_input(inputs: Any) -> Mapping[str, Any]:
+    if not isinstance(inputs, list) or len(inputs) != 1 or not isinstance(inputs[0], Mapping):
+        raise BadTensor(f"inputs must be a list of exactly one tensor, {oip.IMAGES!r} (BYTES) or {oip.PIXELS!r} (FP32)")
+    return inputs[0]
+
+
+def _shape(tensor: Mapping[str, Any]) -> list[int]:
+    shape = tensor.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) for d in shape):
+        raise BadTensor(f"shape must be a list of whole numbers, got {shape!r}")
+    return shape
+
+
+def _oip_image(data: Any) -> bytes:
+    """One encoded image, sent in JSON as base64 text (as KServe's own image examples do)."""
+    items = data if isinstance(data, list) else [data]
+    if len(items) != 1 or not isinstance(items[0], str):
+        raise BadTensor(f"{oip.IMAGES!r} data in JSON must be one base64 string per image")
+    return _from_text(items[0])
+
+
+def _oip_pixels(data: Any, crop: int) -> np.ndarray:
+    """The flat (or nested) row-major FP32 data as one (3, crop, crop) image, finite values only."""
+    try:
+        pixels = np.asarray(data, dtype=np.float32).reshape(-1)
+    except (TypeError, ValueError):
+        raise BadTensor(f"{oip.PIXELS!r} data must be numbers") from None
+    expected = oip.element_count((3, crop, crop))
+    if pixels.size != expected:
+        raise BadTensor(f"{oip.PIXELS!r} data holds {pixels.size} values; shape [1, 3, {crop}, {crop}] needs {expected}")
+    if not np.isfinite(pixels).all():
+        raise BadTensor(f"{oip.PIXELS!r} data must be finite numbers (no NaN or infinity)")
+    return pixels.reshape(3, crop, crop)

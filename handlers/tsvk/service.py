@@ -7,7 +7,9 @@ probabilities, or an error body with its own HTTP status; nothing a client sends
 
 A batch moves through three stages (read, preprocess, infer); each returns what it produced and
 which requests it failed, and `BatchRecord` collects those fates, so no stage writes into another's
-state.
+state. Protocols meet the service only at its two edges: `inputs.read_request` reads a request
+(an encoded image, or pixels the client preprocessed itself, whatever the protocol), and
+`postprocess.write_answer` / `write_error` write each answer in the protocol its request spoke.
 """
 
 from __future__ import annotations
@@ -24,11 +26,11 @@ from . import features
 from .deadline import arrival_times, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
 from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
-from .inputs import request_payload
+from .inputs import Payload, read_request
 from .labels import load_labels
 from .loading import LoadedModel, bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
-from .postprocess import first_tensor, topk_answers
+from .postprocess import first_tensor, topk_answers, write_answer, write_error
 from .preprocess import BackendChoice, Preprocessor, build_preprocessor
 from .settings import HandlerSettings
 from .threads import apply_threads, find_torchserve_config, read_properties, resolve_threads
@@ -74,8 +76,11 @@ class BatchRecord:
         self.failures.update(failed)
         self.answers.update(answers or {})
 
-    def outcome(self) -> BatchOutcome:
-        answers = [self.failures[i].body() if i in self.failures else self.answers.get(i) for i in range(self.size)]
+    def outcome(self, payloads: Sequence[Payload] | None = None, model_name: str = "") -> BatchOutcome:
+        """Each answer or error written in the protocol its request spoke."""
+        payload = (lambda i: payloads[i]) if payloads else (lambda i: None)
+        answers = [write_error(payload(i), self.failures[i]) if i in self.failures
+                   else write_answer(payload(i), self.answers.get(i), model_name) for i in range(self.size)]
         statuses = [self.failures[i].status if i in self.failures else 200 for i in range(self.size)]
         return BatchOutcome(answers, statuses)
 
@@ -136,7 +141,8 @@ class ClassifierService:
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
         record = BatchRecord(len(data))
         started = time.perf_counter()  # preprocessing time includes reading the headers: a bomb's cost shows
-        read = self._read_requests(data, arrivals)
+        payloads = [read_request(request, self.settings.preprocess.crop) for request in data]
+        read = self._read_requests(payloads, arrivals)
         record.add(read.failed)
         prepared = self._preprocess(read.produced)
         record.add(prepared.failed)
@@ -144,22 +150,26 @@ class ClassifierService:
         inferred = self._infer(prepared)
         record.add(inferred.failed, inferred.produced)
         finished = time.perf_counter()
-        outcome = record.outcome()
+        outcome = record.outcome(payloads, self.settings.model_name)
         if self.metrics is not None:
             self.metrics.record(len(data), len(prepared.positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, outcome.statuses)
         return outcome
 
-    def _read_requests(self, data: Sequence[Any], arrivals: Sequence[float | None] | None) -> StageResult:
-        """Each request's image header, or why it is refused (too old, unreadable, too large)."""
-        encoded: dict[int, EncodedImage] = {}
+    def _read_requests(self, payloads: Sequence[Payload], arrivals: Sequence[float | None] | None) -> StageResult:
+        """Each request's image header (or its preprocessed pixels), or why it is refused (too old, unreadable,
+        too large)."""
+        encoded: dict[int, EncodedImage | torch.Tensor] = {}
         failed: dict[int, RequestError] = {}
-        for position, request in enumerate(data):
+        for position, payload in enumerate(payloads):
             late = self._late(arrivals[position] if arrivals else None)
-            if late is not None:
-                failed[position] = late
+            if late is not None or payload.error is not None:
+                failed[position] = late or payload.error
+                continue
+            if payload.pixels is not None:
+                encoded[position] = torch.from_numpy(payload.pixels)
                 continue
             try:
-                encoded[position] = probe(request_payload(request), self.settings.preprocess.max_pixels)
+                encoded[position] = probe(payload.image, self.settings.preprocess.max_pixels)
             except RequestError as err:
                 failed[position] = err
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
@@ -174,8 +184,20 @@ class ClassifierService:
         return DeadlineExceeded(f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
                                 "(the server is overloaded: retry later or with fewer concurrent requests)")
 
-    def _preprocess(self, encoded: Mapping[int, EncodedImage]) -> Prepared:
+    def _preprocess(self, items: Mapping[int, EncodedImage | torch.Tensor]) -> Prepared:
         """Input positions that made it into the batch, the batch, and the requests that did not."""
+        ready = {p: item for p, item in items.items() if isinstance(item, torch.Tensor)}
+        prepared = self._preprocess_encoded({p: item for p, item in items.items() if not isinstance(item, torch.Tensor)})
+        return self._with_ready(prepared, ready) if ready else prepared
+
+    def _with_ready(self, prepared: Prepared, ready: Mapping[int, torch.Tensor]) -> Prepared:
+        """Pixels the clients preprocessed themselves join the batch in input order, on the model's device and dtype."""
+        rows = dict(zip(prepared.positions, prepared.batch)) if prepared.batch is not None else {}
+        rows.update({p: pixels.to(self.model.device, self.model.input_dtype) for p, pixels in ready.items()})
+        order = sorted(rows)
+        return Prepared(order, torch.stack([rows[p] for p in order]), prepared.failed)
+
+    def _preprocess_encoded(self, encoded: Mapping[int, EncodedImage]) -> Prepared:
         if not encoded:
             return Prepared([], None, {})
         order = sorted(encoded)

@@ -47,7 +47,7 @@ def test_verification_failure_is_an_error(tmp_path):
 
 
 @pytest.mark.parametrize("backend, device, precision, message", [
-    ("aoti", "cpu", "fp16", "supported: --device cpu: --precision fp32|bf16; --device cuda: --precision fp32|fp16|bf16"),
+    ("aoti", "cpu", "fp16", "supported: --device cpu: --precision fp32|bf16|int8; --device cuda: --precision fp32|fp16|bf16"),
     ("tensorrt", "cpu", "fp32", "--backend tensorrt does not run on --device cpu"),
     ("tensorrt", "cuda", "bf16", "does not support --precision bf16"),
 ])

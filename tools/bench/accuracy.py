@@ -3,8 +3,8 @@ its ImageNet weights on labelled photos.
 
 Usage: tsvk bench accuracy [--images DIR] [--variants eager:fp32,aoti:int8,...]
 Each variant is archived exactly as `tsvk archive` does (int8 calibrated on 2 of every 5 photos by
-name, and refused by its own verification if it loses accuracy), all are served by one TorchServe
-with our generated config, and every held-out photo's JPEG bytes are sent to every model over HTTP.
+name, and refused by its own verification if it loses accuracy), served by a TorchServe of its own
+with our generated config, and sent every held-out photo's JPEG bytes over HTTP.
 So the figures include our decode and preprocessing, not only the model. Only held-out photos are
 scored (never the ones int8 calibrated on), the same photos for every variant. A photo counts as
 correct when the served label equals its class name (ImageNet names two pairs of classes alike).
@@ -104,15 +104,20 @@ def agreement(rows: dict, reference: str) -> None:
 
 
 def serve_and_score(store: Path, variants: list[str], photos: list[tuple[Path, int]], classes: list[str], workdir: Path) -> dict:
-    request = serving_on_free_ports(models=tuple(model_name(v) for v in variants), model_store=store, auth=False, workers=1)
-    config = workdir / "config.properties"
-    write_config(request, config)
-    run = start_torchserve(config, workdir / "run")
-    try:
-        run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
-        return {variant: score(run, variant, photos, classes) for variant in variants}
-    finally:
-        run.stop()
+    """Each variant served alone by its own TorchServe (our generated config for this machine), then scored."""
+    rows = {}
+    for variant in variants:
+        folder = workdir / model_name(variant)
+        folder.mkdir(parents=True)
+        request = serving_on_free_ports(models=(model_name(variant),), model_store=store, auth=False)
+        write_config(request, folder / "config.properties")
+        run = start_torchserve(folder / "config.properties", folder / "run")
+        try:
+            run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
+            rows[variant] = score(run, variant, photos, classes)
+        finally:
+            run.stop()
+    return rows
 
 
 def render(result: dict) -> str:
@@ -125,7 +130,7 @@ def render(result: dict) -> str:
         lines.append(f"| {variant} | {row['top1']:.1%} | {row['top5']:.1%} | {'-' if agree is None else f'{agree:.1%}'} | "
                      f"{row['errors']} | {result['built'][variant]} |")
     lines += [f"| {variant} | refused | | | | {why} |" for variant, why in result["refused"].items()]
-    lines += ["", "Every photo was sent as its JPEG bytes to `/predictions/<model>` of one TorchServe serving all variants; "
+    lines += ["", "Every photo was sent as its JPEG bytes to `/predictions/<model>` of a TorchServe serving that variant; "
               "int8 variants calibrated on the other photos of the directory (2 of every 5 by name)."]
     return "\n".join(lines) + "\n"
 

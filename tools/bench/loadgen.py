@@ -52,6 +52,9 @@ def top1_of(answer) -> str | None:
     """The best label of a {label: probability} answer (TorchServe's shape, which every system here returns)."""
     if isinstance(answer, list) and answer:
         answer = answer[0]
+    if isinstance(answer, dict) and isinstance(answer.get("outputs"), list):  # an Open Inference Protocol answer
+        labels = next((o.get("data") for o in answer["outputs"] if isinstance(o, dict) and o.get("name") == "labels"), None)
+        return str(labels[0]) if labels else None
     if isinstance(answer, dict) and answer and all(isinstance(v, (int, float)) for v in answer.values()):
         return max(answer, key=answer.get)
     return None

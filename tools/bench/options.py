@@ -11,8 +11,8 @@ from tsvk.settings import DEVICES
 
 from ..images import SKIMAGE_PHOTOS
 
-SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "flask_gunicorn", "litserve",
-           "ceiling", "ceiling_fast")
+SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
+           "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)

@@ -33,6 +33,9 @@ FAST_RATIOS = {  # the fastest verified CPU artifact (ours_fast) against the fp3
     "fast_vs_fast_ceiling": ("ours_fast", "ceiling_fast"),
     "fast_ceiling_vs_ceiling": ("ceiling_fast", "ceiling"),
 }
+OIP_SYSTEMS = ("ours_oip_rest", "ours_oip_grpc")  # ours asked through the Open Inference Protocol front
+OIP_MIN_THROUGHPUT = 0.95  # the protocol may cost at most 5% of /predictions' throughput...
+OIP_MAX_P99 = 1.05  # ...and add at most 5% to its p99
 GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_decentralized", 5.0, "ours >= 5x decentralized"),
     ("ours_vs_torchserve_default", 1.5, "ours >= 1.5x stock TorchServe defaults"),
@@ -95,6 +98,9 @@ def compute_ratios(systems: dict) -> dict:
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in FAST_RATIOS.items()})
     ratios["p99_fast_vs_torchserve_tuned"] = ratio(_p99(systems, "ours_fast"), _p99(systems, "torchserve_tuned"))
     ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)  # what `tsvk tune` adds to the rule
+    for protocol in OIP_SYSTEMS:  # the protocol's cost: the same server asked through the front, vs /predictions
+        ratios[f"{protocol}_vs_ours"] = ratio(throughput(systems, protocol), ours)
+        ratios[f"p99_{protocol}_vs_ours"] = ratio(_p99(systems, protocol), _p99(systems, "ours"))
     return ratios
 
 
@@ -117,6 +123,14 @@ def evaluate_goals(systems: dict, ratios: dict) -> list[dict]:
     p99 = ratios.get("p99_ours_vs_torchserve_tuned")
     goals.append({"goal": "ours p99 no worse than hand-tuned stock TorchServe", "ratio": "p99_ours_vs_torchserve_tuned",
                   "target": 1.0, "measured": p99, "met": None if p99 is None else p99 <= 1.0})
+    for protocol in OIP_SYSTEMS:
+        if protocol not in systems:
+            continue
+        speed, tail = ratios.get(f"{protocol}_vs_ours"), ratios.get(f"p99_{protocol}_vs_ours")
+        goals.append({"goal": f"{protocol} throughput within 5% of ours (/predictions)", "ratio": f"{protocol}_vs_ours",
+                      "target": OIP_MIN_THROUGHPUT, "measured": speed, "met": None if speed is None else speed >= OIP_MIN_THROUGHPUT})
+        goals.append({"goal": f"{protocol} p99 within 5% of ours (/predictions)", "ratio": f"p99_{protocol}_vs_ours",
+                      "target": OIP_MAX_P99, "measured": tail, "met": None if tail is None else tail <= OIP_MAX_P99})
     return goals
 
 

@@ -6,9 +6,10 @@ from __future__ import annotations
 def registry() -> dict:
     from .ceiling import ComputeCeiling, FastCeiling
     from .decentralized import Decentralized
+    from .oip import OursOipGrpc, OursOipRest
     from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
-    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), FlaskGunicorn(),
-               LitServeBatched(), ComputeCeiling(), FastCeiling()]
+    systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
+               FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling()]
     return {system.name: system for system in systems}

@@ -167,20 +167,28 @@ class Ours(System):
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         from ...serving_config import write_config
 
-        mar, backend, precision = self.archive(ctx)
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
-        request = serving_on_free_ports(
+        plan = write_config(self.serving_request(ctx), config)
+        deployment = serve(ctx, folder, config, ctx.options.model)
+        deployment.details["plan"] = self.plan_details(ctx, plan)
+        return deployment
+
+    def serving_request(self, ctx: RunContext, **fields):
+        """What `tsvk config` is asked for ours (the protocol rows ask the same, plus the front)."""
+        mar, _, _ = self.archive(ctx)
+        return serving_on_free_ports(
             vcpus=ctx.vcpus, workers=ctx.options.ours_workers, gpus=None if ctx.options.device == "cuda" else 0,
             models=(ctx.options.model,), model_store=mar.parent, auth=False, concurrency=ctx.options.concurrency,
+            **fields,
         )
-        plan = write_config(request, config)
-        deployment = serve(ctx, folder, config, ctx.options.model)
+
+    def plan_details(self, ctx: RunContext, plan) -> dict:
         model = plan.models[0]
-        deployment.details["plan"] = {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,
-                                      "max_batch_delay_ms": model.max_batch_delay_ms, "backend": backend,
-                                      "device": ctx.options.device, "precision": precision, "gpus": plan.gpus}
-        return deployment
+        _, backend, precision = self.archive(ctx)
+        return {"workers": model.workers, "threads": model.intra_op_threads, "batch": model.batch,
+                "max_batch_delay_ms": model.max_batch_delay_ms, "backend": backend,
+                "device": ctx.options.device, "precision": precision, "gpus": plan.gpus}
 
 
 class OursFast(Ours):

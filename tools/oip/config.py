@@ -1,0 +1,96 @@
+"""What the front serves, read from the TorchServe config: models, their tensors, TorchServe's address, ports.
+
+`tsvk config --protocol oip` writes the front's keys (`tsvk.oip.*`) into the same config.properties
+TorchServe starts on; TorchServe ignores them. Each model's tensors come from its archive's settings
+(crop size, top-k, number of labels), so model metadata says what the handler checks.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tsvk import defaults, oip
+from tsvk.labels import labels_from_mapping
+from tsvk.threads import read_properties
+
+from ..archive_info import read_archive_settings
+from ..errors import UsageError
+
+KEY_PREFIX = "tsvk.oip."
+ADDRESS_KEY = KEY_PREFIX + "address"
+REST_PORT_KEY = KEY_PREFIX + "rest_port"
+GRPC_PORT_KEY = KEY_PREFIX + "grpc_port"
+MAX_IMAGES_KEY = KEY_PREFIX + "max_images"
+
+
+@dataclass(frozen=True)
+class ModelTensors:
+    """One model as the front states it: its name, crop size, answer size, and TorchServe's timeout for it."""
+
+    name: str
+    crop: int
+    k: int
+    timeout_s: float
+
+    def inputs(self) -> list[dict]:
+        return [spec.metadata() for spec in oip.input_specs(self.crop)]
+
+    def outputs(self) -> list[dict]:
+        return [spec.metadata() for spec in oip.output_specs(self.k)]
+
+
+@dataclass(frozen=True)
+class FrontConfig:
+    torchserve_url: str  # TorchServe's inference API, where every image goes
+    address: str
+    rest_port: int
+    grpc_port: int
+    max_images: int  # images (or pixel rows) in one request
+    max_request_bytes: int  # the largest request body, as TorchServe's max_request_size
+    models: tuple[ModelTensors, ...]
+
+
+def is_oip_config(properties: dict[str, str]) -> bool:
+    return REST_PORT_KEY in properties
+
+
+def read_front_config(config_path: Path) -> FrontConfig:
+    """The front's settings from a TorchServe config; a config without them is a UsageError saying how to get them."""
+    properties = read_properties(Path(config_path))
+    if not is_oip_config(properties):
+        raise UsageError(f"{config_path} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
+    inference = properties.get("inference_address", defaults.INFERENCE_ADDRESS).replace("://0.0.0.0:", "://127.0.0.1:")
+    return FrontConfig(
+        torchserve_url=inference,
+        address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
+        rest_port=int(properties[REST_PORT_KEY]),
+        grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
+        max_images=int(properties.get(MAX_IMAGES_KEY, defaults.OIP_MAX_IMAGES)),
+        max_request_bytes=int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20)),
+        models=_models(properties),
+    )
+
+
+def _models(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
+    store = Path(properties.get("model_store", defaults.MODEL_STORE))
+    entries = json.loads(properties.get("models", "{}"))
+    models = []
+    for name, versions in entries.items():
+        entry = next(iter(versions.values()))
+        archive = store / entry.get("marName", f"{name}.mar")
+        settings = read_archive_settings(archive)
+        k = oip.answer_size(settings.runtime.topk, _label_count(archive, settings.labels_file))
+        models.append(ModelTensors(name, settings.preprocess.crop, k, float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))))
+    return tuple(models)
+
+
+def _label_count(archive: Path, labels_file: str) -> int | None:
+    """Classes the archive names (answers hold at most that many); None without a label file."""
+    try:
+        with zipfile.ZipFile(archive) as mar:
+            return len(labels_from_mapping(json.loads(mar.read(labels_file))))
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return None

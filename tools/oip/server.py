@@ -1,0 +1,184 @@
+"""Run the KServe SDK's REST and gRPC Open Inference Protocol servers for the tsvk models, on one address.
+
+The SDK's ModelServer listens on every interface and serves more than the protocol (KServe's v1
+API, model load/unload, its docs and metrics); this front keeps its protocol code and changes only
+that: both servers bind the configured address (127.0.0.1 unless asked), REST answers only the
+protocol's paths (the rest 404, model load/unload refused on gRPC too), request bodies are bounded
+like TorchServe's, and server readiness is TorchServe's.
+
+Run as `python -m tsvk_tools.oip --config <TorchServe config>`; `tsvk serve` does (process.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import re
+import sys
+from concurrent import futures
+from pathlib import Path
+
+from .config import FrontConfig, read_front_config
+
+# The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
+_PROTOCOL_PATHS = re.compile(r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$")
+GRPC_THREADS = 4
+
+
+class _Guard:
+    """ASGI middleware: the protocol's paths only, and a request body no larger than TorchServe accepts."""
+
+    def __init__(self, app, max_request_bytes: int):
+        self.app = app
+        self.max_request_bytes = max_request_bytes
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        refusal = self._refusal(scope)
+        if refusal is not None:
+            return await _send_error(send, *refusal)
+        return await self.app(scope, receive, send)
+
+    def _refusal(self, scope) -> tuple[int, str] | None:
+        if not _PROTOCOL_PATHS.match(scope["path"]):
+            return 404, f"not_found: {scope['path']} is not an Open Inference Protocol path"
+        headers = dict(scope.get("headers") or [])
+        length = headers.get(b"content-length")
+        if scope["method"] == "POST" and length is None:
+            return 411, "length_required: send a Content-Length header"
+        if length is not None and int(length) > self.max_request_bytes:
+            return 413, f"request_too_large: the body is {int(length)} bytes; the limit is {self.max_request_bytes} (max_request_size)"
+        return None
+
+
+async def _send_error(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message}).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def serve(config: FrontConfig, run_dir: Path) -> None:
+    """Register every model and run both servers until SIGTERM. TorchServe's key file in `run_dir` gives the
+    key its health checks need when token authorization is on (clients' requests carry their own)."""
+    import httpx
+    from kserve import ModelServer
+    from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
+    from kserve.protocol.rest.server import RESTServer
+
+    from ..keys import current_key
+    from .forward import ForwardedError, TorchServeModel
+
+    _quiet_logs()
+
+    def ping_headers() -> dict[str, str]:
+        key = current_key(run_dir)
+        return {"Authorization": f"Bearer {key}"} if key else {}
+
+    client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=config.max_images * 4))
+    server = ModelServer(http_port=config.rest_port, grpc_port=config.grpc_port, enable_grpc=False, workers=1,
+                         enable_docs_url=False)
+    server.dataplane = _torchserve_dataplane(server.registered_models, client, f"{config.torchserve_url}/ping", ping_headers)
+    for tensors in config.models:
+        model = TorchServeModel(tensors, config.torchserve_url, config.max_images, client, ping_headers)
+        model.enable_latency_logging = False
+        server.register_model(model)
+    app.add_exception_handler(ForwardedError, _forwarded_error_handler)
+    app.add_middleware(_Guard, max_request_bytes=config.max_request_bytes)
+    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
+                      workers=1, grace_period=5)
+    rest.config.host = config.address
+    grpc = _grpc_server(config, server)
+    server._grpc_server = grpc  # ModelServer.stop (its SIGTERM handler) stops it
+    server.setup_event_loop()
+    server.register_signal_handler()
+    asyncio.run(_run_all(rest.start(), grpc.start(GRPC_THREADS)))
+
+
+async def _run_all(*servers) -> None:
+    await asyncio.gather(*servers)
+
+
+async def _forwarded_error_handler(_, exc):
+    from fastapi.responses import JSONResponse
+
+    return JSONResponse(status_code=exc.status, content={"error": exc.message})
+
+
+def _quiet_logs() -> None:
+    """No line per request (KServe's access and timing logs): at full load they cost as much as the forwarding."""
+    import logging
+
+    for name in ("uvicorn.access", "kserve.trace"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def _torchserve_dataplane(registry, client, ping_url: str, ping_headers):
+    """KServe's data plane, but the server is ready only while TorchServe is (its /ping), and says it is tsvk."""
+    from kserve.protocol.dataplane import DataPlane
+    from tsvk import __version__
+
+    from .forward import torchserve_healthy
+
+    class TorchServeDataPlane(DataPlane):
+        def __init__(self):
+            super().__init__(model_registry=registry)
+            self._server_name, self._server_version = "tsvk", __version__
+
+        async def ready(self) -> bool:
+            return await torchserve_healthy(client, ping_url, ping_headers())
+
+        def decode_inference_request(self, body, headers, model_name):
+            from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER
+
+            from .binary import request_from_binary
+
+            json_length = (headers or {}).get(INFERENCE_CONTENT_LENGTH_HEADER)
+            if isinstance(body, bytes) and json_length is not None:
+                return request_from_binary(body, int(json_length), model_name)
+            return super().decode_inference_request(body, headers, model_name)
+
+    return TorchServeDataPlane()
+
+
+def _grpc_server(config: FrontConfig, server):
+    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused."""
+    from grpc import StatusCode, aio
+    from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
+    from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
+    from kserve.protocol.grpc.server import GRPCServer
+    from kserve.protocol.grpc.servicer import InferenceServicer
+
+    class ServingOnly(InferenceServicer):
+        async def RepositoryModelLoad(self, request, context):
+            await context.abort(StatusCode.PERMISSION_DENIED, "models are loaded by TorchServe's config, not over the protocol")
+
+        async def RepositoryModelUnload(self, request, context):
+            await context.abort(StatusCode.PERMISSION_DENIED, "models are loaded by TorchServe's config, not over the protocol")
+
+    class OnAddress(GRPCServer):
+        async def start(self, max_workers):
+            limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
+            self._server = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
+                                      interceptors=(ExceptionToStatusInterceptor(),),
+                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+            grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
+                ServingOnly(self._data_plane, self._model_repository_extension), self._server)
+            host = f"[{config.address}]" if ":" in config.address else config.address
+            self._server.add_insecure_port(f"{host}:{config.grpc_port}")
+            await self._server.start()
+            await self._server.wait_for_termination()
+
+    return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=5)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.oip", description="the Open Inference Protocol front of a tsvk TorchServe")
+    parser.add_argument("--ts-config", type=Path, required=True, help="the TorchServe config `tsvk config --protocol oip` wrote")
+    parser.add_argument("--run-dir", type=Path, required=True, help="the TorchServe's run directory (its key file)")
+    args = parser.parse_args(argv)
+    sys.argv = sys.argv[:1]  # kserve.model_server parses the command line when it is imported
+    serve(read_front_config(args.ts_config), args.run_dir)
+    return 0
