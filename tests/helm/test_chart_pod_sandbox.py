@@ -292,7 +292,7 @@ def test_front_runs_the_code_the_image_installs(running_oip_pod):
     """In the front's sandbox the project comes from the image's folder, not from this checkout."""
     rendered, *_, prefix = running_oip_pod
     front = rendered.container("oip-front")
-    where = subprocess.run([*prefix, *front["command"][:1], "-c", "import tsvk_tools.oip.server as s, tsvk; print(s.__file__, tsvk.__file__)"],
-                           capture_output=True, text=True, check=False)
+    probe = "import tsvk_tools.oip.server as s, tsvk; print(s.__file__, tsvk.__file__)"
+    where = subprocess.run([*prefix, *front["command"][:1], "-c", probe], capture_output=True, text=True, check=False)
     assert where.returncode == 0, where.stderr
     assert all(path.startswith(front_target() + "/") for path in where.stdout.split()), where.stdout
