@@ -27,6 +27,9 @@ HELM_MODELS ?= $(chart_models)
 # Empty: `tsvk config` decides (its batch delay, and metrics on localhost).
 HELM_MAX_BATCH_DELAY ?=
 HELM_METRICS_ADDRESS ?=
+# oip: also serve the Open Inference Protocol through the front (tsvk config --protocol oip, listening
+# on 0.0.0.0 inside the pod, and the chart's protocol=oip). Empty: /predictions only.
+HELM_PROTOCOL ?=
 # A config `tsvk tune` wrote (configs/tuned.properties): its workers, threads, batch and delay replace
 # HELM_WORKERS / HELM_BATCH / HELM_MAX_BATCH_DELAY, and the chart's CPU request is its workers x threads.
 HELM_TUNED ?=
@@ -45,7 +48,8 @@ helm_workers_flags = $(if $(HELM_TUNED),--tuned $(HELM_TUNED),--workers $(HELM_W
 helm_batch_flags = $(if $(HELM_TUNED),,--batch $(HELM_BATCH) $(call helm_opt,--max-batch-delay,$(HELM_MAX_BATCH_DELAY)))
 helm_sizing = $(if $(HELM_TUNED),$$($(PYTHON) -m tsvk_tools.tune.chart $(HELM_TUNED)),--set torchserve.vcpus=$(HELM_VCPUS) \
 	--set torchserve.workers=$(HELM_WORKERS) --set torchserve.batchSize=$(HELM_BATCH))
-helm_chart_args = $(helm_sizing) $(helm_gpu_args) \
+helm_protocol_flags = $(if $(HELM_PROTOCOL),--protocol $(HELM_PROTOCOL) $(if $(filter oip,$(HELM_PROTOCOL)),--oip-address 0.0.0.0))
+helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) \
 	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
 
 .PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image
@@ -58,7 +62,7 @@ helm-config: ## generate the TorchServe config the chart deploys into build/helm
 	@mkdir -p $(HELM_BUILD)
 	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) $(helm_workers_flags) --gpus $(HELM_GPUS) \
 		$(helm_batch_flags) --models $(HELM_MODELS) \
-		--model-store $(MODEL_STORE_IN_IMAGE) --auth off $(call helm_opt,--metrics-address,$(HELM_METRICS_ADDRESS)) \
+		--model-store $(MODEL_STORE_IN_IMAGE) --auth off $(call helm_opt,--metrics-address,$(HELM_METRICS_ADDRESS)) $(helm_protocol_flags) \
 		--no-archive-check --output $(helm_config)
 
 # values.yaml's config is the one generated for the chart's defaults, whatever is set on the command line.
@@ -70,6 +74,7 @@ helm-sync-default: override HELM_GPUS = $(chart_gpus)
 helm-sync-default: override HELM_MODELS = $(chart_models)
 helm-sync-default: override HELM_METRICS_ADDRESS =
 helm-sync-default: override HELM_TUNED =
+helm-sync-default: override HELM_PROTOCOL =
 helm-sync-default: helm-config ## rewrite the chart's default config in values.yaml after `tsvk config` changes
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 
@@ -91,5 +96,5 @@ image: ## build the CPU and GPU TorchServe images (needs a Docker engine)
 		echo "make image: no Docker engine answers '$(DOCKER) info' here; build on a machine with Docker" >&2; \
 		echo "  (or set DOCKER=podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu." >&2; \
 		exit 1; }
-	$(DOCKER) build --build-arg VARIANT=cpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu k8s/image
-	$(DOCKER) build --build-arg VARIANT=gpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu k8s/image
+	$(DOCKER) build -f k8s/image/Dockerfile --build-arg VARIANT=cpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu .
+	$(DOCKER) build -f k8s/image/Dockerfile --build-arg VARIANT=gpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu .

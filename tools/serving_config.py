@@ -406,7 +406,8 @@ def _open_inference_protocol(plan: ServingPlan) -> list[tuple[str, str, str]]:
         return []
     where = "localhost only" if r.oip_address in ("127.0.0.1", "::1", "localhost") else "as asked (--oip-address)"
     return [
-        (f"Open Inference Protocol (KServe v2) front, started by `tsvk serve`: listens on {r.oip_address} ({where})",
+        (f"Open Inference Protocol (KServe v2) front, started by `tsvk serve` or the Helm chart (protocol=oip): "
+         f"listens on {r.oip_address} ({where})",
          "tsvk.oip.address", r.oip_address),
         ("its REST port (/v2/...; inference requests need the same token as /predictions)", "tsvk.oip.rest_port", str(r.oip_rest_port)),
         ("its gRPC port (inference.GRPCInferenceService)", "tsvk.oip.grpc_port", str(r.oip_grpc_port)),

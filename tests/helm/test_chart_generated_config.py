@@ -58,9 +58,20 @@ def test_values_yaml_default_is_the_generated_config(generate):
         (("HELM_VCPUS=4", "HELM_GPUS=1"), {"torchserve": {"vcpus": 4}, "gpu": {"enabled": True, "count": 1}}),
         (("HELM_VCPUS=4", "HELM_WORKERS=1", "HELM_MODELS=resnet50,vit_b_16"), {"torchserve": {"vcpus": 4}}),
         (("HELM_METRICS_ADDRESS=http://0.0.0.0:8082",), {"serviceMonitor": {"enabled": True}}),
+        (("HELM_PROTOCOL=oip",), {"protocol": "oip"}),
     ],
 )
 def test_generated_configs_pass_the_chart_checks(generate, render, variables, values):
     config = generate(*variables)
     rendered = render({**values, "torchserve": {**values.get("torchserve", {}), "configProperties": config}})
     assert rendered.one("ConfigMap")["data"]["config.properties"].strip() == config.strip()
+
+
+def test_oip_config_starts_the_front_on_every_interface_of_the_pod(generate, render):
+    """What make helm-template HELM_PROTOCOL=oip renders: the front's ports from the config, on 0.0.0.0."""
+    config = generate("HELM_PROTOCOL=oip")
+    assert "tsvk.oip.address=0.0.0.0" in config.splitlines()
+    front = next(c for c in render({"protocol": "oip", "torchserve": {"configProperties": config}}).pod_spec()["containers"]
+                 if c["name"] == "oip-front")
+    rest = int(next(line for line in config.splitlines() if line.startswith("tsvk.oip.rest_port=")).split("=")[1])
+    assert {"name": "oip-rest", "containerPort": rest, "protocol": "TCP"} in front["ports"]

@@ -169,10 +169,12 @@ def test_gpu_fields_appear_only_when_gpu_is_on(scenario):
         assert rendered.server()["image"].endswith(":0.12.0-cpu")
 
 
-def test_inference_service_carries_the_inference_port_only(scenario):
-    _, rendered = scenario
-    service = rendered.one("Service", f"{RELEASE}-tsvk")
-    assert service["spec"]["ports"] == [{"name": "inference", "port": 8080, "targetPort": "inference", "protocol": "TCP"}]
+def test_inference_service_carries_the_inference_port_and_only_the_oip_ports_besides(scenario):
+    name, rendered = scenario
+    ports = rendered.one("Service", f"{RELEASE}-tsvk")["spec"]["ports"]
+    assert ports[0] == {"name": "inference", "port": 8080, "targetPort": "inference", "protocol": "TCP"}
+    expected_besides = ["oip-rest", "oip-grpc"] if SCENARIOS[name].get("protocol") == "oip" else []
+    assert [port["name"] for port in ports[1:]] == expected_besides
 
 
 def test_management_and_metrics_stay_inside_the_pod_by_default(render):

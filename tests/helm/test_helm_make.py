@@ -53,6 +53,21 @@ def test_template_generates_the_config_then_passes_it_with_set_file(make):
         assert setting in commands, setting
 
 
+def test_protocol_oip_generates_an_oip_config_and_sets_the_chart_switch(make):
+    commands = dry_run(make, "helm-template", "HELM_PROTOCOL=oip")
+    assert "--protocol oip --oip-address 0.0.0.0" in commands, "the front must be reachable from the Service"
+    assert "--set protocol=oip" in commands
+    plain = dry_run(make, "helm-template")
+    assert "--protocol" not in plain and "protocol=" not in plain, "empty: tsvk config and the chart decide"
+
+
+def test_image_is_built_from_the_repository_root(make):
+    commands = dry_run(make, "image", "IMAGE_REPOSITORY=registry.example.com/tsvk")
+    for variant in ("cpu", "gpu"):
+        assert (f"build -f k8s/image/Dockerfile --build-arg VARIANT={variant} "
+                f"-t registry.example.com/tsvk:0.12.0-{variant} .") in commands
+
+
 def test_cpu_only_template_turns_the_gpu_off(make):
     assert "--set gpu.enabled=false" in dry_run(make, "helm-template")
 
@@ -76,9 +91,11 @@ def test_image_fails_clearly_without_a_docker_engine(make):
 
 
 def test_sync_default_always_uses_the_chart_defaults(make):
-    commands = dry_run(make, "helm-sync-default", "HELM_VCPUS=8", "HELM_MODELS=vit_b_16", "HELM_MAX_BATCH_DELAY=7")
+    commands = dry_run(make, "helm-sync-default", "HELM_VCPUS=8", "HELM_MODELS=vit_b_16", "HELM_MAX_BATCH_DELAY=7",
+                       "HELM_PROTOCOL=oip")
     assert "--vcpus 2 --workers 1 --gpus 0" in commands and "--models resnet50" in commands
     assert "--max-batch-delay" not in commands and "--metrics-address" not in commands  # tsvk config decides
+    assert "--protocol" not in commands
     assert "k8s/sync_default_config.py build/helm/config.properties" in commands
 
 
@@ -103,6 +120,6 @@ def test_chart_defaults_are_the_values_yaml_defaults_and_tsvks(make):
     assert (chart["chart_gpus"] != "0") == values["gpu"]["enabled"]
     assert f"load_models={chart['chart_models'].replace(',', '.mar,')}.mar" in default_config()
     helm = make_variables(make, "HELM_VCPUS", "HELM_WORKERS", "HELM_BATCH", "HELM_GPUS", "HELM_MODELS",
-                          "HELM_MAX_BATCH_DELAY", "HELM_METRICS_ADDRESS")
+                          "HELM_MAX_BATCH_DELAY", "HELM_METRICS_ADDRESS", "HELM_PROTOCOL")
     assert helm == {**{f"HELM_{key[6:].upper()}": value for key, value in chart.items()},
-                    "HELM_MAX_BATCH_DELAY": "", "HELM_METRICS_ADDRESS": ""}
+                    "HELM_MAX_BATCH_DELAY": "", "HELM_METRICS_ADDRESS": "", "HELM_PROTOCOL": ""}

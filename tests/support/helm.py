@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -13,6 +15,8 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "k8s" / "tsvk"
+DOCKERFILE = REPO / "k8s" / "image" / "Dockerfile"
+FRONT_SOURCES = "/tmp/tsvk/src"  # where the recipe copies the project before installing the front
 RELEASE = "demo"
 NAMESPACE = "ml"
 INSTALL_HINT = "run `make helm-install-tools`"
@@ -64,6 +68,11 @@ class Rendered:
     def server(self) -> dict:
         return self.pod_spec()["containers"][0]
 
+    def container(self, name: str) -> dict:
+        found = [c for c in self.pod_spec()["containers"] if c["name"] == name]
+        assert len(found) == 1, f"expected one container {name}, found {[c['name'] for c in self.pod_spec()['containers']]}"
+        return found[0]
+
 
 def helm_args(values: dict | None = None, files: dict[str, Path] | None = None) -> list[str]:
     args: list[str] = []
@@ -108,3 +117,41 @@ def config_without(*keys: str) -> str:
     return "".join(
         line + "\n" for line in default_config().splitlines() if line.split("=", 1)[0].strip() not in keys
     )
+
+
+def dockerfile_copies() -> list[tuple[list[str], str]]:
+    """(sources, destination) of every COPY of the image recipe."""
+    copies = []
+    for line in DOCKERFILE.read_text().splitlines():
+        if line.startswith("COPY "):
+            *sources, destination = line.split()[1:]
+            copies.append((sources, destination))
+    return copies
+
+
+def install_front(target: Path, work: Path) -> Path:
+    """What the image recipe does for the front, here: copy what it copies into its source folder, then
+    `pip install --no-deps --target` (with this venv's setuptools instead of a downloaded one)."""
+    source = work / "src"
+    source.mkdir(parents=True)
+    for sources, destination in dockerfile_copies():
+        if not destination.startswith(FRONT_SOURCES):
+            continue
+        for name in sources:
+            into = source / destination.removeprefix(FRONT_SOURCES).strip("/")
+            if (REPO / name).is_dir():
+                shutil.copytree(REPO / name, into, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            else:
+                into.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(REPO / name, into / name)
+    pip_line = next(line for line in DOCKERFILE.read_text().splitlines() if re.search(r"--target \S+ " + re.escape(FRONT_SOURCES), line))
+    assert "--no-deps" in pip_line, pip_line
+    result = subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
+                             "--target", str(target), str(source)], capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return target
+
+
+def front_target() -> str:
+    """The folder the recipe installs the front into (pip install --target)."""
+    return re.search(r"--target (\S+) " + re.escape(FRONT_SOURCES), DOCKERFILE.read_text()).group(1)

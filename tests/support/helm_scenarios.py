@@ -6,6 +6,9 @@ from tests.support.helm import config_with
 
 SHA256_OF_ARCHIVE = "3f" * 32
 METRICS_CONFIG = config_with(metrics_address="http://0.0.0.0:8082")
+# What `tsvk config --protocol oip --oip-address 0.0.0.0` adds to the default config.
+OIP_CONFIG = config_with(tsvk__oip__address="0.0.0.0", tsvk__oip__rest_port="8000", tsvk__oip__grpc_port="8001",
+                         tsvk__oip__max_images="64")
 
 SCENARIOS: dict[str, dict] = {
     "cpu-default": {},
@@ -36,6 +39,20 @@ SCENARIOS: dict[str, dict] = {
             "allowSameNamespace": False,
             "inferenceFrom": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}}],
             "managementFrom": [{"podSelector": {"matchLabels": {"role": "model-admin"}}}],
+        },
+    },
+    "oip": {"protocol": "oip", "torchserve": {"configProperties": OIP_CONFIG}},
+    "oip-gpu-download": {
+        "protocol": "oip",
+        "torchserve": {"configProperties": config_with(
+            number_of_gpu="1", tsvk__oip__address="0.0.0.0", tsvk__oip__rest_port="9000", tsvk__oip__grpc_port="9001")},
+        "gpu": {"enabled": True, "count": 1},
+        "service": {"oipRestPort": 80, "oipGrpcPort": 81},
+        "modelStore": {
+            "source": "download",
+            "download": {
+                "archives": [{"name": "resnet50", "url": "https://models.example.com/resnet50.mar", "sha256": SHA256_OF_ARCHIVE}]
+            },
         },
     },
     "network-policy-off-fixed-replicas": {

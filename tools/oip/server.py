@@ -174,11 +174,16 @@ def _grpc_server(config: FrontConfig, server):
     return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=5)
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The front's command line; `tsvk serve` and the Helm chart's front container both call it."""
     parser = argparse.ArgumentParser(prog="python -m tsvk_tools.oip", description="the Open Inference Protocol front of a tsvk TorchServe")
     parser.add_argument("--ts-config", type=Path, required=True, help="the TorchServe config `tsvk config --protocol oip` wrote")
     parser.add_argument("--run-dir", type=Path, required=True, help="the TorchServe's run directory (its key file)")
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     sys.argv = sys.argv[:1]  # kserve.model_server parses the command line when it is imported
     serve(read_front_config(args.ts_config), args.run_dir)
     return 0

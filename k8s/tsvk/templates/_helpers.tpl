@@ -155,6 +155,60 @@ Whether anything needs the metrics port reachable from outside the pod.
 {{- end }}
 
 {{/*
+Whether the pods serve the Open Inference Protocol through the tsvk front (protocol oip).
+*/}}
+{{- define "tsvk.oipEnabled" -}}
+{{- if eq .Values.protocol "oip" }}true{{ end }}
+{{- end }}
+
+{{/*
+The ports the front listens on, from the config's tsvk.oip.rest_port and tsvk.oip.grpc_port, as JSON
+{"rest": n, "grpc": n}; 0 for a port the config does not set.
+*/}}
+{{- define "tsvk.oipPorts" -}}
+{{- dict "rest" (include "tsvk.property" (list . "tsvk.oip.rest_port") | atoi) "grpc" (include "tsvk.property" (list . "tsvk.oip.grpc_port") | atoi) | toJson }}
+{{- end }}
+
+{{/*
+Problems of the config's Open Inference Protocol keys against the values, as a JSON list of strings.
+Usage: include "tsvk.oipProblems" (list $ $regenerate) | fromJsonArray
+*/}}
+{{- define "tsvk.oipProblems" -}}
+{{- $root := index . 0 }}
+{{- $regenerate := index . 1 }}
+{{- $problems := list }}
+{{- $ports := include "tsvk.oipPorts" $root | fromJson }}
+{{- if not (include "tsvk.oipEnabled" $root) }}
+{{- if $ports.rest }}
+{{- $problems = append $problems (printf "the config serves the Open Inference Protocol (tsvk.oip.rest_port=%d) but protocol is predictions, so no front would run: set protocol=oip, or regenerate the config without --protocol oip" (int $ports.rest)) }}
+{{- end }}
+{{- else if not (and $ports.rest $ports.grpc) }}
+{{- $problems = append $problems (printf "protocol is oip but the config lacks tsvk.oip.rest_port or tsvk.oip.grpc_port, so the front has nothing to listen on: %s" $regenerate) }}
+{{- else }}
+{{- $address := include "tsvk.property" (list $root "tsvk.oip.address") }}
+{{- if not (has $address (list "0.0.0.0" "::")) }}
+{{- $problems = append $problems (printf "tsvk.oip.address must be 0.0.0.0 so the Service can reach the front, got %q (tsvk config --oip-address 0.0.0.0)" $address) }}
+{{- end }}
+{{- $taken := dict }}
+{{- range $key := list "inference_address" "management_address" "metrics_address" }}
+{{- $_ := set $taken (toString (include "tsvk.address" (list $root $key) | fromJson).port) $key }}
+{{- end }}
+{{- range $key := list "grpc_inference_port" "grpc_management_port" }}
+{{- $_ := set $taken (include "tsvk.property" (list $root $key)) $key }}
+{{- end }}
+{{- range $name, $port := $ports }}
+{{- if hasKey $taken (toString $port) }}
+{{- $problems = append $problems (printf "tsvk.oip.%s_port %d is also the config's %s: the pod's containers share one network, so every port must differ" $name (int $port) (get $taken (toString $port))) }}
+{{- end }}
+{{- end }}
+{{- if eq $ports.rest $ports.grpc }}
+{{- $problems = append $problems (printf "tsvk.oip.rest_port and tsvk.oip.grpc_port are both %d: give each its own port" (int $ports.rest)) }}
+{{- end }}
+{{- end }}
+{{- $problems | toJson }}
+{{- end }}
+
+{{/*
 Model archives the config loads, by file name: marName when the models JSON gives one, else <model>.mar.
 */}}
 {{- define "tsvk.configArchives" -}}
@@ -176,7 +230,9 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- define "tsvk.validateConfig" -}}
 {{- $v := .Values }}
 {{- $problems := list }}
-{{- $regenerate := printf "regenerate it with `tsvk config --vcpus %v --workers %v --batch %v --auth off --no-archive-check` (make helm-template does this)" $v.torchserve.vcpus $v.torchserve.workers $v.torchserve.batchSize }}
+{{- $oipFlags := ternary " --protocol oip --oip-address 0.0.0.0" "" (eq $v.protocol "oip") }}
+{{- $makeOip := ternary " HELM_PROTOCOL=oip" "" (eq $v.protocol "oip") }}
+{{- $regenerate := printf "regenerate it with `tsvk config --vcpus %v --workers %v --batch %v --auth off --no-archive-check%s` (make helm-template%s does this)" $v.torchserve.vcpus $v.torchserve.workers $v.torchserve.batchSize $oipFlags $makeOip }}
 {{- if not (trim $v.torchserve.configProperties) }}
 {{- $problems = append $problems (printf "torchserve.configProperties is empty: %s" $regenerate) }}
 {{- else }}
@@ -202,6 +258,7 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- $problems = append $problems (printf "Prometheus scraping needs metrics_mode=prometheus in the config, got %q" $mode) }}
 {{- end }}
 {{- end }}
+{{- $problems = concat $problems (include "tsvk.oipProblems" (list . $regenerate) | fromJsonArray) }}
 {{- if ne (include "tsvk.property" (list . "disable_token_authorization")) "true" }}
 {{- $problems = append $problems "the config must turn token authorization off (disable_token_authorization=true, tsvk config --auth off): a per-pod random key cannot work behind a Service; the NetworkPolicy and the unexposed management port protect the pods instead" }}
 {{- end }}
