@@ -76,9 +76,12 @@ def sources_digest() -> str:
     """The handler, its run-time package and the compile backends: what ends up in our archive."""
     from ..archive import handler_sources
 
+    from ..archive import HANDLER_FILES
+
     handler, package = handler_sources()
     backends = Path(__file__).resolve().parents[1] / "backends"
-    files = [handler, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
+    handlers = [handler.parent / name for name in HANDLER_FILES.values()]
+    files = [*handlers, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + path.read_bytes())
