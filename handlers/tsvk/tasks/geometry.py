@@ -52,9 +52,8 @@ def detector_resize(batch: torch.Tensor, settings: PreprocessSettings) -> torch.
 def map_boxes(boxes: torch.Tensor, resized: tuple[int, int], original: tuple[int, int]) -> torch.Tensor:
     """(K, 4) x1, y1, x2, y2 in the model input's pixels -> the original photo's, clipped to it."""
     (resized_h, resized_w), (height, width) = resized, original
-    scale = torch.tensor([width / resized_w, height / resized_h, width / resized_w, height / resized_h],
-                         dtype=torch.float32, device=boxes.device)
-    mapped = boxes.float() * scale
+    ratio = torch.tensor([width, height], dtype=torch.float32) / torch.tensor([resized_w, resized_h], dtype=torch.float32)
+    mapped = boxes.float() * ratio.repeat(2).to(boxes.device)  # float32 ratios, as torchvision's resize_boxes
     limit = torch.tensor([width, height, width, height], dtype=torch.float32, device=boxes.device)
     return torch.minimum(mapped.clamp(min=0), limit)
 
