@@ -145,10 +145,10 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--task", choices=TASKS, help="what your --model-file model does (default classify); torchvision builders "
                    "name their own")
     p.add_argument("--score-threshold", type=fraction, default=defaults.SCORE_THRESHOLD,
-                   help=f"detection: answers keep boxes scoring at least this; requests may ask for another with "
-                   f"?score_threshold= (default {defaults.SCORE_THRESHOLD})")
+                   help=f"detection: answers keep boxes scoring at least this; requests may ask for another with the "
+                   f"score_threshold option (default {defaults.SCORE_THRESHOLD})")
     p.add_argument("--max-detections", type=positive_int, default=defaults.MAX_DETECTIONS,
-                   help=f"detection: at most this many boxes per image; requests may ask for another with ?max_detections= "
+                   help=f"detection: at most this many boxes per image; requests may ask for another with the max_detections option "
                    f"(default {defaults.MAX_DETECTIONS})")
     p.add_argument("--backend", choices=list(BACKENDS), help=f"compile backend (default {defaults.BACKEND}; detection models "
                    f"{defaults.DETECT_BACKEND})")

@@ -16,15 +16,15 @@ MAX_BATCH = 8  # the largest batch an artifact accepts (its batch dimension is d
 TOPK = 5
 TASK = "classify"  # what a --model-file model does when --task does not say; torchvision builders name their own
 
-# Detection answers (archive defaults; a request may ask for others with ?score_threshold=&max_detections=).
+# Detection answers (archive defaults; a request may ask for others with the options score_threshold, max_detections).
 SCORE_THRESHOLD = 0.5  # boxes scoring lower are left out of the answer
 MAX_DETECTIONS = 100  # at most this many boxes per image, the best first
-MAX_DETECTIONS_LIMIT = 1000  # the most ?max_detections may ask for (the model's own cap applies too)
+MAX_DETECTIONS_LIMIT = 1000  # the most the option max_detections may ask for (the model's own cap applies too)
 MASK_THRESHOLD = 0.5  # instance masks: a pixel belongs to the object where the mask's probability is at least this
 SCORE_FLOOR = 0.05  # the lowest score a detector keeps where its own default is higher (torchvision R-CNNs: 0.05)
 
 # Segmentation answers: the label map (one class index per pixel, a PNG) at the photo's size, or with its
-# longer side at most LABEL_MAP_MAX_SIDE pixels (0: the photo's size); ?label_map=false leaves it out.
+# longer side at most LABEL_MAP_MAX_SIDE pixels (0: the photo's size); the option label_map=false leaves it out.
 LABEL_MAP = True
 LABEL_MAP_MAX_SIDE = 0
 SEGMENT_RESIZE = 520  # a --model-file segmenter's shorter side when --resize does not say (torchvision's weights use 520)

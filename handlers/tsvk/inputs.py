@@ -24,8 +24,8 @@ _MAGIC = (b"\xff\xd8\xff", b"\x89PNG\r\n\x1a\n", b"GIF87a", b"GIF89a", b"BM")
 def request_payload(request: Any, parameters: tuple[str, ...] = ()) -> bytes:
     """The encoded image of one request, or BadRequest saying what was found instead.
 
-    `parameters` are the names of answer options (query parameters) that arrive beside the body in
-    the same dict: never taken for the image."""
+    `parameters` are the names of answer options (form fields) that arrive beside the image in the
+    same dict: never taken for the image."""
     if isinstance(request, Mapping) and parameters:
         request = {key: value for key, value in request.items() if key not in parameters}
     value = _pick_field(request) if isinstance(request, Mapping) else request

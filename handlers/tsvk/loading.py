@@ -134,6 +134,10 @@ def program_on(program: Any, device: torch.device) -> Any:
 
 
 def load_torchscript(path: Path, device: torch.device, **_: Any) -> Callable:
+    """Import torchvision first: a scripted detector calls its operators (torchvision::nms, roi_align), which
+    exist only once torchvision is imported, and a worker has not imported it yet."""
+    import torchvision  # noqa: F401 - registers torchvision's TorchScript operators
+
     return torch.jit.load(str(path), map_location=device).eval()
 
 

@@ -95,7 +95,7 @@ class RuntimeSettings:
 
 @dataclass(frozen=True)
 class DetectSettings:
-    """What a detector's answer holds; a request may ask for another threshold or count (query parameters).
+    """What a detector's answer holds; a request may ask for another threshold or count (options).
 
     `score_floor` is the lowest score the model itself keeps (set at load): a request may not ask
     for less, since boxes below it were never computed."""

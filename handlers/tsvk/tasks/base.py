@@ -21,7 +21,7 @@ class Task:
     """Subclasses set `name` and `parameters` and implement `prepare` and `answer`."""
 
     name = ""
-    parameters: tuple[str, ...] = ()  # query parameters a request may set; never taken for the image
+    parameters: tuple[str, ...] = ()  # options a request may set (form or JSON fields, tasks/params.py); never taken for the image
 
     def __init__(self, settings: HandlerSettings, model: LoadedModel, preprocessor: Preprocessor, labels: list[str] | None):
         self.settings = settings
@@ -30,7 +30,7 @@ class Task:
         self.labels = labels
 
     def options(self, request: Any) -> dict:
-        """This request's answer options (query parameters); BadRequest when one is unusable."""
+        """This request's answer options (form or JSON fields); BadRequest when one is unusable."""
         return {}
 
     def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:

@@ -3,7 +3,7 @@ boxes (and instance masks) mapped back to each ORIGINAL photo.
 
 The answer per image is a list of {label, score, box: [x1, y1, x2, y2]} in the photo's pixels (as
 displayed, EXIF orientation applied), best first, filtered by score and count (the archive's
-defaults, or the request's `score_threshold` and `max_detections`). Mask R-CNN answers carry each
+defaults, or the request's `score_threshold` and `max_detections` options). Mask R-CNN answers carry each
 instance mask as COCO RLE, pasted at the photo's size exactly as torchvision pastes them.
 """
 
@@ -94,15 +94,17 @@ class DetectTask(Task):
         answers = [{"label": label_for(self.labels, index), "score": round(score, 6), "box": [round(v, BOX_DECIMALS) for v in box]}
                    for index, score, box in zip(found["labels"][order].tolist(), scores[order].tolist(), boxes.tolist())]
         if self.settings.detect.masks and "masks" in found:
-            for answer, mask in zip(answers, self.masks(found["masks"][order], boxes, original)):
+            pasted = paste_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
+            for answer, mask in zip(answers, pasted):
                 answer["mask"] = encode_mask(mask)
         return answers
 
-    def masks(self, masks: torch.Tensor, boxes: torch.Tensor, original: tuple[int, int]) -> torch.Tensor:
-        """(K, 1, M, M) mask probabilities -> (K, H, W) bool at the photo's size (torchvision's own paste)."""
-        from torchvision.models.detection.roi_heads import paste_masks_in_image
 
-        if masks.shape[0] == 0:
-            return torch.zeros((0, *original), dtype=torch.bool)
-        pasted = paste_masks_in_image(masks.float(), boxes, original)
-        return pasted[:, 0] >= self.settings.detect.mask_threshold
+def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, original: tuple[int, int], threshold: float) -> torch.Tensor:
+    """(K, 1, M, M) mask probabilities and their boxes in the photo's pixels -> (K, H, W) bool at the photo's
+    size, pasted as torchvision pastes them."""
+    from torchvision.models.detection.roi_heads import paste_masks_in_image
+
+    if masks.shape[0] == 0:
+        return torch.zeros((0, *original), dtype=torch.bool)
+    return paste_masks_in_image(masks.float(), boxes, original)[:, 0] >= threshold

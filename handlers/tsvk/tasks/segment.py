@@ -2,7 +2,7 @@
 one resulting size run as one batch, and the label map mapped back to each ORIGINAL photo.
 
 The answer per image: its size, each class present with its area in the photo's pixels and as a
-fraction, and (unless `?label_map=false`) the label map itself, one class index per pixel, as a
+fraction, and (unless the option `label_map` is false) the label map itself, one class index per pixel, as a
 base64 PNG at the photo's size or with its longer side at most `label_map_max_side`.
 """
 
