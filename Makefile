@@ -35,7 +35,7 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
+.PHONY: robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -69,6 +69,9 @@ stop: ## stop the TorchServe that `make serve` started (no other)
 
 predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL)
 	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL))
+
+draw: setup ## draw a served detector's boxes or segmenter's label map over IMAGE into OUTPUT (MODEL)
+	$(TSVK) draw $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--output,$(OUTPUT))
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

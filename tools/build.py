@@ -135,7 +135,7 @@ def example_size(preprocess) -> tuple[int, int]:
 
 def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):
     if target.task == "detect":
-        return verify_detector(compiled, eager_fp32, target)
+        return verify_detector(compiled, eager_fp32, target, bool(resolved.weights.get("random")), request.tolerance)
     if target.task == "segment":
         return verify_segmenter(compiled, eager_fp32, target, request.tolerance)
     if photos is None:

@@ -331,6 +331,12 @@ def _register_gpu_check(commands) -> None:
     register(commands)
 
 
+def _register_draw(commands) -> None:
+    from .draw import register
+
+    register(commands)
+
+
 def _register_demo(commands) -> None:
     from .demo import register
 
@@ -343,7 +349,7 @@ def _register_bench(commands) -> None:
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo]
+               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_draw]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

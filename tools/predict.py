@@ -17,6 +17,12 @@ from .server import find_running
 
 
 def predict(run_dir: Path, image: str, model: str | None = None) -> str:
+    _, answer = ask(run_dir, image, model)
+    return json.dumps(answer, indent=2)
+
+
+def ask(run_dir: Path, image: str, model: str | None = None) -> tuple[bytes, object]:
+    """The image's bytes as sent, and the running model's answer to them (parsed JSON)."""
     run = find_running(run_dir)
     if run is None:
         raise UsageError(f"no TorchServe started from {run_dir} is running; `tsvk serve` first")
@@ -27,7 +33,7 @@ def predict(run_dir: Path, image: str, model: str | None = None) -> str:
     status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
     if status != 200:
         raise UsageError(f"{model} answered {status}: {answer.decode(errors='replace')}")
-    return json.dumps(json.loads(answer), indent=2)
+    return body, json.loads(answer)
 
 
 def _post(url: str, body: bytes, auth: dict[str, str]) -> tuple[int, bytes]:

@@ -69,6 +69,7 @@ READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
 
 # What `tsvk predict` and `tsvk demo` classify when no image is named.
 IMAGE = "skimage:chelsea"
+DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
 
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb

@@ -51,7 +51,7 @@ class Option:
 BUILD = "archive compile"
 BENCH = "bench bench-central"
 OPTIONS = [
-    Option("MODEL", "--model", f"{BUILD} demo predict bench bench-central bench-compile bench-pinning gpu-check robustness soak",
+    Option("MODEL", "--model", f"{BUILD} demo predict draw bench bench-central bench-compile bench-pinning gpu-check robustness soak",
            "resnet50"),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
@@ -88,7 +88,8 @@ OPTIONS = [
     Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
     Option("CONFIG", "--output", "config", "configs/other.properties"),
     Option("CONFIG", "--config", "serve", "configs/other.properties"),
-    Option("IMAGE", "--image", f"predict demo {BENCH}", "cat.jpg"),
+    Option("IMAGE", "--image", f"predict draw demo {BENCH}", "cat.jpg"),
+    Option("OUTPUT", "--output", "draw", "docs/images/boxes.png"),
     Option("QUICK", "--quick", BENCH, switch=True),
     Option("GPU", "--gpu", BENCH, switch=True),
     Option("JOBS", "--jobs", BENCH, "40"),
@@ -115,6 +116,7 @@ CLI_ONLY = {
     "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed"},
     "stop": {"--run-dir": _PATHS},
     "predict": {"--run-dir": _PATHS},
+    "draw": {"--run-dir": _PATHS},
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
     "bench": {flag: _BENCH_TUNING for flag in (
         "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--ours-workers", "--vcpus",
