@@ -9,7 +9,7 @@ the same. The package ships inside every archive, so this module imports nothing
 MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
 WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
 BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
-DETECT_BACKEND = "torchscript"  # a detector's default: torch.export cannot capture torchvision's detectors, TorchScript can
+DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
 DEVICE = "cpu"
 PRECISION = "fp32"
 MAX_BATCH = 8  # the largest batch an artifact accepts (its batch dimension is dynamic, 1..MAX_BATCH)

@@ -41,7 +41,8 @@ def served(tmp_path_factory):
     work = tmp_path_factory.mktemp("tasks")
     store = work / "model_store"
     weights = {DETECTOR: decisive_weights(DETECTOR, work / "detector.pt"), SEGMENTER: decisive_weights(SEGMENTER, work / "seg.pt", std=1.0)}
-    build_archive(BuildRequest(model=DETECTOR, weights=str(weights[DETECTOR]), max_batch=4, score_threshold=SCORE_THRESHOLD), store)
+    build_archive(BuildRequest(model=DETECTOR, backend="torchscript", weights=str(weights[DETECTOR]), max_batch=4,
+                              score_threshold=SCORE_THRESHOLD), store)
     build_archive(BuildRequest(model=SEGMENTER, backend="export", weights=str(weights[SEGMENTER]), max_batch=4), store)
     request = serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=500, auth=False)
     with running_torchserve(request, work) as run:
