@@ -81,7 +81,7 @@ def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cp
 
     zipfile.ZipFile(mar).extractall(folder)
     settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
-    model = load_model(settings.artifact, Path(folder), device)
+    model = load_model(settings.artifact, Path(folder), device, task=settings.task)
     preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
     return settings, model, preprocessor, choice, load_labels(Path(folder) / settings.labels_file)
 
