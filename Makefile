@@ -23,7 +23,8 @@ build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHT
   $(call opt,--topk,$(TOPK)) $(call opt,--model-file,$(MODEL_FILE)) $(call opt,--model-factory,$(MODEL_FACTORY)) \
   $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) \
   $(call opt,--labels,$(LABELS)) $(call opt,--tolerance,$(TOLERANCE)) $(call switch,--exact-jpeg-decode,$(EXACT_JPEG)) \
-  $(call opt,--calibration,$(CALIBRATION)))
+  $(call opt,--calibration,$(CALIBRATION)) $(call opt,--task,$(TASK)) $(call opt,--score-threshold,$(SCORE_THRESHOLD)) \
+  $(call opt,--max-detections,$(MAX_DETECTIONS)))
 
 config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--models,$(MODELS)) \
@@ -39,7 +40,7 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: tune robustness soak help setup archive compile config serve stop predict demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -77,6 +78,9 @@ stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other
 
 predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
 	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))
+
+draw: setup ## draw a served detector's boxes or segmenter's label map over IMAGE into OUTPUT (MODEL)
+	$(TSVK) draw $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--output,$(OUTPUT))
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

@@ -4,7 +4,7 @@ TorchServe needs exactly one class defined in this module; all the logic lives i
 package packed next to this file in the archive (TorchServe puts the archive root on sys.path).
 """
 
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 
 
 class ImageClassifier:
@@ -17,7 +17,7 @@ class ImageClassifier:
     def initialize(self, context):
         from ts.metrics.metric_type_enum import MetricTypes
 
-        self.service = ClassifierService.from_context(context, gauge_type=MetricTypes.GAUGE)
+        self.service = VisionService.from_context(context, gauge_type=MetricTypes.GAUGE)
         self.initialized = True
 
     def handle(self, data, context):

@@ -24,14 +24,14 @@ from .errors import UsageError
 from .fsutil import atomic_path, scratch_dir
 from .limits import model_name_problem
 
-HANDLER_FILE = "image_classifier.py"
+HANDLER_FILES = {"classify": "image_classifier.py", "detect": "object_detector.py", "segment": "image_segmenter.py"}
 LABELS_FILE = "index_to_name.json"
 
 
-def handler_sources() -> tuple[Path, Path]:
-    """The thin handler module and the run-time package it imports, from this checkout."""
+def handler_sources(task: str = "classify") -> tuple[Path, Path]:
+    """The task's thin handler module and the run-time package it imports, from this checkout."""
     package = Path(tsvk.__file__).resolve().parent
-    handler = package.parent / HANDLER_FILE
+    handler = package.parent / HANDLER_FILES[task]
     if not handler.is_file():
         raise UsageError(f"handler {handler} not found: run tsvk from a checkout of the toolkit (pip install -e .)")
     return handler, package
@@ -45,10 +45,10 @@ def build_archive(request: BuildRequest, model_store: Path, force: bool = False)
     target = Path(model_store) / f"{request.model}.mar"
     if target.exists() and not force:
         raise UsageError(f"{target} already exists; pass --force to replace it")
-    handler, package = handler_sources()
     with scratch_dir(model_store, f".{request.model}.build-") as work:
         (work / "artifact").mkdir()
         result = build(request, work / "artifact")
+        handler, package = handler_sources(result.settings.task)
         stage = _stage(work / "stage", result, handler, package, request)
         with atomic_path(target, force=force) as tmp_mar:
             _run_model_archiver(request.model, result.artifact, handler, stage, work / "export")

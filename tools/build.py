@@ -11,20 +11,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk import defaults
-from tsvk.settings import ArtifactSettings, HandlerSettings, RuntimeSettings, ServingDefaults
+from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
+from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
-from .backends import CompileTarget, check_target, get_backend, prepare_model
+from .backends import CompileTarget, check_target, check_task, get_backend, prepare_model
 from .calibration import Photos, int8_photos
 from .errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model
 from .verify import Tolerance, VerificationReport, verify_artifact
 from .verify_int8 import AgreementReport, verify_int8
+from .verify_tasks import verify_detector, verify_segmenter
 
 
 @dataclass(frozen=True)
 class BuildRequest:
     model: str
-    backend: str = defaults.BACKEND
+    backend: str | None = None  # None: the task's default (defaults.BACKEND; detectors defaults.DETECT_BACKEND)
     device: str = defaults.DEVICE
     precision: str = defaults.PRECISION
     max_batch: int = defaults.MAX_BATCH
@@ -35,6 +37,9 @@ class BuildRequest:
     topk: int = defaults.TOPK
     jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
     calibration: Path | None = None  # int8: a directory of real photos (some calibrate, the rest verify)
+    task: str | None = None  # --task: a model file's task; for a torchvision builder, it must agree with torchvision's
+    score_threshold: float = defaults.SCORE_THRESHOLD  # detect: the answers' default score threshold
+    max_detections: int = defaults.MAX_DETECTIONS  # detect: the answers' default box count
 
 
 @dataclass
@@ -49,17 +54,23 @@ class BuildResult:
 def build(request: BuildRequest, workdir: Path) -> BuildResult:
     """Compile into `workdir` and verify; raise UsageError (nothing usable left) when verification fails."""
     started = time.perf_counter()
-    backend = get_backend(request.backend)
+    task = requested_task(request)
+    backend = get_backend(request.backend or default_backend(task))
     check_target(backend, request.device, request.precision)
+    check_task(backend, task)
     request = _clamp_suggested_batch(request)
-    resolved = resolve_model(request.model, request.weights, request.custom)
+    resolved = resolve_model(request.model, request.weights, request.custom, request.task)
+    if resolved.task != "classify" and request.precision == "int8":
+        raise UsageError(f"--precision int8 is for classifiers (top-1 agreement on held-out photos); {request.model} is a "
+                         f"{resolved.task} model: use fp32, bf16 or fp16")
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
     photos = _photos(request, resolved, preprocess)
     target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
-                           calibration=photos.calibration.batch if photos else None)
+                           calibration=photos.calibration.batch if photos else None, task=resolved.task,
+                           size=example_size(preprocess), max_side=preprocess.max_size)
     eager_fp32 = resolved.model.to(request.device)
     artifact = Path(workdir) / backend.file_name
-    artifact_settings = ArtifactSettings(file=artifact.name, format=request.backend, device=request.device,
+    artifact_settings = ArtifactSettings(file=artifact.name, format=backend.name, device=request.device,
                                          precision=request.precision, max_batch=request.max_batch, source=resolved.source)
     compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
     compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
@@ -70,6 +81,19 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def default_backend(task: str) -> str:
+    return defaults.DETECT_BACKEND if task == "detect" else defaults.BACKEND
+
+
+def requested_task(request: BuildRequest) -> str:
+    """The task before anything is built: a model file's --task, or what torchvision lists the builder under."""
+    if request.custom is not None:
+        return request.custom.task
+    from .models import torchvision_builders
+
+    return torchvision_builders().get(request.model, request.task or defaults.TASK)
 
 
 def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
@@ -102,10 +126,23 @@ def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: Comp
     if artifact_settings.format == "eager" and custom is not None and not (artifact.parent / custom.file.name).exists():
         shutil.copy2(custom.file, artifact.parent / custom.file.name)
     num_classes = len(resolved.labels) if resolved.labels else None
-    return load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes).forward
+    return load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes,
+                      task=resolved.task).forward
+
+
+def example_size(preprocess) -> tuple[int, int]:
+    """A typical model input (height, width) for detect and segment: a 4:3 landscape photo after the resize."""
+    if preprocess.fixed_size:
+        return preprocess.fixed_size[1], preprocess.fixed_size[0]
+    width = preprocess.resize * 4 // 3
+    return preprocess.resize, min(width, preprocess.max_size) if preprocess.max_size else width
 
 
 def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):
+    if target.task == "detect":
+        return verify_detector(compiled, eager_fp32, target, bool(resolved.weights.get("random")), request.tolerance)
+    if target.task == "segment":
+        return verify_segmenter(compiled, eager_fp32, target, request.tolerance)
     if photos is None:
         return verify_artifact(compiled, eager_fp32, target, request.tolerance)
     held_out = photos.held_out is not None
@@ -139,8 +176,10 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
     return HandlerSettings(
         model_name=request.model,
         artifact=artifact,
+        task=resolved.task,
         preprocess=preprocess,
         runtime=RuntimeSettings(topk=request.topk),
+        detect=detect_settings(request, resolved.model) if resolved.task == "detect" else DetectSettings(),
         serving=request.serving,
         provenance={
             "weights": resolved.weights,
@@ -150,6 +189,17 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
             "build_seconds": round(seconds, 1),
             "built_with": _versions(request),
         },
+    )
+
+
+def detect_settings(request: BuildRequest, model) -> DetectSettings:
+    """The answers' defaults, and the lowest score the model keeps: its own, or lower where the default asks for less."""
+    heads = getattr(model, "roi_heads", None)
+    return DetectSettings(
+        score_threshold=request.score_threshold,
+        max_detections=min(request.max_detections, detections_per_image_of(model)),
+        score_floor=min(score_threshold_of(model), request.score_threshold),
+        masks=bool(heads is not None and heads.has_mask()),
     )
 
 

@@ -60,6 +60,16 @@ def triple(text: str) -> tuple[float, float, float]:
     return values  # type: ignore[return-value]
 
 
+def fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not 0.0 <= value <= 1.0:
+        raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, got {text!r}")
+    return value
+
+
 def tolerance(text: str):
     from .verify import Tolerance
 
@@ -159,13 +169,23 @@ def _tuned_config(request, args: argparse.Namespace):
 
 
 def _add_build_arguments(p: argparse.ArgumentParser) -> None:
-    from tsvk.settings import DEVICES, PRECISIONS
+    from tsvk.settings import DEVICES, PRECISIONS, TASKS
 
     from .backends import BACKENDS
 
-    p.add_argument("--model", default=defaults.MODEL, help="a torchvision classification builder (resnet152, ...) or, with "
+    p.add_argument("--model", default=defaults.MODEL, help="a torchvision classification, detection or segmentation builder "
+                   f"(resnet152, fasterrcnn_mobilenet_v3_large_320_fpn, deeplabv3_mobilenet_v3_large, ...) or, with "
                    f"--model-file, your archive name (default {defaults.MODEL})")
-    p.add_argument("--backend", default=defaults.BACKEND, choices=list(BACKENDS), help=f"compile backend (default {defaults.BACKEND})")
+    p.add_argument("--task", choices=TASKS, help="what your --model-file model does (default classify); torchvision builders "
+                   "name their own")
+    p.add_argument("--score-threshold", type=fraction, default=defaults.SCORE_THRESHOLD,
+                   help=f"detection: answers keep boxes scoring at least this; requests may ask for another with the "
+                   f"score_threshold option (default {defaults.SCORE_THRESHOLD})")
+    p.add_argument("--max-detections", type=positive_int, default=defaults.MAX_DETECTIONS,
+                   help=f"detection: at most this many boxes per image; requests may ask for another with the max_detections option "
+                   f"(default {defaults.MAX_DETECTIONS})")
+    p.add_argument("--backend", choices=list(BACKENDS), help=f"compile backend (default {defaults.BACKEND}; detection models "
+                   f"{defaults.DETECT_BACKEND})")
     p.add_argument("--device", default=defaults.DEVICE, choices=DEVICES)
     p.add_argument("--precision", default=defaults.PRECISION, choices=PRECISIONS)
     p.add_argument("--max-batch", type=positive_int, default=defaults.MAX_BATCH,
@@ -203,7 +223,8 @@ def build_request(args: argparse.Namespace):
         raise UsageError(f"--{custom_only[0].replace('_', '-')} applies to custom models only; add --model-file")
     custom = None
     if args.model_file is not None:
-        custom = CustomModel(args.model_file, args.model_factory or "", args.resize, args.crop, args.mean, args.std, args.labels)
+        custom = CustomModel(args.model_file, args.model_factory or "", args.resize, args.crop, args.mean, args.std, args.labels,
+                             task=args.task or defaults.TASK)
     if args.batch is not None and args.batch > args.max_batch:
         raise UsageError(f"--batch {args.batch} exceeds --max-batch {args.max_batch}: the artifact only accepts batches up to its max batch")
     batch = args.batch or min(defaults.BATCH, args.max_batch)
@@ -211,7 +232,8 @@ def build_request(args: argparse.Namespace):
     return BuildRequest(
         model=args.model, backend=args.backend, device=args.device, precision=args.precision, max_batch=args.max_batch,
         weights=args.weights, custom=custom, tolerance=args.tolerance, serving=serving, topk=args.topk,
-        jpeg_dct_scaling=not args.exact_jpeg_decode, calibration=args.calibration,
+        jpeg_dct_scaling=not args.exact_jpeg_decode, calibration=args.calibration, task=args.task,
+        score_threshold=args.score_threshold, max_detections=args.max_detections,
     )
 
 
@@ -376,6 +398,12 @@ def _register_gpu_check(commands) -> None:
     register(commands)
 
 
+def _register_draw(commands) -> None:
+    from .draw import register
+
+    register(commands)
+
+
 def _register_demo(commands) -> None:
     from .demo import register
 
@@ -394,7 +422,7 @@ def _register_bench(commands) -> None:
 
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune]
+               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

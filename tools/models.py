@@ -1,8 +1,11 @@
-"""Resolve what the user named into an eager model, its preprocessing and its labels.
+"""Resolve what the user named into an eager model, its task, its preprocessing and its labels.
 
-For torchvision models, preprocessing and labels come from the weights' own metadata (ResNet-50's V2
-weights resize to 232, not 256): nothing is hard-coded. Metadata needs no download, so it is used even
-when the weights themselves are random.
+The task comes from torchvision itself: a builder listed under `torchvision.models.detection` detects,
+one under `torchvision.models.segmentation` segments, the others classify; a model file says it with
+`--task`. Preprocessing and labels come from the weights' own metadata (ResNet-50's V2 weights resize
+to 232, not 256; segmentation weights to 520) or, for detectors, from the model's own transform (the
+R-CNNs' 800/1333, SSDlite's fixed 320x320): nothing is hard-coded. Metadata needs no download, so it
+is used even when the weights themselves are random.
 """
 
 from __future__ import annotations
@@ -15,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tsvk.settings import INTERPOLATIONS, ModelSource, PreprocessSettings
+from tsvk import defaults
+from tsvk.settings import INTERPOLATIONS, TASKS, ModelSource, PreprocessSettings
+from tsvk.tasks import served_form, torchvision_model
 
 from .errors import UsageError, WeightsUnavailable
 
@@ -34,6 +39,7 @@ class CustomModel:
     mean: tuple[float, float, float] | None = None
     std: tuple[float, float, float] | None = None
     labels: Path | None = None
+    task: str = defaults.TASK
 
 
 @dataclass
@@ -44,6 +50,7 @@ class ResolvedModel:
     preprocess: PreprocessSettings
     labels: list[str]
     weights: dict[str, Any] = field(default_factory=dict)  # provenance: source, random flag
+    task: str = defaults.TASK
 
 
 def classification_builders() -> list[str]:
@@ -52,33 +59,69 @@ def classification_builders() -> list[str]:
     return sorted(tvm.list_models(module=tvm))
 
 
-def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None) -> ResolvedModel:
-    """Build the eager model with its weights; every failure is a UsageError that says what to do."""
-    if custom is not None:
-        return _resolve_custom(name, weights, custom)
-    return _resolve_torchvision(name, weights)
-
-
-def _resolve_torchvision(builder: str, weights: str) -> ResolvedModel:
+def torchvision_builders() -> dict[str, str]:
+    """Every torchvision builder tsvk serves, with its task, from torchvision's own module lists."""
     import torchvision.models as tvm
 
-    builders = classification_builders()
+    by_task = {"classify": tvm, "detect": tvm.detection, "segment": tvm.segmentation}
+    return {name: task for task, module in by_task.items() for name in tvm.list_models(module=module)}
+
+
+def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None, task: str | None = None) -> ResolvedModel:
+    """Build the eager model (in its served form) with its weights; every failure is a UsageError that says what to do.
+
+    `task` is what the user asked for with --task: required to agree with a torchvision builder's own."""
+    if custom is not None:
+        return _resolve_custom(name, weights, custom)
+    return _resolve_torchvision(name, weights, task)
+
+
+def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = None) -> ResolvedModel:
+    import torchvision.models as tvm
+
+    builders = torchvision_builders()
     if builder not in builders:
-        close = difflib.get_close_matches(builder, builders, n=3, cutoff=0.6)
-        hint = f"; did you mean {', '.join(close)}?" if close else f"; choose one of: {', '.join(builders)}"
-        raise UsageError(f"unknown torchvision classification model {builder!r}{hint}")
+        close = difflib.get_close_matches(builder, sorted(builders), n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; choose one of: {', '.join(sorted(builders))}"
+        raise UsageError(f"unknown torchvision model {builder!r} (classification, detection or segmentation){hint}")
+    task = builders[builder]
+    if asked_task and asked_task != task:
+        raise UsageError(f"--task {asked_task} does not fit {builder}, a torchvision {task} model; leave --task out "
+                         "for torchvision models (it is read from torchvision), or use --model-file for your own")
     meta_weights = tvm.get_model_weights(builder).DEFAULT
     labels = list(meta_weights.meta["categories"])
-    model = tvm.get_model(builder, weights=None, num_classes=len(labels))
+    model = torchvision_model(builder, task, num_classes=len(labels))
     provenance = _load_weights(model, builder, weights, meta_weights)
     return ResolvedModel(
         name=builder,
         model=model.eval(),
         source=ModelSource(kind="torchvision", builder=builder),
-        preprocess=preprocess_from_weights(meta_weights),
+        preprocess=task_preprocess(task, model, meta_weights),
         labels=labels,
         weights=provenance,
+        task=task,
     )
+
+
+def task_preprocess(task: str, model, meta_weights) -> PreprocessSettings:
+    """Classifiers and segmenters: the weights' transforms; detectors: the model's own transform."""
+    if task == "detect":
+        return detector_preprocess(model)
+    preprocess = preprocess_from_weights(meta_weights)
+    if task == "segment":
+        return PreprocessSettings(resize=preprocess.resize, crop=0, max_size=defaults.SEGMENT_MAX_SIDE, mean=preprocess.mean,
+                                  std=preprocess.std, interpolation=preprocess.interpolation, antialias=preprocess.antialias)
+    return preprocess
+
+
+def detector_preprocess(model) -> PreprocessSettings:
+    """What the detector's GeneralizedRCNNTransform does first: normalize, then resize without antialias to
+    min_size/max_size (or fixed_size); tsvk does the same before the model and maps boxes back after."""
+    transform = model.transform
+    fixed = tuple(int(v) for v in transform.fixed_size) if transform.fixed_size else ()
+    return PreprocessSettings(resize=int(transform.min_size[-1]), crop=0, max_size=int(transform.max_size), fixed_size=fixed,
+                              mean=tuple(float(v) for v in transform.image_mean), std=tuple(float(v) for v in transform.image_std),
+                              interpolation="bilinear", antialias=False)
 
 
 def _load_weights(model, builder: str, weights: str, meta_weights) -> dict[str, Any]:
@@ -93,15 +136,22 @@ def _load_weights(model, builder: str, weights: str, meta_weights) -> dict[str, 
 def _download_default(model, builder: str, meta_weights) -> dict[str, Any]:
     try:
         state = meta_weights.get_state_dict(progress=False, check_hash=True)
-    except Exception as err:  # URLError, SSL errors, hash mismatch: all mean "not available here"
+    except Exception as err:  # noqa: BLE001 - URLError, SSL errors, hash mismatch: all mean "not available here"
         raise WeightsUnavailable(
             f"cannot download the pretrained weights {meta_weights} for {builder} ({type(err).__name__}: {err}). "
             f"Alternatives: --weights path/to/state_dict.pth (a local checkpoint, e.g. one saved with "
             f"torch.save(model.state_dict(), path) where the network works), or --weights none (random "
             f"initialisation: the service runs, its predictions are meaningless)"
         ) from err
-    model.load_state_dict(state)
+    model.load_state_dict(without_unused_aux(model, state))
     return {"source": str(meta_weights), "random": False}
+
+
+def without_unused_aux(model, state: dict) -> dict:
+    """Segmentation checkpoints carry an auxiliary head used only in training; the served model has none."""
+    if hasattr(model, "aux_classifier") and getattr(model, "aux_classifier") is None:
+        return {key: value for key, value in state.items() if not key.startswith("aux_classifier.")}
+    return state
 
 
 def _random_weights() -> dict[str, Any]:
@@ -122,7 +172,7 @@ def load_state_dict_file(model, path: Path) -> None:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
         raise UsageError(f"cannot read --weights file {path} as a torch state_dict: {err}") from err
-    state = _unwrap_checkpoint(state)
+    state = without_unused_aux(model, _unwrap_checkpoint(state))
     missing, unexpected = _key_mismatch(model.state_dict(), state)
     if missing or unexpected:
         raise UsageError(
@@ -163,7 +213,7 @@ def preprocess_from_weights(meta_weights) -> PreprocessSettings:
         raise UsageError(f"{meta_weights} uses {interpolation} interpolation; supported: {', '.join(INTERPOLATIONS)}")
     return PreprocessSettings(
         resize=int(t.resize_size[0]),
-        crop=int(t.crop_size[0]),
+        crop=int(t.crop_size[0]) if hasattr(t, "crop_size") else 0,  # segmentation weights keep the whole image
         mean=tuple(float(v) for v in t.mean),
         std=tuple(float(v) for v in t.std),
         interpolation=interpolation,
@@ -172,22 +222,20 @@ def preprocess_from_weights(meta_weights) -> PreprocessSettings:
 
 
 def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedModel:
+    if custom.task not in TASKS:
+        raise UsageError(f"--task must be one of {', '.join(TASKS)}, got {custom.task!r}")
     model = build_from_file(custom.file, custom.factory)
+    try:
+        model = served_form(custom.task, model)
+    except TypeError as err:
+        raise UsageError(f"--task {custom.task}: {err}") from None
     if weights == WEIGHTS_DEFAULT:
         raise UsageError("a custom model has no DEFAULT weights: give --weights path/to/state_dict.pth or --weights none")
     provenance = _random_weights() if weights == WEIGHTS_NONE else None
     if provenance is None:
         load_state_dict_file(model, Path(weights))
         provenance = {"source": str(weights), "random": False}
-    defaults = PreprocessSettings()
-    preprocess = PreprocessSettings(
-        resize=custom.resize or defaults.resize,
-        crop=custom.crop or defaults.crop,
-        mean=custom.mean or defaults.mean,
-        std=custom.std or defaults.std,
-    )
-    if preprocess.crop > preprocess.resize:
-        raise UsageError(f"--crop ({preprocess.crop}) must not exceed --resize ({preprocess.resize})")
+    preprocess = custom_preprocess(custom, model)
     return ResolvedModel(
         name=name,
         model=model.eval(),
@@ -195,7 +243,30 @@ def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedMod
         preprocess=preprocess,
         labels=read_labels(custom.labels) if custom.labels else [],
         weights=provenance,
+        task=custom.task,
     )
+
+
+def custom_preprocess(custom: CustomModel, model) -> PreprocessSettings:
+    """Your model's preprocessing: --resize/--crop/--mean/--std; a detector's own transform says it all."""
+    if custom.task == "detect":
+        given = [flag for flag, value in (("--resize", custom.resize), ("--crop", custom.crop), ("--mean", custom.mean),
+                                          ("--std", custom.std)) if value is not None]
+        if given:
+            raise UsageError(f"{', '.join(given)} do not apply to --task detect: a detector's transform (min_size, max_size, "
+                             "image_mean, image_std) sets its preprocessing")
+        return detector_preprocess(model)
+    base = PreprocessSettings()
+    if custom.task == "segment":
+        if custom.crop is not None:
+            raise UsageError("--crop does not apply to --task segment: the whole photo is segmented")
+        return PreprocessSettings(resize=custom.resize or defaults.SEGMENT_RESIZE, crop=0, max_size=defaults.SEGMENT_MAX_SIDE,
+                                  mean=custom.mean or base.mean, std=custom.std or base.std)
+    preprocess = PreprocessSettings(resize=custom.resize or base.resize, crop=custom.crop or base.crop,
+                                    mean=custom.mean or base.mean, std=custom.std or base.std)
+    if preprocess.crop > preprocess.resize:
+        raise UsageError(f"--crop ({preprocess.crop}) must not exceed --resize ({preprocess.resize})")
+    return preprocess
 
 
 def build_from_file(file: Path, factory: str):

@@ -20,21 +20,34 @@ PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")
 
 
 def predict(run_dir: Path, image: str, model: str | None = None, protocol: str = "predictions") -> str:
+    if protocol != "predictions":
+        from .oip.client import predict_oip
+
+        run, model = _running_model(run_dir, model)
+        return predict_oip(run, model, image_bytes(image), grpc=protocol == "oip-grpc")
+    _, answer = ask(run_dir, image, model)
+    return json.dumps(answer, indent=2)
+
+
+def ask(run_dir: Path, image: str, model: str | None = None) -> tuple[bytes, object]:
+    """The image's bytes as sent, and the running model's answer to them (parsed JSON)."""
+    run, model = _running_model(run_dir, model)
+    url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
+    status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
+    if status != 200:
+        raise UsageError(f"{model} answered {status}: {answer.decode(errors='replace')}")
+    return body, json.loads(answer)
+
+
+def _running_model(run_dir: Path, model: str | None):
+    """The TorchServe `tsvk serve` started from `run_dir`, and the model to ask (the first configured one by default)."""
     run = find_running(run_dir)
     if run is None:
         raise UsageError(f"no TorchServe started from {run_dir} is running; `tsvk serve` first")
     model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
     if not model:
         raise UsageError("no model named and none configured; pass --model <name>")
-    if protocol != "predictions":
-        from .oip.client import predict_oip
-
-        return predict_oip(run, model, image_bytes(image), grpc=protocol == "oip-grpc")
-    url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
-    status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
-    if status != 200:
-        raise UsageError(f"{model} answered {status}: {answer.decode(errors='replace')}")
-    return json.dumps(json.loads(answer), indent=2)
+    return run, model
 
 
 def _post(url: str, body: bytes, auth: dict[str, str]) -> tuple[int, bytes]:

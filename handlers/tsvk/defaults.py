@@ -9,10 +9,34 @@ the same. The package ships inside every archive, so this module imports nothing
 MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
 WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
 BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
+DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
 DEVICE = "cpu"
 PRECISION = "fp32"
 MAX_BATCH = 8  # the largest batch an artifact accepts (its batch dimension is dynamic, 1..MAX_BATCH)
 TOPK = 5
+TASK = "classify"  # what a --model-file model does when --task does not say; torchvision builders name their own
+
+# Detection answers (archive defaults; a request may ask for others with the options score_threshold, max_detections).
+SCORE_THRESHOLD = 0.5  # boxes scoring lower are left out of the answer
+MAX_DETECTIONS = 100  # at most this many boxes per image, the best first
+MAX_DETECTIONS_LIMIT = 1000  # the most the option max_detections may ask for (the model's own cap applies too)
+MASK_THRESHOLD = 0.5  # instance masks: a pixel belongs to the object where the mask's probability is at least this
+SCORE_FLOOR = 0.05  # the lowest score a detector keeps where its own default is higher (torchvision R-CNNs: 0.05)
+
+# Segmentation answers: the label map (one class index per pixel, a PNG) at the photo's size, or with its
+# longer side at most LABEL_MAP_MAX_SIDE pixels (0: the photo's size); the option label_map=false leaves it out.
+LABEL_MAP = True
+LABEL_MAP_MAX_SIDE = 0
+SEGMENT_RESIZE = 520  # a --model-file segmenter's shorter side when --resize does not say (torchvision's weights use 520)
+SEGMENT_MAX_SIDE = 2048  # the longest side a segmentation artifact accepts (its height and width are dynamic)
+
+# Verification of detection and segmentation artifacts against the eager model (fp32).
+DETECT_VERIFY_MIN_IOU = 0.9  # a compiled box matches an eager box of the same label overlapping at least this much
+DETECT_VERIFY_MIN_MATCHED = 0.95  # share of the eager model's boxes the compiled model must match
+DETECT_VERIFY_SCORE_ATOL = 1e-3  # largest score difference allowed between matched boxes
+DETECT_VERIFY_SCORE_THRESHOLD = 0.0  # verification keeps every box: random weights score below any useful threshold
+SEGMENT_VERIFY_MIN_PIXEL_AGREEMENT = 0.999  # share of pixels whose class must agree (semantic label maps)
+MASK_VERIFY_MIN_PIXEL_AGREEMENT = 0.99  # share of mask pixels (matched instances) that must agree
 
 # int8 (--backend openvino --precision int8): calibration photos and the accuracy an archive must keep.
 CALIBRATION_MAX_IMAGES = 300  # NNCF's own default subset; more adds build time, not accuracy
@@ -45,6 +69,7 @@ READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
 
 # What `tsvk predict` and `tsvk demo` classify when no image is named.
 IMAGE = "skimage:chelsea"
+DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
 
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb

@@ -43,8 +43,10 @@ class Payload:
     request_id: str | None = None
 
 
-def read_request(request: Any, crop: int) -> Payload:
-    """The payload of one request; never raises: a request that cannot be read carries its error."""
+def read_request(request: Any, crop: int, parameters: tuple[str, ...] = ()) -> Payload:
+    """The payload of one request; never raises: a request that cannot be read carries its error.
+
+    `parameters` are the task's answer options (form fields) that may arrive beside the image."""
     try:
         document = _oip_document(request)
     except RequestError as err:
@@ -52,13 +54,18 @@ def read_request(request: Any, crop: int) -> Payload:
     if document is not None:
         return _read_oip(document, crop)
     try:
-        return Payload(image=request_payload(request))
+        return Payload(image=request_payload(request, parameters))
     except RequestError as err:
         return Payload(error=err)
 
 
-def request_payload(request: Any) -> bytes:
-    """The encoded image of one request, or BadRequest saying what was found instead."""
+def request_payload(request: Any, parameters: tuple[str, ...] = ()) -> bytes:
+    """The encoded image of one request, or BadRequest saying what was found instead.
+
+    `parameters` are the names of answer options (form fields) that arrive beside the image in the
+    same dict: never taken for the image."""
+    if isinstance(request, Mapping) and parameters:
+        request = {key: value for key, value in request.items() if key not in parameters}
     value = _pick_field(request) if isinstance(request, Mapping) else request
     return _to_image_bytes(value)
 

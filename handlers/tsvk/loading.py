@@ -92,7 +92,7 @@ def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torc
 
 
 def load_model(
-    artifact: ArtifactSettings, model_dir: Path, worker: torch.device, num_classes: int | None = None
+    artifact: ArtifactSettings, model_dir: Path, worker: torch.device, num_classes: int | None = None, task: str = "classify"
 ) -> LoadedModel:
     device, note = model_device(artifact, worker)
     path = Path(model_dir) / artifact.file
@@ -100,7 +100,7 @@ def load_model(
         raise ArtifactLoadError(f"artifact file {artifact.file!r} (artifact.file) is not in the archive at {model_dir}")
     loader = _LOADERS[artifact.format]
     dtype = PRECISION_DTYPES[artifact.precision]
-    forward = loader(path, device, artifact=artifact, model_dir=Path(model_dir), num_classes=num_classes, dtype=dtype)
+    forward = loader(path, device, artifact=artifact, model_dir=Path(model_dir), num_classes=num_classes, dtype=dtype, task=task)
     return LoadedModel(forward, device, dtype, artifact.format, note)
 
 
@@ -134,6 +134,10 @@ def program_on(program: Any, device: torch.device) -> Any:
 
 
 def load_torchscript(path: Path, device: torch.device, **_: Any) -> Callable:
+    """Import torchvision first: a scripted detector calls its operators (torchvision::nms, roi_align), which
+    exist only once torchvision is imported, and a worker has not imported it yet."""
+    import torchvision  # noqa: F401 - registers torchvision's TorchScript operators
+
     return torch.jit.load(str(path), map_location=device).eval()
 
 
@@ -165,22 +169,22 @@ def load_openvino(path: Path, device: torch.device, **_: Any) -> Callable:
 
 def load_eager(
     path: Path, device: torch.device, *, artifact: ArtifactSettings, model_dir: Path,
-    num_classes: int | None, dtype: torch.dtype, **_: Any,
+    num_classes: int | None, dtype: torch.dtype, task: str = "classify", **_: Any,
 ) -> Callable:
-    model = build_eager_model(artifact, model_dir, num_classes)
+    model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(read_state_dict(path))
     return model.to(device=device, dtype=dtype).eval()
 
 
-def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None) -> torch.nn.Module:
+def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str = "classify") -> torch.nn.Module:
+    """The model's structure in its served form (a detector takes prepared images: tasks/detector_model.py)."""
+    from .tasks import served_form, torchvision_model
+
     source = artifact.source
     if source.kind == "torchvision":
-        import torchvision
-
-        extra = {"num_classes": num_classes} if num_classes else {}
-        return torchvision.models.get_model(source.builder, weights=None, **extra)
+        return torchvision_model(source.builder, task, num_classes)
     factory = _import_factory(model_dir / source.file, source.factory)
-    return factory()
+    return served_form(task, factory())
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

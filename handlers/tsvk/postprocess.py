@@ -25,13 +25,15 @@ def topk_answers(logits: torch.Tensor, labels: list[str] | None, k: int) -> list
 
 
 def first_tensor(output) -> torch.Tensor:
-    """Models may return a tensor, a tuple/list of tensors, or a dict with 'logits'; take the logits."""
+    """Models may return a tensor, a tuple/list of tensors, or a dict with 'logits' (or 'out', as
+    torchvision's segmentation models do); take the logits."""
     if isinstance(output, torch.Tensor):
         return output
     if isinstance(output, (list, tuple)) and output:
         return first_tensor(output[0])
-    if isinstance(output, dict) and "logits" in output:
-        return output["logits"]
+    for key in ("logits", "out"):
+        if isinstance(output, dict) and key in output:
+            return output[key]
     raise TypeError(f"model output must be a tensor of logits, got {type(output).__name__}")
 
 

@@ -1,9 +1,11 @@
-"""The image classifier a TorchServe worker runs, without TorchServe: load once, then answer batches.
+"""The vision service a TorchServe worker runs, without TorchServe: load once, then answer batches.
 
-`ClassifierService.from_context` takes anything shaped like `ts.context.Context` (system_properties,
-model_yaml_config, metrics, set_response_status), so tests drive it with a small fake and the
-handler module stays a few lines. Every request of a batch gets exactly one answer: top-k
-probabilities, or an error body with its own HTTP status; nothing a client sends can kill the worker.
+`VisionService.from_context` takes anything shaped like `ts.context.Context` (system_properties,
+model_yaml_config, metrics, set_response_status), so tests drive it with a small fake and each
+handler module stays a few lines. The settings name the task (classify, detect, segment); the task
+(`tasks/`) owns the transform and the answer, while reading, decoding, errors, metrics, threads and
+loading are the same for all. Every request of a batch gets exactly one answer (top-k, boxes, a label
+map), or an error body with its own HTTP status; nothing a client sends can kill the worker.
 
 A batch moves through three stages (read, preprocess, infer); each returns what it produced and
 which requests it failed, and `BatchRecord` collects those fates, so no stage writes into another's
@@ -26,13 +28,14 @@ from . import features
 from .deadline import arrival_times, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
 from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
-from .inputs import Payload, read_request
+from .inputs import PREDICTIONS, Payload, read_request
 from .labels import load_labels
 from .loading import LoadedModel, bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
-from .postprocess import first_tensor, topk_answers, write_answer, write_error
-from .preprocess import BackendChoice, Preprocessor, build_preprocessor
+from .postprocess import write_answer, write_error
+from .preprocess import BackendChoice, build_preprocessor
 from .settings import HandlerSettings
+from .tasks import Task, task_class
 from .threads import apply_threads, find_torchserve_config, read_properties, resolve_threads
 from .worker_starts import record_worker_start
 
@@ -57,11 +60,19 @@ class StageResult:
 
 @dataclass(frozen=True)
 class Prepared:
-    """The preprocessed batch: `batch[i]` is the request at input position `positions[i]`."""
+    """The preprocessed batch (the task's model input): its i-th image is the request at `positions[i]`."""
 
     positions: list[int]
-    batch: torch.Tensor | None
+    batch: Any
     failed: Mapping[int, RequestError]
+
+
+@dataclass(frozen=True)
+class ReadRequest:
+    """One request's image header (or the pixels its client preprocessed) and its answer options."""
+
+    image: EncodedImage | torch.Tensor
+    options: dict
 
 
 class BatchRecord:
@@ -93,25 +104,18 @@ class WorkerInfo:
     start_number: int = 0
 
 
-class ClassifierService:
-    def __init__(
-        self,
-        settings: HandlerSettings,
-        model: LoadedModel,
-        preprocessor: Preprocessor,
-        labels: list[str] | None,
-        metrics: BatchMetrics | None = None,
-        worker: WorkerInfo = WorkerInfo(),
-    ):
-        self.settings = settings
-        self.model = model
-        self.preprocessor = preprocessor
-        self.labels = labels
+class VisionService:
+    def __init__(self, task: Task, metrics: BatchMetrics | None = None, worker: WorkerInfo = WorkerInfo()):
+        self.task = task
+        self.settings: HandlerSettings = task.settings
+        self.model: LoadedModel = task.model
+        self.preprocessor = task.preprocessor
+        self.labels = task.labels
         self.metrics = metrics
         self.worker = worker
 
     @classmethod
-    def from_context(cls, context: Any, gauge_type: Any = None) -> "ClassifierService":
+    def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
         """Read the settings, set threads, load the model and pick the preprocessing backend."""
         settings = HandlerSettings.from_model_yaml(context.model_yaml_config)
         properties = context.system_properties
@@ -123,12 +127,12 @@ class ClassifierService:
         plan = resolve_threads(settings.runtime, model_name, config_path)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(model_dir / settings.labels_file)
-        model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None)
+        model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None, task=settings.task)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
         worker = WorkerInfo(_configured_deadline(config_path, model_name), record_worker_start(model_dir))
         _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source, worker)
         metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type, worker.start_number)
-        return cls(settings, model, preprocessor, labels, metrics, worker)
+        return cls(task_class(settings.task)(settings, model, preprocessor, labels), metrics, worker)
 
     def handle(self, data: Sequence[Any], context: Any = None) -> list[Any]:
         """TorchServe's entry point: answers in request order, statuses set on the context."""
@@ -141,13 +145,13 @@ class ClassifierService:
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
         record = BatchRecord(len(data))
         started = time.perf_counter()  # preprocessing time includes reading the headers: a bomb's cost shows
-        payloads = [read_request(request, self.settings.preprocess.crop) for request in data]
-        read = self._read_requests(payloads, arrivals)
+        payloads = [read_request(request, self.settings.preprocess.crop, self.task.parameters) for request in data]
+        read = self._read_requests(data, payloads, arrivals)
         record.add(read.failed)
         prepared = self._preprocess(read.produced)
         record.add(prepared.failed)
         preprocessed = time.perf_counter()
-        inferred = self._infer(prepared)
+        inferred = self._infer(prepared, read.produced)
         record.add(inferred.failed, inferred.produced)
         finished = time.perf_counter()
         outcome = record.outcome(payloads, self.settings.model_name)
@@ -155,26 +159,34 @@ class ClassifierService:
             self.metrics.record(len(data), len(prepared.positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, outcome.statuses)
         return outcome
 
-    def _read_requests(self, payloads: Sequence[Payload], arrivals: Sequence[float | None] | None) -> StageResult:
-        """Each request's image header (or its preprocessed pixels), or why it is refused (too old, unreadable,
-        too large)."""
-        encoded: dict[int, EncodedImage | torch.Tensor] = {}
+    def _read_requests(self, data: Sequence[Any], payloads: Sequence[Payload],
+                       arrivals: Sequence[float | None] | None) -> StageResult:
+        """Each request's image header (or its preprocessed pixels) and answer options, or why it is refused
+        (too old, unreadable, too large, bad option)."""
+        encoded: dict[int, ReadRequest] = {}
         failed: dict[int, RequestError] = {}
         for position, payload in enumerate(payloads):
             late = self._late(arrivals[position] if arrivals else None)
             if late is not None or payload.error is not None:
                 failed[position] = late or payload.error
                 continue
-            if payload.pixels is not None:
-                encoded[position] = torch.from_numpy(payload.pixels)
-                continue
             try:
-                encoded[position] = probe(payload.image, self.settings.preprocess.max_pixels)
+                encoded[position] = ReadRequest(self._image_or_pixels(payload), self.task.options(data[position]))
             except RequestError as err:
                 failed[position] = err
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
                 failed[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
         return StageResult(encoded, failed)
+
+    def _image_or_pixels(self, payload: Payload) -> EncodedImage | torch.Tensor:
+        """The image's header, or the pixels a client preprocessed itself. The Open Inference Protocol's tensors
+        are stated for classifiers only (top-k probabilities and labels), so it is refused for the other tasks."""
+        if payload.protocol != PREDICTIONS and self.settings.task != "classify":
+            raise BadRequest(f"this model's task is {self.settings.task}, and the Open Inference Protocol is served for "
+                             "classifiers only: send the image to /predictions")
+        if payload.pixels is None:
+            return probe(payload.image, self.settings.preprocess.max_pixels)
+        return torch.from_numpy(payload.pixels)
 
     def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:
         deadline = self.worker.deadline_ms
@@ -184,10 +196,10 @@ class ClassifierService:
         return DeadlineExceeded(f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
                                 "(the server is overloaded: retry later or with fewer concurrent requests)")
 
-    def _preprocess(self, items: Mapping[int, EncodedImage | torch.Tensor]) -> Prepared:
+    def _preprocess(self, items: Mapping[int, ReadRequest]) -> Prepared:
         """Input positions that made it into the batch, the batch, and the requests that did not."""
-        ready = {p: item for p, item in items.items() if isinstance(item, torch.Tensor)}
-        prepared = self._preprocess_encoded({p: item for p, item in items.items() if not isinstance(item, torch.Tensor)})
+        ready = {p: item.image for p, item in items.items() if isinstance(item.image, torch.Tensor)}
+        prepared = self._preprocess_encoded({p: item for p, item in items.items() if not isinstance(item.image, torch.Tensor)})
         return self._with_ready(prepared, ready) if ready else prepared
 
     def _with_ready(self, prepared: Prepared, ready: Mapping[int, torch.Tensor]) -> Prepared:
@@ -197,36 +209,32 @@ class ClassifierService:
         order = sorted(rows)
         return Prepared(order, torch.stack([rows[p] for p in order]), prepared.failed)
 
-    def _preprocess_encoded(self, encoded: Mapping[int, EncodedImage]) -> Prepared:
+    def _preprocess_encoded(self, encoded: Mapping[int, ReadRequest]) -> Prepared:
         if not encoded:
             return Prepared([], None, {})
         order = sorted(encoded)
         try:
-            result = self.preprocessor([encoded[p] for p in order])
+            result = self.task.prepare([encoded[p].image for p in order])
         except Exception as err:  # noqa: BLE001 - a backend failure fails this batch only
             log.exception("preprocessing failed for a batch of %d", len(order))
             return Prepared([], None, {p: InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}") for p in order})
         failed = {order[i]: error for i, error in result.failed.items()}
         return Prepared([order[i] for i in result.kept], result.batch, failed)
 
-    def _infer(self, prepared: Prepared) -> StageResult:
-        """Top-k answers by input position, or every position failed when the model fails."""
+    def _infer(self, prepared: Prepared, read: Mapping[int, ReadRequest]) -> StageResult:
+        """The task's answers by input position, or every position failed when the model fails."""
         if prepared.batch is None or not prepared.positions:
             return StageResult()
         try:
-            answers = topk_answers(self.predict(prepared.batch), self.labels, self.settings.runtime.topk)
+            answers = self.task.answer(prepared.batch, [read[p].options for p in prepared.positions])
         except Exception as err:  # noqa: BLE001 - the model failing fails this batch, not the worker
             log.exception("inference failed for a batch of %d", len(prepared.positions))
             error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
             return StageResult(failed={p: error for p in prepared.positions})
         return StageResult(dict(zip(prepared.positions, answers)))
 
-    def predict(self, batch: torch.Tensor) -> torch.Tensor:
-        """Logits for the batch, run in chunks no larger than the artifact was built for."""
-        chunk = self.settings.artifact.max_batch
-        with torch.inference_mode():
-            outputs = [first_tensor(self.model.forward(part)) for part in torch.split(batch, chunk)]
-        return outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+
+ClassifierService = VisionService  # the name the classifier handler has always imported
 
 
 def _configured_deadline(config_path: Path | None, model_name: str) -> int | None:
@@ -237,9 +245,9 @@ def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendCh
                 worker: WorkerInfo) -> None:
     """The one line an operator reads to know what this worker runs, and on what."""
     log.info(
-        "tsvk loaded %s: artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
+        "tsvk loaded %s (task %s): artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
         "batch_size=%s threads=intra %d, inter %d (%s)%s; deadline %s; features %s",
-        settings.model_name, settings.artifact.format, settings.artifact.file, model.device,
+        settings.model_name, settings.task, settings.artifact.format, settings.artifact.file, model.device,
         settings.artifact.precision, choice.name, choice.reason, batch_size,
         torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
         f"; {model.note}" if model.note else "", f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",

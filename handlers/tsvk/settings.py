@@ -12,8 +12,10 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, DEVICE, MAX_BATCH, MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_PIXELS, PRECISION,
-                       RESPONSE_TIMEOUT_S, TOPK, WORKERS)
+from .defaults import (BATCH, DEVICE, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
+                       MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD,
+                       TASK,
+                       TOPK, WORKERS)
 
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
@@ -24,6 +26,7 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # int8: weights and activations; 
 PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")
+TASKS = ("classify", "detect", "segment")  # what the model answers: top-k classes, boxes (and masks), a label map
 
 
 class SettingsError(ValueError):
@@ -58,10 +61,16 @@ class ArtifactSettings:
 
 @dataclass(frozen=True)
 class PreprocessSettings:
-    """How a decoded image becomes the model's input tensor; values come from the weights' metadata."""
+    """How a decoded image becomes the model's input tensor; values come from the weights' metadata.
+
+    classify: shorter side -> `resize`, center `crop`. detect and segment keep the whole photo (`crop`
+    0): its shorter side -> `resize` unless the longer one would then exceed `max_size`, or exactly
+    `fixed_size` (width, height) for detectors trained on one size (SSD)."""
 
     resize: int = 256
     crop: int = 224
+    max_size: int = 0  # 0: no limit on the longer side
+    fixed_size: tuple[int, ...] = ()  # (width, height), or () to keep the aspect ratio
     mean: tuple[float, float, float] = (0.485, 0.456, 0.406)
     std: tuple[float, float, float] = (0.229, 0.224, 0.225)
     interpolation: str = "bilinear"
@@ -85,6 +94,28 @@ class RuntimeSettings:
 
 
 @dataclass(frozen=True)
+class DetectSettings:
+    """What a detector's answer holds; a request may ask for another threshold or count (options).
+
+    `score_floor` is the lowest score the model itself keeps (set at load): a request may not ask
+    for less, since boxes below it were never computed."""
+
+    score_threshold: float = SCORE_THRESHOLD
+    max_detections: int = MAX_DETECTIONS
+    score_floor: float = SCORE_FLOOR
+    mask_threshold: float = MASK_THRESHOLD
+    masks: bool = False  # the model outputs instance masks (Mask R-CNN): answers carry them as COCO RLE
+
+
+@dataclass(frozen=True)
+class SegmentSettings:
+    """What a segmenter's answer holds: per-class areas always, the label map PNG unless turned off."""
+
+    label_map: bool = LABEL_MAP
+    label_map_max_side: int = LABEL_MAP_MAX_SIDE  # 0: the photo's own size
+
+
+@dataclass(frozen=True)
 class ServingDefaults:
     """What the archive suggests to `tsvk config`. Deliberately NOT TorchServe's top-level keys:
     values there override config.properties, and the generated config must decide."""
@@ -101,8 +132,11 @@ class HandlerSettings:
 
     model_name: str
     artifact: ArtifactSettings
+    task: str = TASK
     preprocess: PreprocessSettings = field(default_factory=PreprocessSettings)
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
+    detect: DetectSettings = field(default_factory=DetectSettings)
+    segment: SegmentSettings = field(default_factory=SegmentSettings)
     serving: ServingDefaults = field(default_factory=ServingDefaults)
     labels_file: str = "index_to_name.json"
     schema_version: int = SCHEMA_VERSION
@@ -134,11 +168,22 @@ def _build_handler_settings(reader: "_Reader", problems: list[str]) -> HandlerSe
     version = reader.integer("schema_version", SCHEMA_VERSION, minimum=1)
     if version is not None and version > SCHEMA_VERSION:
         problems.append(f"tsvk.schema_version {version} is newer than this handler understands ({SCHEMA_VERSION})")
+    task = reader.choice("task", TASKS, TASK)
+    preprocess = _build_preprocess(reader.section("preprocess"))
+    if task == "classify" and preprocess.crop < 1:
+        problems.append(f"{SETTINGS_KEY}.preprocess.crop must be an integer >= 1 for task classify, got {preprocess.crop}")
+    detect = _build_detect(reader.section("detect"))
+    if detect.score_floor > detect.score_threshold:
+        problems.append(f"{SETTINGS_KEY}.detect.score_floor ({detect.score_floor}) must not exceed detect.score_threshold "
+                        f"({detect.score_threshold})")
     return HandlerSettings(
         model_name=reader.text("model_name"),
         artifact=_build_artifact(reader.section("artifact", required=True)),
-        preprocess=_build_preprocess(reader.section("preprocess")),
+        task=task,
+        preprocess=preprocess,
         runtime=_build_runtime(reader.section("runtime")),
+        detect=detect,
+        segment=_build_segment(reader.section("segment")),
         serving=_build_serving(reader.section("serving")),
         labels_file=reader.text("labels_file", "index_to_name.json"),
         schema_version=version or SCHEMA_VERSION,
@@ -168,7 +213,9 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
     defaults = PreprocessSettings()
     return PreprocessSettings(
         resize=reader.integer("resize", defaults.resize, minimum=1),
-        crop=reader.integer("crop", defaults.crop, minimum=1),
+        crop=reader.integer("crop", defaults.crop, minimum=0),
+        max_size=reader.integer("max_size", defaults.max_size, minimum=0),
+        fixed_size=reader.size("fixed_size", defaults.fixed_size),
         mean=reader.triple("mean", defaults.mean),
         std=reader.triple("std", defaults.std, positive=True),
         interpolation=reader.choice("interpolation", INTERPOLATIONS, defaults.interpolation),
@@ -178,6 +225,25 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
         max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
         max_batch_pixels=reader.integer("max_batch_pixels", defaults.max_batch_pixels, minimum=1),
         jpeg_dct_scaling=reader.boolean("jpeg_dct_scaling", defaults.jpeg_dct_scaling),
+    )
+
+
+def _build_detect(reader: "_Reader") -> DetectSettings:
+    defaults = DetectSettings()
+    return DetectSettings(
+        score_threshold=reader.fraction("score_threshold", defaults.score_threshold),
+        max_detections=reader.integer("max_detections", defaults.max_detections, minimum=1),
+        score_floor=reader.fraction("score_floor", defaults.score_floor),
+        mask_threshold=reader.fraction("mask_threshold", defaults.mask_threshold),
+        masks=reader.boolean("masks", defaults.masks),
+    )
+
+
+def _build_segment(reader: "_Reader") -> SegmentSettings:
+    defaults = SegmentSettings()
+    return SegmentSettings(
+        label_map=reader.boolean("label_map", defaults.label_map),
+        label_map_max_side=reader.integer("label_map_max_side", defaults.label_map_max_side, minimum=0),
     )
 
 
@@ -290,6 +356,25 @@ class _Reader:
             self._bad(key, "true or false", value)
             return default
         return value
+
+    def fraction(self, key: str, default: float) -> float:
+        value = self._get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value <= 1.0:
+            self._bad(key, "a number from 0 to 1", value)
+            return default
+        return float(value)
+
+    def size(self, key: str, default: tuple[int, ...]) -> tuple[int, ...]:
+        """(width, height) in pixels, or an empty list for none."""
+        value = self._get(key, default)
+        if isinstance(value, (list, tuple)) and len(value) == 0:
+            return ()
+        pair = isinstance(value, (list, tuple)) and len(value) == 2 and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        if not pair:
+            self._bad(key, "[width, height] (two positive integers) or []", value)
+            return default
+        return tuple(value)
 
     def triple(self, key: str, default: tuple[float, float, float], positive: bool = False) -> tuple[float, float, float]:
         value = self._get(key, default)

@@ -51,8 +51,12 @@ def test_an_archive_without_serving_suggestions_reads_the_same_defaults():
 
 
 def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
+    from tsvk_tools.build import default_backend
+
     build = BuildRequest(model=defaults.MODEL)
-    assert (build.backend, build.device, build.precision, build.max_batch, build.weights, build.topk) == (
+    assert build.backend is None and default_backend(defaults.TASK) == defaults.BACKEND  # None: the task's default
+    assert default_backend("detect") == defaults.DETECT_BACKEND
+    assert (default_backend(defaults.TASK), build.device, build.precision, build.max_batch, build.weights, build.topk) == (
         defaults.BACKEND, defaults.DEVICE, defaults.PRECISION, defaults.MAX_BATCH, defaults.WEIGHTS, defaults.TOPK)
     assert vars(build.serving) == SERVING
     config = ServingRequest()
@@ -77,7 +81,10 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
 @pytest.mark.parametrize("command, flag, default", [
     (("archive",), "--model", defaults.MODEL),
     (("archive",), "--weights", defaults.WEIGHTS),
-    (("archive",), "--backend", defaults.BACKEND),
+    (("archive",), "--backend", None),  # None: the task decides (test_requests_of_the_build...)
+    (("archive",), "--score-threshold", defaults.SCORE_THRESHOLD),
+    (("archive",), "--max-detections", defaults.MAX_DETECTIONS),
+    (("archive",), "--task", None),  # None: torchvision says, or defaults.TASK for a model file
     (("archive",), "--device", defaults.DEVICE),
     (("archive",), "--precision", defaults.PRECISION),
     (("archive",), "--max-batch", defaults.MAX_BATCH),

@@ -51,7 +51,7 @@ class Option:
 BUILD = "archive compile"
 BENCH = "bench bench-central"
 OPTIONS = [
-    Option("MODEL", "--model", f"{BUILD} demo predict bench bench-central bench-compile bench-pinning gpu-check robustness soak",
+    Option("MODEL", "--model", f"{BUILD} demo predict draw bench bench-central bench-compile bench-pinning gpu-check robustness soak",
            "resnet50"),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
@@ -62,6 +62,9 @@ OPTIONS = [
     Option("MAX_BATCH_DELAY", "--max-batch-delay", f"{BUILD} config", "20"),
     Option("WORKERS", "--workers", f"{BUILD} config bench-pinning", "3"),
     Option("TOPK", "--topk", BUILD, "7"),
+    Option("TASK", "--task", BUILD, "detect"),
+    Option("SCORE_THRESHOLD", "--score-threshold", BUILD, "0.3"),
+    Option("MAX_DETECTIONS", "--max-detections", BUILD, "20"),
     Option("FORCE", "--force", "archive", switch=True),
     Option("MODEL_FILE", "--model-file", BUILD, "src/mynet.py"),
     Option("MODEL_FACTORY", "--model-factory", BUILD, "MyNet"),
@@ -87,7 +90,8 @@ OPTIONS = [
     Option("PREDICT_PROTOCOL", "--protocol", "predict", "oip-grpc"),
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),
     Option("CONFIG", "--config", "serve", "configs/other.properties"),
-    Option("IMAGE", "--image", f"predict demo {BENCH}", "cat.jpg"),
+    Option("IMAGE", "--image", f"predict draw demo {BENCH}", "cat.jpg"),
+    Option("OUTPUT", "--output", "draw", "docs/images/boxes.png"),
     Option("QUICK", "--quick", BENCH, switch=True),
     Option("GPU", "--gpu", BENCH, switch=True),
     Option("JOBS", "--jobs", BENCH, "40"),
@@ -124,6 +128,7 @@ CLI_ONLY = {
     "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed"},
     "stop": {"--run-dir": _PATHS},
     "predict": {"--run-dir": _PATHS},
+    "draw": {"--run-dir": _PATHS},
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
     "bench": {flag: _BENCH_TUNING for flag in (
         "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--fast-backend", "--fast-precision",

@@ -191,3 +191,22 @@ def test_tuned_numbers_keep_the_generators_limits(tmp_path, choice, message):
     fields = dict(workers=1, intra_op_threads=1, inter_op_threads=1, batch=8, max_batch_delay_ms=50) | choice
     with pytest.raises(UsageError, match=re.escape(message)):
         plan_with_choices(ServingRequest(vcpus=4, gpus=0, model_store=fake_store(tmp_path, a=8)), {"a": ModelChoice(**fields)})
+
+
+def test_a_detector_on_the_cpu_gets_one_single_threaded_worker_per_vcpu(tmp_path):
+    """Its post-processing runs on one thread, so workers, not threads, use the cores; asked-for workers still win."""
+    import zipfile
+    from dataclasses import replace
+
+    import yaml
+
+    store = fake_store(tmp_path, classifier=8)
+    detector = HandlerSettings(model_name="detector", task="detect", artifact=ArtifactSettings(file="model_state.pt", format="eager"))
+    with zipfile.ZipFile(tmp_path / "detector.mar", "w") as archive:
+        archive.writestr("model-config.yaml", yaml.safe_dump({"tsvk": detector.to_dict()}))
+    plan = plan_serving(ServingRequest(vcpus=8, gpus=0, model_store=store))
+    by_name = {m.name: m for m in plan.models}
+    assert (by_name["detector"].workers, by_name["classifier"].workers) == (4, 1)
+    assert plan.total_workers * by_name["detector"].intra_op_threads <= 8
+    asked = plan_serving(replace(ServingRequest(vcpus=8, gpus=0, model_store=store), workers=2))
+    assert [m.workers for m in asked.models] == [2, 2]

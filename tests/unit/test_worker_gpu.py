@@ -37,7 +37,7 @@ def gpu_decodes(monkeypatch, cuda):
 
 def _fake_loading(monkeypatch, cuda, model_dir):
     """The model load and the preprocessor build, recording the current device when each happens."""
-    def load_model(artifact, directory, worker, num_classes=None):
+    def load_model(artifact, directory, worker, num_classes=None, task="classify"):
         cuda.record("load_model")
         model = tiny_module(model_dir).TinyNet(num_classes or 10).eval()
         return LoadedModel(model, worker, torch.float32, artifact.format)

@@ -16,7 +16,34 @@ from .tensorrt import require_tensorrt
 
 BACKENDS: dict[str, Backend] = {name: importlib.import_module(f"{__name__}.{name}").BACKEND for name in ARTIFACT_FORMATS}
 
-__all__ = ["BACKENDS", "Backend", "CompileTarget", "get_backend", "check_target", "prepare_model"]
+__all__ = ["BACKENDS", "Backend", "CompileTarget", "get_backend", "check_target", "check_task", "prepare_model",
+           "task_backends"]
+
+_EXPORT_DETECTOR = ("torch.export cannot capture a torchvision detector: non-maximum suppression keeps a number of "
+                    "boxes that depends on the image (GuardOnDataDependentSymNode in batched_nms)")
+# Backends that cannot serve a task, and why; every other backend can.
+UNSUPPORTED = {
+    ("detect", "aoti"): _EXPORT_DETECTOR,
+    ("detect", "export"): _EXPORT_DETECTOR,
+    ("detect", "tensorrt"): _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)",
+    ("detect", "openvino"): "the OpenVINO build converts one NCHW tensor in and logits out; a detector takes a list "
+                            "of images and answers boxes",
+    ("segment", "tensorrt"): "not built for dynamic height and width here yet",
+    ("segment", "openvino"): "the OpenVINO build converts a fixed crop size; segmentation inputs keep each photo's "
+                             "aspect ratio",
+}
+
+
+def task_backends(task: str) -> list[str]:
+    return [name for name in BACKENDS if (task, name) not in UNSUPPORTED]
+
+
+def check_task(backend: Backend, task: str) -> None:
+    """Refuse a backend that cannot serve the task, saying why and which can."""
+    reason = UNSUPPORTED.get((task, backend.name))
+    if reason:
+        raise UsageError(f"--backend {backend.name} cannot build a {task} model: {reason}; for {task} use "
+                         f"--backend {' or '.join(task_backends(task))}")
 
 
 def get_backend(name: str) -> Backend:

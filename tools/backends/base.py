@@ -16,6 +16,9 @@ class CompileTarget:
     max_batch: int
     crop: int
     calibration: Any = field(default=None, compare=False)  # int8: preprocessed photos, float32 NCHW
+    task: str = "classify"
+    size: tuple[int, int] = (0, 0)  # detect, segment: a typical model input's (height, width)
+    max_side: int = 0  # segment: the largest height or width the artifact accepts (both are dynamic)
 
     @property
     def input_dtype(self):
@@ -23,13 +26,24 @@ class CompileTarget:
 
         return getattr(torch, INPUT_DTYPES[self.precision])
 
-    def example(self, batch: int, seed: int = 0):
-        """A deterministic normalized-image-like batch on the target device and dtype."""
+    def example(self, batch: int, seed: int = 0, size: tuple[int, int] | None = None):
+        """A deterministic normalized-image-like batch on the target device and dtype: one NCHW tensor,
+        or for a detector a list of (3, h, w) images of the sizes `detector_sizes` gives."""
         import torch
 
         generator = torch.Generator().manual_seed(seed)
-        x = torch.randn(batch, 3, self.crop, self.crop, generator=generator)
+        if self.task == "detect":
+            return [torch.randn(3, h, w, generator=generator).to(device=self.device, dtype=self.input_dtype)
+                    for h, w in self.detector_sizes(batch)]
+        height, width = size or ((self.crop, self.crop) if self.task == "classify" else self.size)
+        x = torch.randn(batch, 3, height, width, generator=generator)
         return x.to(device=self.device, dtype=self.input_dtype)
+
+    def detector_sizes(self, batch: int) -> list[tuple[int, int]]:
+        """Landscape, portrait and square inputs in turn: a batch of mixed sizes, as photos come."""
+        height, width = self.size
+        shapes = [(height, width), (width, height), (height, height)]
+        return [shapes[i % len(shapes)] for i in range(batch)]
 
     def trace_batch(self) -> int:
         """Trace with a batch > 1 so export does not specialise the batch dimension to 1."""

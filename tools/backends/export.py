@@ -7,14 +7,23 @@ from pathlib import Path
 from .base import Backend, CompileTarget
 
 
+SEGMENT_MIN_SIDE = 32  # the smallest height or width a segmentation artifact accepts
+
+
 def export_program(model, target: CompileTarget, strict: bool = False):
+    """Batch dynamic (1..max_batch); a segmenter's height and width too (SEGMENT_MIN_SIDE..max_side)."""
     import torch
 
     example = target.example(target.trace_batch())
-    if target.max_batch == 1:
+    dims = {}
+    if target.max_batch > 1:
+        dims[0] = torch.export.Dim("batch", min=1, max=target.max_batch)
+    if target.task == "segment":
+        dims[2] = torch.export.Dim("height", min=SEGMENT_MIN_SIDE, max=target.max_side)
+        dims[3] = torch.export.Dim("width", min=SEGMENT_MIN_SIDE, max=target.max_side)
+    if not dims:
         return torch.export.export(model, (example,), strict=strict)
-    batch = torch.export.Dim("batch", min=1, max=target.max_batch)
-    return torch.export.export(model, (example,), dynamic_shapes=({0: batch},), strict=strict)
+    return torch.export.export(model, (example,), dynamic_shapes=(dims,), strict=strict)
 
 
 def compile_export(model, target: CompileTarget, artifact: Path) -> None:

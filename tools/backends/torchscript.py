@@ -1,4 +1,8 @@
-"""TorchScript (traced and frozen): the legacy format, for pipelines that still expect it."""
+"""TorchScript: the legacy format, for pipelines that still expect it.
+
+Classifiers and segmenters are traced and frozen. A detector is scripted instead (its number of boxes
+depends on the data, which a trace would freeze) and left unfrozen, so the handler can still set its
+score threshold at load."""
 
 from __future__ import annotations
 
@@ -14,7 +18,10 @@ def compile_torchscript(model, target: CompileTarget, artifact: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit is deprecated in 2.14; users asked for it by name
         with torch.no_grad():
-            traced = torch.jit.trace(model, target.example(target.trace_batch()), check_trace=False)
+            if target.task == "detect":
+                torch.jit.save(torch.jit.script(model.eval()), str(artifact))
+                return
+            traced = torch.jit.trace(model, target.example(target.trace_batch()), check_trace=False, strict=False)
             torch.jit.save(torch.jit.freeze(traced.eval()), str(artifact))
 
 

@@ -22,6 +22,20 @@ from .options import BenchOptions
 
 WEIGHTS_SEED = 0
 STOCK_HANDLER = "image_classifier"  # TorchServe's built-in handler
+STOCK_TASK_HANDLERS = {"detect": "object_detector", "segment": "image_segmenter"}  # its built-in handlers for the others
+STOCK_MODEL_FILE = '''"""{builder} as a TorchServe model file: one class, built without arguments (TorchServe's eager path)."""
+import torch
+import torchvision
+
+
+class TorchvisionModel(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.model = torchvision.models.get_model("{builder}", weights=None, weights_backbone=None, num_classes={classes})
+
+    def forward(self, images):
+        return self.model(images)
+'''
 STOCK_CROP = 224  # TorchServe's image_classifier hard-codes Resize(256) + CenterCrop(224)
 
 
@@ -46,17 +60,23 @@ def shared_weights(options: BenchOptions) -> Path:
         return path
     _check_torchvision_model(options.model)
     torch.manual_seed(WEIGHTS_SEED)
-    model = tvm.get_model(options.model, weights=None)
+    if options.task == "classify":
+        model = tvm.get_model(options.model, weights=None)
+    else:
+        from tsvk.tasks import torchvision_model
+
+        model = torchvision_model(options.model, options.task, num_classes=len(labels_for(options.model)))
     with atomic_path(path) as tmp:
         torch.save(model.state_dict(), tmp)
     return path
 
 
 def _check_torchvision_model(name: str) -> None:
-    from ..models import classification_builders
+    from ..models import torchvision_builders
 
-    if name not in classification_builders():
-        raise UsageError(f"--model must be a torchvision classification model (resnet18, resnet152, ...), got {name!r}")
+    if name not in torchvision_builders():
+        raise UsageError(f"--model must be a torchvision classification, detection or segmentation model (resnet18, "
+                         f"fasterrcnn_mobilenet_v3_large_320_fpn, deeplabv3_mobilenet_v3_large, ...), got {name!r}")
 
 
 def labels_for(model: str) -> list[str]:
@@ -77,9 +97,12 @@ def sources_digest() -> str:
     """The handler, its run-time package and the compile backends: what ends up in our archive."""
     from ..archive import handler_sources
 
+    from ..archive import HANDLER_FILES
+
     handler, package = handler_sources()
     backends = Path(__file__).resolve().parents[1] / "backends"
-    files = [handler, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
+    handlers = [handler.parent / name for name in HANDLER_FILES.values()]
+    files = [*handlers, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
     digest = hashlib.sha256()
     for path in files:
         digest.update(path.name.encode() + path.read_bytes())
@@ -150,10 +173,12 @@ def stock_archive(options: BenchOptions, weights: Path) -> Path:
         return target
     _remove_stale(model_dir(options), "stock-")
     with scratch_dir(model_dir(options), ".stock-build-") as work:
-        serialized = _trace_eager(options.model, weights, work / "model.pt")
         labels = work / "index_to_name.json"
         labels.write_text(json.dumps({str(i): name for i, name in enumerate(labels_for(options.model))}))
-        _archive_stock(options.model, serialized, labels, work / "export")
+        if options.task == "classify":
+            _archive_stock(options.model, _trace_eager(options.model, weights, work / "model.pt"), labels, work / "export")
+        else:
+            _archive_stock_task(options, weights, labels, work)
         store.mkdir(parents=True, exist_ok=True)
         shutil.move(str(work / "export" / f"{options.model}.mar"), target)
     return target
@@ -180,6 +205,26 @@ def _archive_stock(name: str, serialized: Path, labels: Path, export: Path) -> N
         sys.executable, "-m", "model_archiver.model_packaging", "--model-name", name, "--version", "1.0",
         "--serialized-file", str(serialized), "--handler", STOCK_HANDLER, "--extra-files", str(labels),
         "--export-path", str(export),
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise UsageError(f"torch-model-archiver failed for the stock archive: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def _archive_stock_task(options: BenchOptions, weights: Path, labels: Path, work: Path) -> None:
+    """TorchServe's own recipe for a detector or segmenter: a model file and a state_dict, its built-in handler."""
+    import torch
+
+    model_file = work / "model.py"
+    model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model))))
+    state = {f"model.{key}": value for key, value in torch.load(weights, weights_only=True).items()}
+    torch.save(state, work / "model.pth")
+    export = work / "export"
+    export.mkdir(parents=True)
+    command = [
+        sys.executable, "-m", "model_archiver.model_packaging", "--model-name", options.model, "--version", "1.0",
+        "--model-file", str(model_file), "--serialized-file", str(work / "model.pth"),
+        "--handler", STOCK_TASK_HANDLERS[options.task], "--extra-files", str(labels), "--export-path", str(export),
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:

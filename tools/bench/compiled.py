@@ -21,7 +21,7 @@ from ..archive_info import read_archive_settings
 from tsvk import defaults
 
 from ..backends import BACKENDS, CompileTarget
-from ..build import BuildRequest
+from ..build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
 
@@ -39,9 +39,12 @@ def build_and_load(name: str, model: str, weights: str, max_batch: int, store: P
     row = {"backend": name, "archive_seconds": round(time.perf_counter() - start, 1), "archive_mib": round(mar.stat().st_size / 2**20, 1),
            "verification": read_archive_settings(mar).provenance["verification"]}
     zipfile.ZipFile(mar).extractall(unpacked / name)
-    target = CompileTarget("cpu", "fp32", max_batch, result.settings.preprocess.crop)
+    settings = result.settings
+    target = CompileTarget("cpu", "fp32", max_batch, settings.preprocess.crop, task=settings.task,
+                           size=example_size(settings.preprocess), max_side=settings.preprocess.max_size)
     labels = result.resolved.labels
-    loaded = load_model(result.settings.artifact, unpacked / name, torch.device("cpu"), num_classes=len(labels) if labels else None)
+    loaded = load_model(settings.artifact, unpacked / name, torch.device("cpu"), num_classes=len(labels) if labels else None,
+                        task=settings.task)
     return row, loaded.forward, target
 
 
@@ -76,11 +79,20 @@ def markdown(rows: list[dict], batches: list[int], model: str, threads: int, com
     return "\n".join(lines) + "\n"
 
 
+def default_backends(model: str) -> str:
+    """The CPU backends that can build this model's task (a detector: torchscript and eager)."""
+    from ..backends import task_backends
+
+    task = requested_task(BuildRequest(model=model))
+    return ",".join(name for name in task_backends(task) if "cpu" in BACKENDS[name].precisions)
+
+
 def build_parser() -> argparse.ArgumentParser:
     cpu_backends = ",".join(name for name, backend in BACKENDS.items() if "cpu" in backend.precisions)
     parser = argparse.ArgumentParser(prog="tsvk bench compile", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL})")
-    parser.add_argument("--backends", default=cpu_backends, help=f"comma-separated backends (default {cpu_backends})")
+    parser.add_argument("--model", default=defaults.MODEL, help="a torchvision classification, detection or segmentation builder "
+                        f"(default {defaults.MODEL})")
+    parser.add_argument("--backends", help=f"comma-separated backends (default: those the model's task allows of {cpu_backends})")
     parser.add_argument("--weights", default=WEIGHTS_NONE, help="as `tsvk archive --weights` (default none: speed does not depend on them)")
     parser.add_argument("--batches", default=f"1,{defaults.MAX_BATCH}", help="comma-separated batch sizes to time")
     parser.add_argument("--repeats", type=int, default=10)
@@ -93,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     batches = [int(b) for b in args.batches.split(",")]
+    args.backends = args.backends or default_backends(args.model)
     rows, loaded = [], {}
     try:
         with tempfile.TemporaryDirectory() as tmp:

@@ -15,6 +15,8 @@ SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "o
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
+# Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the ceiling.
+TASK_SYSTEMS = ("torchserve_default", "torchserve_tuned", "ours", "ceiling")
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 
 
@@ -66,9 +68,18 @@ class BenchOptions:
     ready_timeout_s: float = 1200
     command: str = ""  # the command line that produced the run, for the report
 
+    @property
+    def task(self) -> str:
+        """The model's task, from torchvision's own lists (classify for anything it does not list)."""
+        from ..models import torchvision_builders
+
+        return torchvision_builders().get(self.model, "classify")
+
     def __post_init__(self):
-        if self.systems is None:  # frozen: the one place a field is filled in after construction
-            object.__setattr__(self, "systems", default_systems(self.device))
+        if self.systems is None:  # frozen: these are the only fields filled in after construction
+            object.__setattr__(self, "systems", default_systems(self.device) if self.task == "classify" else TASK_SYSTEMS)
+        if self.task == "detect" and self.backend == defaults.BACKEND:
+            object.__setattr__(self, "backend", defaults.DETECT_BACKEND)  # torch.export cannot capture a detector
         problems = validation_problems(self)
         if problems:
             from ..errors import UsageError
@@ -95,6 +106,11 @@ def validation_problems(options: BenchOptions) -> list[str]:
     for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch"):
         if getattr(options, name) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(options, name)}")
+    if options.task != "classify":
+        others = [s for s in options.systems if s not in TASK_SYSTEMS]
+        if others:
+            problems.append(f"{', '.join(others)} serve classifiers only; for the {options.task} model {options.model} choose "
+                            f"from {', '.join(TASK_SYSTEMS)}")
     if options.batch > options.max_batch:
         problems.append(f"batch ({options.batch}) must not exceed max_batch ({options.max_batch})")
     if options.backend not in BACKENDS:

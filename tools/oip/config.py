@@ -82,6 +82,8 @@ def _models(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
         entry = next(iter(versions.values()))
         archive = store / entry.get("marName", f"{name}.mar")
         settings = read_archive_settings(archive)
+        if settings.task != "classify":  # its tensors (boxes, label maps) are not stated here: /predictions serves it
+            continue
         k = oip.answer_size(settings.runtime.topk, _label_count(archive, settings.labels_file))
         models.append(ModelTensors(name, settings.preprocess.crop, k, float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))))
     return tuple(models)

@@ -26,7 +26,8 @@ class PreprocessResult:
 
 
 class Preprocessor:
-    """Base class: subclasses set `name` and implement `__call__`."""
+    """Base class: subclasses set `name` and implement `__call__` (the classifier's whole transform) and
+    `decode` (pixels only, for tasks whose transform is their own: detection, segmentation)."""
 
     name = "base"
 
@@ -36,6 +37,10 @@ class Preprocessor:
         self.dtype = dtype
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
+        raise NotImplementedError
+
+    def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
+        """RGB uint8 (3, H, W) on this backend's device by input index (EXIF orientation applied), and the failures."""
         raise NotImplementedError
 
     def __repr__(self) -> str:

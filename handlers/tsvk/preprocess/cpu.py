@@ -39,6 +39,10 @@ class CpuPreprocessor(Preprocessor):
         batch = batches[0] if len(batches) == 1 else torch.cat(batches)
         return PreprocessResult(batch.to(self.device, non_blocking=True), kept, failed)
 
+    def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
+        decoded, kept, failed = decode_each(images, self.min_short_side)
+        return {index: tensor.to(self.device) for index, tensor in zip(kept, decoded)}, failed
+
     def _chunk(self, images: Sequence[EncodedImage]) -> tuple[torch.Tensor | None, list[int], dict[int, RequestError]]:
         decoded, kept, failed = decode_each(images, self.min_short_side)
         if not decoded:

@@ -68,6 +68,10 @@ class CvCudaPreprocessor(Preprocessor):
         batch = self._resize_crop_normalize(hwc)
         return PreprocessResult(batch if self.dtype == torch.float32 else batch.to(self.dtype), kept, failed)
 
+    def decode(self, images: Sequence[EncodedImage]):
+        """Detection and segmentation transform with torch ops on the GPU: CV-CUDA adds nothing to nvJPEG there."""
+        return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
+
     def _wrap(self, tensor: torch.Tensor, layout: str):
         return self.cvcuda.as_tensor(SameStream(tensor), layout)
 

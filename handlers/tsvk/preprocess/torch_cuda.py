@@ -35,6 +35,10 @@ class CudaPreprocessor(Preprocessor):
         return PreprocessResult(self._normalize(batch), kept, failed)
 
 
+    def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
+        return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
+
+
 def decode_on_gpu(
     images: Sequence[EncodedImage], device: torch.device, nvjpeg: bool = True
 ) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:

@@ -81,7 +81,7 @@ def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cp
 
     zipfile.ZipFile(mar).extractall(folder)
     settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
-    model = load_model(settings.artifact, Path(folder), device)
+    model = load_model(settings.artifact, Path(folder), device, task=settings.task)
     preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
     return settings, model, preprocessor, choice, load_labels(Path(folder) / settings.labels_file)
 
@@ -94,21 +94,50 @@ def top1_labels(model, batch: torch.Tensor, labels) -> dict[str, str]:
     return {str(i): label_for(labels, index) for i, index in enumerate(indices)}
 
 
+class TaskInputs:
+    """The model input of a detector or segmenter (a list of images, or one same-size group) sliced like a batch."""
+
+    def __init__(self, prepared):
+        self.items = prepared.inputs if hasattr(prepared, "inputs") else prepared.groups[0][1]
+
+    def __getitem__(self, part: slice):
+        return TaskInputs.sliced(self.items[part])
+
+    @staticmethod
+    def sliced(items):
+        holder = TaskInputs.__new__(TaskInputs)
+        holder.items = items
+        return holder
+
+    def contiguous(self):
+        return self
+
+
+def task_forward(model):
+    """forward(TaskInputs): the detector takes a list of images, the segmenter a tensor."""
+    return lambda inputs: model.forward(list(inputs.items) if isinstance(inputs.items, list) else inputs.items)
+
+
 def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.device = torch.device("cpu")) -> dict:
     from tsvk.decode import decode_rgb, probe
+    from tsvk.tasks import task_class
 
     started = time.monotonic()
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
+        task = task_class(settings.task)(settings, model, preprocessor, labels)
         encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in images]
         max_batch = settings.artifact.max_batch
-        batch = preprocessor([encoded[i % len(encoded)] for i in range(max_batch)]).batch
-        top1 = top1_labels(model, batch[: len(encoded)], labels)
+        prepared = task.prepare([encoded[i % len(encoded)] for i in range(max_batch)]).batch
+        if settings.task == "classify":
+            batch, forward, top1 = prepared, model.forward, top1_labels(model, prepared[: len(encoded)], labels)
+        else:  # same-size photos (the benchmark's) make one group: a batch of the task's own input
+            batch, forward, top1 = TaskInputs(prepared), task_forward(model), {}
         ready_s = time.monotonic() - started
         sizes = sorted({1, 2, 4, max_batch} & set(range(1, max_batch + 1)))
-        results = model_throughput(model.forward, batch, sizes, seconds, sync=sync)
-        rates = preprocess_throughput(encoded, preprocessor, decode_rgb, max_batch, seconds, sync=sync)
+        results = model_throughput(forward, batch, sizes, seconds, sync=sync)
+        rates = preprocess_throughput(encoded, task.prepare, decode_rgb, max_batch, seconds, sync=sync)
     return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
             "device": str(model.device), "preprocess_backend": choice.name, "batches": results, "top1": top1, **rates}
 

@@ -1,0 +1,110 @@
+"""Object detection: each image resized keeping its own scale, the detector run on the batch, and
+boxes (and instance masks) mapped back to each ORIGINAL photo.
+
+The answer per image is a list of {label, score, box: [x1, y1, x2, y2]} in the photo's pixels (as
+displayed, EXIF orientation applied), best first, filtered by score and count (the archive's
+defaults, or the request's `score_threshold` and `max_detections` options). Mask R-CNN answers carry each
+instance mask as COCO RLE, pasted at the photo's size exactly as torchvision pastes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..decode import EncodedImage
+from ..defaults import MAX_DETECTIONS_LIMIT
+from ..labels import label_for
+from ..preprocess import PreprocessResult
+from ..preprocess.tensor_ops import _as_batch
+from .base import Task
+from .detector_model import detections, set_score_threshold
+from .geometry import detector_resize, group_by_size, map_boxes, original_size
+from .params import number, whole
+from .rle import encode_mask
+
+BOX_DECIMALS = 2
+
+
+@dataclass
+class DetectBatch:
+    """The detector's inputs, one (3, h, w) tensor per kept image, with the sizes to map back."""
+
+    inputs: list[torch.Tensor]
+    resized: list[tuple[int, int]]
+    original: list[tuple[int, int]]
+
+
+class DetectTask(Task):
+    name = "detect"
+    parameters = ("score_threshold", "max_detections")
+
+    def __init__(self, settings, model, preprocessor, labels):
+        super().__init__(settings, model, preprocessor, labels)
+        self.mean = torch.tensor(settings.preprocess.mean, device=model.device).view(1, 3, 1, 1)
+        self.std = torch.tensor(settings.preprocess.std, device=model.device).view(1, 3, 1, 1)
+        set_score_threshold(model.forward, settings.detect.score_floor)  # the lowest a request may ask for
+
+    def options(self, request: Any) -> dict:
+        detect = self.settings.detect
+        return {
+            "score_threshold": number(request, "score_threshold", detect.score_threshold, detect.score_floor, 1.0),
+            "max_detections": whole(request, "max_detections", detect.max_detections, 1, MAX_DETECTIONS_LIMIT),
+        }
+
+    def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:
+        decoded, failed = self.preprocessor.decode(images)
+        kept = sorted(decoded)
+        if not kept:
+            return PreprocessResult(None, kept, failed)
+        inputs = self.resize_each([decoded[i] for i in kept])
+        resized = [(int(x.shape[-2]), int(x.shape[-1])) for x in inputs]
+        return PreprocessResult(DetectBatch(inputs, resized, [original_size(images[i]) for i in kept]), kept, failed)
+
+    def normalize(self, batch: torch.Tensor) -> torch.Tensor:
+        """uint8 -> (x / 255 - mean) / std in float32, in torchvision's order of operations: the detector then
+        sees the very numbers torchvision's own transform would give it (boxes of equal score stay in the
+        same order)."""
+        return (batch.float().div(255) - self.mean) / self.std
+
+    def resize_each(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Normalized and resized per image, one call per distinct size; in input order."""
+        out: list[torch.Tensor] = [torch.empty(0)] * len(images)
+        for indices in group_by_size(images).values():
+            group = detector_resize(self.normalize(_as_batch([images[i] for i in indices])), self.settings.preprocess)
+            group = group.to(self.model.input_dtype).contiguous()
+            for slot, index in enumerate(indices):
+                out[index] = group[slot]
+        return out
+
+    def answer(self, batch: DetectBatch, options: Sequence[dict]) -> list[Any]:
+        found: list[dict] = []
+        for part in self.chunks(batch.inputs):
+            found += detections(self.run(list(part)))
+        return [self.describe(*args) for args in zip(found, batch.resized, batch.original, options)]
+
+    def describe(self, found: dict, resized: tuple[int, int], original: tuple[int, int], options: dict) -> list[dict]:
+        """The kept boxes of one image, best first, in the original photo's pixels."""
+        scores = found["scores"].float()
+        order = torch.argsort(scores, descending=True, stable=True)
+        order = order[scores[order] >= options["score_threshold"]][: options["max_detections"]]
+        boxes = map_boxes(found["boxes"][order], resized, original)
+        answers = [{"label": label_for(self.labels, index), "score": round(score, 6), "box": [round(v, BOX_DECIMALS) for v in box]}
+                   for index, score, box in zip(found["labels"][order].tolist(), scores[order].tolist(), boxes.tolist())]
+        if self.settings.detect.masks and "masks" in found:
+            pasted = paste_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
+            for answer, mask in zip(answers, pasted):
+                answer["mask"] = encode_mask(mask)
+        return answers
+
+
+def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, original: tuple[int, int], threshold: float) -> torch.Tensor:
+    """(K, 1, M, M) mask probabilities and their boxes in the photo's pixels -> (K, H, W) bool at the photo's
+    size, pasted as torchvision pastes them."""
+    from torchvision.models.detection.roi_heads import paste_masks_in_image
+
+    if masks.shape[0] == 0:
+        return torch.zeros((0, *original), dtype=torch.bool)
+    return paste_masks_in_image(masks.float(), boxes, original)[:, 0] >= threshold

@@ -1,0 +1,75 @@
+"""Where each pixel of the model's input came from in the ORIGINAL photo, and back.
+
+Every image keeps its own scale, as torchvision's `GeneralizedRCNNTransform` does: the detector's
+input is the photo resized by one factor (or to a fixed size), so a box found there maps back by the
+ratio of the two sizes, per axis. "Original" is the photo as its viewer sees it: the size its header
+declares, with width and height swapped where the EXIF orientation turns it on its side; a JPEG
+decoded at a reduced DCT scale still maps back to its full size.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Sequence
+
+import torch
+import torch.nn.functional as nnf
+
+from ..decode import EncodedImage
+from ..settings import PreprocessSettings
+
+_SIDEWAYS = (5, 6, 7, 8)  # EXIF orientations that transpose the stored image
+
+
+def original_size(image: EncodedImage) -> tuple[int, int]:
+    """(height, width) of the photo as displayed, EXIF orientation applied."""
+    if image.orientation in _SIDEWAYS:
+        return image.width, image.height
+    return image.height, image.width
+
+
+def group_by_size(images: Sequence[torch.Tensor]) -> dict[tuple[int, int], list[int]]:
+    """Indices of same-size images, so each size is resized in one call."""
+    groups: dict[tuple[int, int], list[int]] = defaultdict(list)
+    for index, image in enumerate(images):
+        groups[(int(image.shape[-2]), int(image.shape[-1]))].append(index)
+    return groups
+
+
+def detector_resize(batch: torch.Tensor, settings: PreprocessSettings) -> torch.Tensor:
+    """(N, 3, H, W) float of one size -> resized as torchvision's detection transform does: bilinear,
+    no antialias, to `fixed_size` (width, height), or by min(resize / shorter, max_size / longer)."""
+    if settings.fixed_size:
+        width, height = settings.fixed_size
+        return nnf.interpolate(batch, size=[height, width], mode="bilinear", align_corners=False)
+    height, width = batch.shape[-2:]
+    scale = settings.resize / min(height, width)
+    if settings.max_size:
+        scale = min(scale, settings.max_size / max(height, width))
+    return nnf.interpolate(batch, scale_factor=scale, mode="bilinear", recompute_scale_factor=True, align_corners=False)
+
+
+def map_boxes(boxes: torch.Tensor, resized: tuple[int, int], original: tuple[int, int]) -> torch.Tensor:
+    """(K, 4) x1, y1, x2, y2 in the model input's pixels -> the original photo's, clipped to it."""
+    (resized_h, resized_w), (height, width) = resized, original
+    ratio = torch.tensor([width, height], dtype=torch.float32) / torch.tensor([resized_w, resized_h], dtype=torch.float32)
+    mapped = boxes.float() * ratio.repeat(2).to(boxes.device)  # float32 ratios, as torchvision's resize_boxes
+    limit = torch.tensor([width, height, width, height], dtype=torch.float32, device=boxes.device)
+    return torch.minimum(mapped.clamp(min=0), limit)
+
+
+def fit_within(size: tuple[int, int], max_side: int) -> tuple[int, int]:
+    """(height, width) scaled down so the longer side is at most `max_side` (0: unchanged), at least 1x1."""
+    height, width = size
+    if not max_side or max(height, width) <= max_side:
+        return height, width
+    scale = max_side / max(height, width)
+    return max(1, round(height * scale)), max(1, round(width * scale))
+
+
+def resize_label_map(label_map: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
+    """(H, W) class indices -> `size` by nearest neighbour: every pixel keeps a class the model gave."""
+    if tuple(label_map.shape) == tuple(size):
+        return label_map
+    resized = nnf.interpolate(label_map[None, None].float(), size=list(size), mode="nearest-exact")
+    return resized[0, 0].to(label_map.dtype)

@@ -1,0 +1,110 @@
+"""Semantic segmentation: each image's shorter side resized as the weights ask (no crop), images of
+one resulting size run as one batch, and the label map mapped back to each ORIGINAL photo.
+
+The answer per image: its size, each class present with its area in the photo's pixels and as a
+fraction, and (unless the option `label_map` is false) the label map itself, one class index per pixel, as a
+base64 PNG at the photo's size or with its longer side at most `label_map_max_side`.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+import torchvision.transforms.v2.functional as F
+
+from ..decode import EncodedImage
+from ..labels import label_for
+from ..postprocess import first_tensor
+from ..preprocess import PreprocessResult
+from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, _as_batch
+from .base import Task
+from .geometry import fit_within, group_by_size, original_size, resize_label_map
+from .params import flag, whole
+
+FRACTION_DECIMALS = 6
+
+
+@dataclass
+class SegmentBatch:
+    """Same-size groups of normalized inputs (kept-image slots and their batch), and each photo's size."""
+
+    groups: list[tuple[list[int], torch.Tensor]]
+    original: list[tuple[int, int]]
+
+
+class SegmentTask(Task):
+    name = "segment"
+    parameters = ("label_map", "label_map_max_side")
+
+    def __init__(self, settings, model, preprocessor, labels):
+        super().__init__(settings, model, preprocessor, labels)
+        self.normalize = Normalizer(settings.preprocess, model.device, model.input_dtype)
+
+    def options(self, request: Any) -> dict:
+        segment = self.settings.segment
+        return {
+            "label_map": flag(request, "label_map", segment.label_map),
+            "label_map_max_side": whole(request, "label_map_max_side", segment.label_map_max_side, 0, 1 << 16),
+        }
+
+    def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:
+        decoded, failed = self.preprocessor.decode(images)
+        kept = sorted(decoded)
+        if not kept:
+            return PreprocessResult(None, kept, failed)
+        groups = self.resize_groups([decoded[i] for i in kept])
+        return PreprocessResult(SegmentBatch(groups, [original_size(images[i]) for i in kept]), kept, failed)
+
+    def resize_groups(self, images: list[torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
+        """Shorter side -> `resize` (longer side at most `max_size`), normalized; grouped by resulting size."""
+        settings = self.settings.preprocess
+        by_size: dict[tuple[int, int], list[tuple[list[int], torch.Tensor]]] = {}
+        for indices in group_by_size(images).values():
+            resized = F.resize(_as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
+                               interpolation=INTERPOLATION_MODES[settings.interpolation], antialias=settings.antialias)
+            by_size.setdefault(tuple(resized.shape[-2:]), []).append((indices, resized))
+        groups = []
+        for parts in by_size.values():
+            slots = [index for indices, _ in parts for index in indices]
+            batch = parts[0][1] if len(parts) == 1 else torch.cat([tensor for _, tensor in parts])
+            groups.append((slots, self.normalize(batch).contiguous()))
+        return groups
+
+    def answer(self, batch: SegmentBatch, options: Sequence[dict]) -> list[Any]:
+        label_maps: list[torch.Tensor | None] = [None] * len(batch.original)
+        for slots, inputs in batch.groups:
+            for start in range(0, len(slots), self.settings.artifact.max_batch):
+                part = inputs[start:start + self.settings.artifact.max_batch]
+                classes = first_tensor(self.run(part)).argmax(1)
+                for offset, label_map in enumerate(classes):
+                    label_maps[slots[start + offset]] = label_map
+        return [self.describe(m, size, opts) for m, size, opts in zip(label_maps, batch.original, options)]
+
+    def describe(self, label_map: torch.Tensor, original: tuple[int, int], options: dict) -> dict:
+        height, width = original
+        counts = torch.bincount(label_map.flatten()).tolist()
+        share = 1.0 / label_map.numel()
+        classes = [{"label": label_for(self.labels, index), "index": index, "pixels": round(count * share * height * width),
+                    "fraction": round(count * share, FRACTION_DECIMALS)}
+                   for index, count in enumerate(counts) if count]
+        answer: dict[str, Any] = {"width": width, "height": height, "classes": sorted(classes, key=lambda c: -c["pixels"])}
+        if options["label_map"]:
+            answer["label_map"] = label_map_png(resize_label_map(label_map, fit_within(original, options["label_map_max_side"])))
+        return answer
+
+
+def label_map_png(label_map: torch.Tensor) -> dict:
+    """{"format": "png", "width", "height", "data": base64}: 8-bit greyscale, 16-bit past 256 classes."""
+    pixels = label_map.cpu().numpy()
+    from PIL import Image
+
+    image = Image.fromarray(pixels.astype(np.uint8)) if pixels.max(initial=0) < 256 else Image.fromarray(pixels.astype(np.uint16))
+    buffer = io.BytesIO()
+    image.save(buffer, format="PNG", compress_level=1)
+    return {"format": "png", "width": int(pixels.shape[1]), "height": int(pixels.shape[0]),
+            "data": base64.b64encode(buffer.getvalue()).decode("ascii")}
