@@ -1,25 +1,13 @@
 """TorchServe handler: object detection (boxes, and instance masks for Mask R-CNN) with batched
 GPU/CPU decoding, each image's scale kept and its boxes mapped back to the original photo.
 
-TorchServe needs exactly one class defined in this module; all the logic lives in the `tsvk`
-package packed next to this file in the archive (TorchServe puts the archive root on sys.path).
+TorchServe needs exactly one class defined in this module; the lifecycle is `tsvk.handler`'s and
+all the logic lives in the `tsvk` package packed next to this file in the archive (TorchServe puts
+the archive root on sys.path).
 """
 
-from tsvk.service import VisionService
+from tsvk.handler import TorchServeHandler
 
 
-class ObjectDetector:
+class ObjectDetector(TorchServeHandler):
     """Loads the archive's detector once per worker, then answers batches of image requests."""
-
-    def __init__(self):
-        self.service = None
-        self.initialized = False
-
-    def initialize(self, context):
-        from ts.metrics.metric_type_enum import MetricTypes
-
-        self.service = VisionService.from_context(context, gauge_type=MetricTypes.GAUGE)
-        self.initialized = True
-
-    def handle(self, data, context):
-        return self.service.handle(data, context)

@@ -197,12 +197,18 @@ def test_load_log_line_names_format_device_precision_backend_batch_and_threads(a
 # --- the TorchServe side of the seam -------------------------------------------------------------
 
 
-def test_handler_module_defines_exactly_one_class(monkeypatch):
-    monkeypatch.syspath_prepend(str(HANDLERS))
-    import image_classifier
+@pytest.mark.parametrize("module_name, class_name", [
+    ("image_classifier", "ImageClassifier"), ("object_detector", "ObjectDetector"), ("image_segmenter", "ImageSegmenter")])
+def test_handler_module_defines_exactly_one_class(monkeypatch, module_name, class_name):
+    """TorchServe's model loader takes the one class a handler module defines; the shared base is imported."""
+    import importlib
 
-    defined = [c for _, c in inspect.getmembers(image_classifier, inspect.isclass) if c.__module__ == image_classifier.__name__]
-    assert [c.__name__ for c in defined] == ["ImageClassifier"]
+    from tsvk.handler import TorchServeHandler
+
+    monkeypatch.syspath_prepend(str(HANDLERS))
+    module = importlib.import_module(module_name)
+    defined = [c for _, c in inspect.getmembers(module, inspect.isclass) if c.__module__ == module.__name__]
+    assert [c.__name__ for c in defined] == [class_name] and issubclass(defined[0], TorchServeHandler)
 
 
 def test_per_request_status_reaches_torchserve_response_message(archive, monkeypatch):
