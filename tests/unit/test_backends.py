@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from tsvk import features
 from tsvk.loading import load_tensorrt
 from tsvk_tools.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
 from tsvk_tools.build import BuildRequest, build
@@ -76,10 +77,15 @@ def test_tensorrt_without_cuda_says_what_is_missing_and_writes_nothing(tmp_path)
 
 @pytest.fixture
 def fake_trt(monkeypatch):
+    """The fake in sys.modules, and the feature probes forgotten before and after: an earlier probe of the
+    real (driver-less) torch_tensorrt is cached, and the worker's loader asks the probe."""
     fake = FakeTorchTensorRT()
     monkeypatch.setitem(sys.modules, "torch_tensorrt", fake)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    return fake
+    features.reset_cache()
+    yield fake
+    monkeypatch.undo()
+    features.reset_cache()
 
 
 def _compile_tensorrt(tmp_path, precision="fp32", max_batch=4):
