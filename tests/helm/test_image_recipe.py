@@ -193,7 +193,7 @@ def image_pins() -> dict[str, Requirement]:
 def test_front_imports_are_all_pinned_in_the_image():
     """Each package the front's modules import (walked from `python -m tsvk_tools.oip`) is pinned there."""
     imports = front_third_party_imports()
-    assert {"kserve", "fastapi", "grpc", "httpx", "orjson"} <= imports, imports  # the walk reaches the servers
+    assert {"kserve", "fastapi", "grpc", "aiohttp", "orjson"} <= imports, imports  # the walk reaches the servers
     pins = image_pins()
     missing = {module: _distribution_of(module) for module in imports if _distribution_of(module) not in pins}
     assert not missing, f"the front imports these, but k8s/image/requirements*.txt does not pin them: {missing}"

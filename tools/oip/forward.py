@@ -1,24 +1,25 @@
 """The KServe model the front registers for each tsvk model: check a request, send each image to TorchServe.
 
-Each image (or row of preprocessed pixels) of a request goes to TorchServe as an Open Inference
-Protocol request of its own, all at once, so TorchServe's batcher batches them with each other and
-with every other client's; the answers are put back together in order. A request whose images all
-succeed gets `probabilities` and `labels` of shape [N, k]; one that has a failed image gets that
-image's status and error (which image, and the handler's code, e.g. `bad_image: image 2 of 3: ...`).
+Each image (or row of preprocessed pixels) of a request goes to TorchServe's /predictions as a request of
+its own, all at once, so TorchServe's batcher batches them with each other and with every other client's;
+the answers are put back together in order. An encoded image travels as it came: raw bytes (gRPC, binary
+REST) or the client's base64 text (JSON REST), which the handler reads like any /predictions body, so the
+front never re-encodes an image and the handler never parses a tensor document for it. Pixels travel as a
+single-image protocol request (JSON), which the handler checks against the archive's crop.
 
-The client's `Authorization` header travels with every image, so TorchServe's token authorization
-decides, exactly as for /predictions.
+A request whose images all succeed gets `probabilities` and `labels` of shape [N, k]; one that has a failed
+image gets that image's status and error (which image, and the handler's code, e.g.
+`bad_image: image 2 of 3: ...`). The client's `Authorization` header travels with every image, so
+TorchServe's token authorization decides, exactly as for /predictions.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
 import uuid
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
-import httpx
 import numpy as np
 import orjson
 from grpc import StatusCode
@@ -29,10 +30,12 @@ from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, In
 
 from tsvk import oip
 from tsvk.deadline import ARRIVAL_HEADER
-from tsvk.errors import RequestError
+from tsvk.errors import ERROR_SOURCE, RequestError
 
 from ..keys import is_key_refusal
 from .config import ModelTensors
+from .health import TorchServeHealth
+from .upstream import TorchServeClient, UpstreamAnswer, UpstreamError
 
 FORWARDED_HEADERS = ("authorization", ARRIVAL_HEADER.lower())  # token auth and the deadline's arrival time
 _GRPC_CODES = {400: StatusCode.INVALID_ARGUMENT, 401: StatusCode.UNAUTHENTICATED, 403: StatusCode.PERMISSION_DENIED,
@@ -57,25 +60,24 @@ class ForwardedError(GrpcException):
 @dataclass(frozen=True)
 class _Answer:
     status: int
-    body: dict
+    body: Any  # the handler's answer: {label: probability} for an image, a protocol response for pixels
 
 
 class TorchServeModel(Model):
     """One tsvk model behind the front; ready while TorchServe says it can serve (its /ping)."""
 
-    def __init__(self, tensors: ModelTensors, torchserve_url: str, max_images: int, client: httpx.AsyncClient,
-                 ping_headers: Callable[[], dict[str, str]] = dict):
+    def __init__(self, tensors: ModelTensors, torchserve_url: str, max_images: int, client: TorchServeClient,
+                 health: TorchServeHealth):
         super().__init__(tensors.name)
         self.tensors = tensors
         self.url = f"{torchserve_url}/predictions/{tensors.name}"
-        self.ping_url = f"{torchserve_url}/ping"
         self.max_images = max_images
         self.client = client
-        self.ping_headers = ping_headers
+        self.health = health
         self.ready = True
 
     async def healthy(self) -> bool:
-        return await torchserve_healthy(self.client, self.ping_url, self.ping_headers())
+        return await self.health.healthy()
 
     def get_input_types(self) -> list[dict]:
         return self.tensors.inputs()
@@ -88,7 +90,7 @@ class TorchServeModel(Model):
         tensor = self._the_input(payload)
         items = self._items(tensor)
         forwarded = {name: value for name, value in (headers or {}).items() if name.lower() in FORWARDED_HEADERS}
-        answers = await asyncio.gather(*(self._send(item, payload.id, forwarded) for item in items))
+        answers = await asyncio.gather(*(self._send(item, forwarded) for item in items))
         _raise_first_failure(answers)
         return self._response(answers, payload)
 
@@ -103,30 +105,32 @@ class TorchServeModel(Model):
             raise InvalidInput(f"{err.code}: {err.message}") from None
         return tensor
 
-    def _items(self, tensor: InferInput) -> list[dict]:
-        """One single-image OIP input per image: base64 text for encoded images, flat FP32 rows for pixels."""
+    def _items(self, tensor: InferInput) -> list[tuple[bytes, str]]:
+        """One /predictions body per image, with its content type: the encoded image as it came, or one row of
+        pixels as a single-image protocol request."""
         try:
             values = tensor.as_numpy()
         except (ValueError, TypeError) as err:
             raise InvalidInput(f"bad_tensor: input {tensor.name!r} data does not match its shape {tensor.shape}: {err}") from None
         if tensor.name == oip.IMAGES:
-            return [{"name": oip.IMAGES, "datatype": "BYTES", "shape": [1], "data": [_as_text(v)]} for v in values.reshape(-1)]
+            return [(_image_bytes(value), "application/octet-stream") for value in values.reshape(-1)]
         crop = self.tensors.crop
-        return [{"name": oip.PIXELS, "datatype": "FP32", "shape": [1, 3, crop, crop], "data": row.reshape(-1)} for row in values]
+        return [(orjson.dumps({"inputs": [{"name": oip.PIXELS, "datatype": "FP32", "shape": [1, 3, crop, crop], "data": row.reshape(-1)}]},
+                              option=orjson.OPT_SERIALIZE_NUMPY), "application/json") for row in values]
 
-    async def _send(self, item: dict, request_id: str | None, headers: dict[str, str]) -> _Answer:
-        document = {"inputs": [item]} | ({"id": request_id} if request_id else {})
-        body = orjson.dumps(document, option=orjson.OPT_SERIALIZE_NUMPY)
+    async def _send(self, item: tuple[bytes, str], headers: dict[str, str]) -> _Answer:
+        body, content_type = item
         try:
-            response = await self.client.post(self.url, content=body, timeout=self.tensors.timeout_s,
-                                              headers={"Content-Type": "application/json", **headers})
-        except httpx.HTTPError as err:
-            return _Answer(503, {"error": f"torchserve_unreachable: {type(err).__name__}: {err}"})
-        return _Answer(response.status_code, _json_or_text(response))
+            response = await self.client.request("POST", self.url, self.tensors.timeout_s,
+                                                 {"Content-Type": content_type, **headers}, body)
+        except UpstreamError as err:
+            return _Answer(503, {"error": f"torchserve_unreachable: {err}"})
+        return _Answer(response.status, _json_or_text(response))
 
     def _response(self, answers: list[_Answer], payload: InferRequest) -> InferResponse:
-        probabilities = np.array([_output(a.body, oip.PROBABILITIES) for a in answers], dtype=np.float32)
-        labels = np.array([[label.encode() for label in _output(a.body, oip.LABELS)] for a in answers], dtype=np.object_)
+        rows = [_top_k(answer.body) for answer in answers]
+        probabilities = np.array([[p for _, p in row] for row in rows], dtype=np.float32)
+        labels = np.array([[label.encode() for label, _ in row] for row in rows], dtype=np.object_)
         outputs = []
         for name, datatype, values in ((oip.PROBABILITIES, "FP32", probabilities), (oip.LABELS, "BYTES", labels)):
             output = InferOutput(name=name, shape=list(values.shape), datatype=datatype)
@@ -137,27 +141,27 @@ class TorchServeModel(Model):
                              use_binary_outputs=payload.use_binary_outputs, requested_outputs=payload.request_outputs)
 
 
-async def torchserve_healthy(client: httpx.AsyncClient, ping_url: str, headers: dict[str, str]) -> bool:
-    """TorchServe's /ping answers 200 Healthy once every model has its workers (with token auth on, given the key)."""
-    try:
-        response = await client.get(ping_url, timeout=5, headers=headers)
-    except httpx.HTTPError:
-        return False
-    return response.status_code == 200
-
-
-def _as_text(value: Any) -> str:
-    """Raw bytes (gRPC, binary REST) travel as base64; text from JSON is already the client's base64."""
+def _image_bytes(value: Any) -> bytes:
+    """Raw bytes (gRPC, binary REST) as they are; text from JSON (the client's base64) as its ASCII bytes."""
     if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    return str(value)
+        return bytes(value)
+    return str(value).encode("utf-8")
 
 
-def _json_or_text(response: httpx.Response) -> dict:
+def _top_k(body: Any) -> list[tuple[str, float]]:
+    """(label, probability) pairs, highest first: the handler's {label: probability}, or its protocol response."""
+    if isinstance(body, dict) and isinstance(body.get("outputs"), list):
+        return list(zip(_output(body, oip.LABELS), _output(body, oip.PROBABILITIES)))
+    return list(body.items())
+
+
+def _json_or_text(response: UpstreamAnswer) -> dict:
     try:
-        body = response.json()
-    except ValueError:
-        return {"error": response.text.strip() or f"HTTP {response.status_code}"}
+        body = orjson.loads(response.body)
+    except orjson.JSONDecodeError:
+        return {"error": response.body.decode("utf-8", errors="replace").strip() or f"HTTP {response.status}"}
+    if isinstance(body, list) and len(body) == 1:  # TorchServe's answer to a single-item batch request
+        body = body[0]
     return body if isinstance(body, dict) else {"error": str(body)}
 
 
@@ -177,9 +181,11 @@ def _raise_first_failure(answers: list[_Answer]) -> None:
 
 
 def _error_text(answer: _Answer, where: str) -> str:
-    """The handler writes `code: message`; TorchServe's own refusals carry `type` and `message`."""
+    """The handler writes its code and message; TorchServe's own refusals carry `type` and `message`."""
     body = answer.body
-    if "error" in body and "type" not in body:
+    if body.get("source") == ERROR_SOURCE:  # the handler's /predictions error
+        return f"{body.get('error')}: {where}{body.get('message', '')}"
+    if "error" in body and "type" not in body:  # the handler's protocol error, `code: message`, or the front's own
         code, _, message = str(body["error"]).partition(": ")
         return f"{code}: {where}{message}" if message else f"{where}{code}"
     if "type" in body:

@@ -63,13 +63,14 @@ async def _send_error(send, status: int, message: str) -> None:
 def serve(config: FrontConfig, run_dir: Path) -> None:
     """Register every model and run both servers until SIGTERM. TorchServe's key file in `run_dir` gives the
     key its health checks need when token authorization is on (clients' requests carry their own)."""
-    import httpx
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
     from ..keys import current_key
     from .forward import ForwardedError, TorchServeModel
+    from .health import TorchServeHealth
+    from .upstream import TorchServeClient
 
     _quiet_logs()
 
@@ -77,12 +78,13 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
         key = current_key(run_dir)
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    client = httpx.AsyncClient(limits=httpx.Limits(max_connections=None, max_keepalive_connections=config.max_images * 4))
+    client = TorchServeClient()
     server = ModelServer(http_port=config.rest_port, grpc_port=config.grpc_port, enable_grpc=False, workers=1,
                          enable_docs_url=False)
-    server.dataplane = _torchserve_dataplane(server.registered_models, client, f"{config.torchserve_url}/ping", ping_headers)
+    health = TorchServeHealth(client, f"{config.torchserve_url}/ping", ping_headers)
+    server.dataplane = _torchserve_dataplane(server.registered_models, health)
     for tensors in config.models:
-        model = TorchServeModel(tensors, config.torchserve_url, config.max_images, client, ping_headers)
+        model = TorchServeModel(tensors, config.torchserve_url, config.max_images, client, health)
         model.enable_latency_logging = False
         server.register_model(model)
     app.add_exception_handler(ForwardedError, _forwarded_error_handler)
@@ -115,12 +117,10 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _torchserve_dataplane(registry, client, ping_url: str, ping_headers):
+def _torchserve_dataplane(registry, health):
     """KServe's data plane, but the server is ready only while TorchServe is (its /ping), and says it is tsvk."""
     from kserve.protocol.dataplane import DataPlane
     from tsvk import __version__
-
-    from .forward import torchserve_healthy
 
     class TorchServeDataPlane(DataPlane):
         def __init__(self):
@@ -128,7 +128,7 @@ def _torchserve_dataplane(registry, client, ping_url: str, ping_headers):
             self._server_name, self._server_version = "tsvk", __version__
 
         async def ready(self) -> bool:
-            return await torchserve_healthy(client, ping_url, ping_headers())
+            return await health.healthy()
 
         def decode_inference_request(self, body, headers, model_name):
             from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER
