@@ -112,17 +112,18 @@ def _images_request(values) -> InferRequest:
 
 def test_images_travel_as_they_came_and_answers_become_tensors():
     jpeg = b"\xff\xd8raw jpeg bytes"
-    text = base64.b64encode(b"\x89PNG png bytes").decode()
+    png = b"\x89PNG png bytes"
+    wrapped = base64.b64encode(jpeg).decode()[:8] + "\n" + base64.b64encode(jpeg).decode()[8:]  # the handler unwraps it
 
     async def scenario(torchserve, client):
-        response = await _model(torchserve.url, client).predict(_images_request([jpeg, text]))
+        response = await _model(torchserve.url, client).predict(_images_request([jpeg, base64.b64encode(png).decode(), wrapped]))
         return response, torchserve.bodies
 
     response, bodies = _run(scenario)
-    assert bodies == [("application/octet-stream", jpeg), ("application/octet-stream", text.encode())]
+    assert bodies == [("application/octet-stream", jpeg), ("application/octet-stream", png), ("application/octet-stream", wrapped.encode())]
     outputs = {output.name: output for output in response.outputs}
-    assert outputs[oip.PROBABILITIES].shape == [2, 2] and outputs[oip.LABELS].shape == [2, 2]
-    assert np.allclose(np.asarray(outputs[oip.PROBABILITIES].data, dtype=np.float32).reshape(2, 2), [[0.75, 0.25]] * 2)
+    assert outputs[oip.PROBABILITIES].shape == [3, 2] and outputs[oip.LABELS].shape == [3, 2]
+    assert np.allclose(np.asarray(outputs[oip.PROBABILITIES].data, dtype=np.float32).reshape(3, 2), [[0.75, 0.25]] * 3)
     assert response.id == "r1"
 
 

@@ -3,8 +3,8 @@
 Each image (or row of preprocessed pixels) of a request goes to TorchServe's /predictions as a request of
 its own, all at once, so TorchServe's batcher batches them with each other and with every other client's;
 the answers are put back together in order. An encoded image travels as it came: raw bytes (gRPC, binary
-REST) or the client's base64 text (JSON REST), which the handler reads like any /predictions body, so the
-front never re-encodes an image and the handler never parses a tensor document for it. Pixels travel as a
+REST) or decoded from the client's base64 text (JSON REST), and the handler reads it like any /predictions
+body: the front never re-encodes an image and the handler never parses a tensor document for it. Pixels travel as a
 single-image protocol request (JSON), which the handler checks against the archive's crop.
 
 A request whose images all succeed gets `probabilities` and `labels` of shape [N, k]; one that has a failed
@@ -16,6 +16,8 @@ TorchServe's token authorization decides, exactly as for /predictions.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -142,10 +144,16 @@ class TorchServeModel(Model):
 
 
 def _image_bytes(value: Any) -> bytes:
-    """Raw bytes (gRPC, binary REST) as they are; text from JSON (the client's base64) as its ASCII bytes."""
+    """Raw bytes (gRPC, binary REST) as they are; text from JSON (the client's base64) decoded here, where it
+    costs the least (the handler would search the body for other forms first). Text that is not plain
+    base64 goes as it is: the handler reads the other forms it accepts (URL-safe, wrapped) or says why not."""
     if isinstance(value, (bytes, bytearray)):
         return bytes(value)
-    return str(value).encode("utf-8")
+    text = str(value).encode("utf-8")
+    try:
+        return base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        return text
 
 
 def _top_k(body: Any) -> list[tuple[str, float]]:
