@@ -18,10 +18,18 @@ def topk_answers(logits: torch.Tensor, labels: list[str] | None, k: int) -> list
     """Softmax in float32 whatever the model's precision, then one device->host copy for the batch."""
     probabilities = torch.softmax(logits.float(), dim=1)
     values, indices = torch.topk(probabilities, min(k, probabilities.shape[1]), dim=1)
-    return [
-        {label_for(labels, index): probability for index, probability in zip(row_indices, row_values)}
-        for row_indices, row_values in zip(indices.tolist(), values.tolist())
-    ]
+    return [_answer(labels, row_indices, row_values) for row_indices, row_values in zip(indices.tolist(), values.tolist())]
+
+
+def _answer(labels: list[str] | None, indices: list[int], probabilities: list[float]) -> dict[str, float]:
+    """{label: probability}, highest first. Label files may name two classes alike (ImageNet has two
+    "crane"s and two "maillot"s); a dict would keep one of them and answer fewer than k classes, so a
+    repeated name gets its class index: `crane (517)`."""
+    answer: dict[str, float] = {}
+    for index, probability in zip(indices, probabilities):
+        label = label_for(labels, index)
+        answer[f"{label} ({index})" if label in answer else label] = probability
+    return answer
 
 
 def first_tensor(output) -> torch.Tensor:

@@ -164,6 +164,15 @@ def test_labels_in_synset_form_use_the_name(tmp_path):
     assert all(label.startswith("name_") for label in answer)
 
 
+def test_classes_named_alike_are_all_answered():
+    """ImageNet names two classes "crane": a top-k answer keeps both, the second with its index."""
+    from tsvk.postprocess import topk_answers
+
+    logits = torch.tensor([[0.0, 3.0, 2.0, 1.0]])
+    answer = topk_answers(logits, ["tench", "crane", "crane", "maillot"], k=3)[0]
+    assert list(answer) == ["crane", "crane (2)", "maillot"]
+
+
 def test_bad_settings_fail_at_load_naming_the_key(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["preprocess"]["backend"] = "opencv"
