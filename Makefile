@@ -31,7 +31,7 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--auth,$(AUTH)) $(call switch,--core-pinning,$(PINNING)) $(call opt,--response-timeout,$(RESPONSE_TIMEOUT)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
   $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--protocol,$(PROTOCOL)) \
-  $(call opt,--output,$(CONFIG)))
+  $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--output,$(CONFIG)))
 
 tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS)) $(call opt,--min-img-s,$(MIN_IMG_S)) \
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \

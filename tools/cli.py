@@ -91,7 +91,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _register_config(commands) -> None:
     p = commands.add_parser("config", help="write a thread-tuned TorchServe config.properties")
     p.add_argument("--vcpus", type=positive_int, help="vCPUs to plan for (default: detected from the cgroup quota and affinity mask)")
-    p.add_argument("--workers", type=positive_int, help="workers per model (default: one per GPU, else what the archive suggests)")
+    p.add_argument("--workers", type=positive_int, help="workers per model (default: one per GPU; else what the archive suggests, if it "
+                   "was built with --workers; else one single-threaded worker per vCPU, as many as --memory-mb holds)")
+    p.add_argument("--memory-mb", type=positive_int, help="memory TorchServe may use, MiB: bounds the planned workers, each "
+                   "estimated from its archive's size (256-16777216; default: the cgroup limit, else this machine's memory)")
     p.add_argument("--gpus", type=non_negative_int, help="GPUs to use (default: all CUDA devices visible)")
     p.add_argument("--batch", type=positive_int, help="batch size per model (default: the archive's suggestion; at most its compiled max batch)")
     p.add_argument("--max-batch-delay", type=non_negative_int, dest="max_batch_delay_ms",
@@ -206,7 +209,8 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
                    f"(default: min({defaults.BATCH}, max batch); tsvk config decides)")
     p.add_argument("--max-batch-delay", type=non_negative_int, default=defaults.MAX_BATCH_DELAY_MS, dest="max_batch_delay_ms",
                    help=f"suggested ms to wait for a batch to fill (default {defaults.MAX_BATCH_DELAY_MS})")
-    p.add_argument("--workers", type=positive_int, default=defaults.WORKERS, help=f"suggested workers per model (default {defaults.WORKERS})")
+    p.add_argument("--workers", type=positive_int, help="suggested workers per model (default: tsvk config plans them: "
+                   "on the CPU, one single-threaded worker per vCPU, as many as memory holds)")
     p.add_argument("--topk", type=positive_int, default=defaults.TOPK, help=f"classes in each answer (default {defaults.TOPK})")
     p.add_argument("--exact-jpeg-decode", action="store_true",
                    help="decode large JPEGs at full size instead of a reduced DCT scale (slower; see docs/handler.md)")

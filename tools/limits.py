@@ -30,6 +30,7 @@ BOUNDS: dict[str, tuple[int, int]] = {
     "oip_grpc_port": (1, 65_535),
     "deadline_ms": (1, 3_600_000),
     "token_expiry_min": (1, 525_600),  # at most a year
+    "memory_mb": (256, 16_777_216),  # 256 MiB to 16 TiB
 }
 # The `tsvk config` flag of a field, where it is not the field's name in dashes.
 FLAGS = {"max_batch_delay_ms": "--max-batch-delay", "response_timeout_s": "--response-timeout"}

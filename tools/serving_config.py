@@ -24,6 +24,7 @@ from .archive_info import MODEL_VERSION, list_archives, read_archive_settings
 from .errors import UsageError
 from .fsutil import write_text_atomic
 from .limits import BOUNDS, bound_problem, model_name_problem
+from .worker_plan import cpu_workers, memory_budget_mb, worker_estimate_mb
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ class ServingRequest:
     metrics_address: str = defaults.METRICS_ADDRESS
     grpc_inference_port: int = defaults.GRPC_INFERENCE_PORT
     grpc_management_port: int = defaults.GRPC_MANAGEMENT_PORT
+    memory_mb: int | None = None  # what TorchServe may use; None: the cgroup limit, else the machine's memory
     protocol: str = defaults.PROTOCOL  # "oip": also the Open Inference Protocol front `tsvk serve` starts
     oip_address: str = defaults.OIP_ADDRESS
     oip_rest_port: int = defaults.OIP_REST_PORT
@@ -101,7 +103,7 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
     vcpus = request.vcpus or detect_vcpus()
     gpus = request.gpus if request.gpus is not None else _detect_gpus()
     names, archives = _resolve_models(request)
-    workers = {name: _workers(request, gpus, archives.get(name), max(1, vcpus // len(names))) for name in names}
+    workers = _workers(request, gpus, names, archives, max(1, vcpus // len(names)))
     batches = {name: request.batch or _suggested(archives.get(name)).batch_size for name in names}
     problems = [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
     problems += [p for p in (_batch_problem(name, batches[name], archives.get(name)) for name in names) if p]
@@ -184,16 +186,23 @@ def _suggested(settings: HandlerSettings | None) -> ServingDefaults:
     return settings.serving if settings else ServingDefaults()
 
 
-def _workers(request: ServingRequest, gpus: int, settings: HandlerSettings | None, cpu_share: int) -> int:
-    """Asked-for workers; else one per GPU; else, for a detector on the CPU, one per vCPU of its share (a
-    detector's post-processing runs on one thread: measured, 2 workers x 1 thread served 3.1 img/s of
-    fasterrcnn_mobilenet_v3_large_320_fpn where 1 worker x 2 threads served 1.6, on 2 vCPUs); else what
-    the archive suggests."""
+def _workers(request: ServingRequest, gpus: int, names: list[str], archives: dict[str, HandlerSettings], cpu_share: int) -> dict[str, int]:
+    """Asked-for workers; else one per GPU; else what an archive built with `--workers` suggests; else, on the
+    CPU, single-threaded workers as memory holds (worker_plan.py); without the archive (--no-archive-check),
+    `defaults.WORKERS`, since nothing tells how much memory a worker takes."""
     if request.workers or gpus:
-        return request.workers or gpus
-    if settings is not None and settings.task == "detect":
-        return cpu_share
-    return _suggested(settings).workers
+        return {name: request.workers or gpus for name in names}
+    fixed = {name: _suggested(archives.get(name)).workers or defaults.WORKERS for name in names
+             if name not in archives or archives[name].serving.workers is not None}
+    planned = [name for name in names if name not in fixed]
+    if not planned:
+        return fixed
+    paths = list_archives(request.model_store)
+    estimates = {name: worker_estimate_mb(paths[name]) for name in names if name in paths}
+    budget, _ = memory_budget_mb(request.memory_mb)
+    budget -= sum(count * estimates.get(name, 0.0) for name, count in fixed.items())
+    chosen = fixed | cpu_workers({name: cpu_share for name in planned}, {name: estimates[name] for name in planned}, budget)
+    return {name: chosen[name] for name in names}
 
 
 def _check_counts(request: ServingRequest) -> list[str]:
@@ -364,7 +373,8 @@ def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
         }}
         for m in plan.models
     }
-    why = "fixed worker counts (min = max: no scaling surprises), batch size within each archive's compiled max batch"
+    why = ("fixed worker counts (min = max: no scaling surprises): as asked, one per GPU or the archive's suggestion, else on the "
+           "CPU\n# one single-threaded worker per vCPU, as many as memory holds; batch size within each archive's compiled max batch")
     tuned = "; ".join(f"{m.name}: {m.measured}" for m in plan.models if m.measured)
     return [
         ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),

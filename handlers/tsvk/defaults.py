@@ -48,7 +48,12 @@ INT8_MAX_TOP1_DROP = 0.01  # where labels are known: top-1 accuracy may fall by 
 # What an archive suggests to `tsvk config`, and what `tsvk config` uses without an archive.
 BATCH = 8  # requests per batch, never above the artifact's max batch
 MAX_BATCH_DELAY_MS = 50  # how long TorchServe waits for a batch to fill
-WORKERS = 1  # workers per model, where neither the user nor the GPUs decide
+WORKERS = 1  # workers per model where nothing else decides: no GPU, no archive to size them (--no-archive-check)
+# On the CPU `tsvk config` plans single-threaded workers, one per vCPU of each model's share, as many as
+# memory holds (docs/benchmarks.md, "The rule and the tune"). A worker's memory is estimated as:
+WORKER_RUNTIME_MB = 700  # what a CPU worker holds beyond its model: torch, the handler, a batch of images
+WORKER_ARCHIVE_FACTOR = 4  # plus this many times its archive's size: weights, compiled code, activations
+FRONTEND_MB = 512  # TorchServe's Java frontend, beside the workers
 RESPONSE_TIMEOUT_S = 120
 
 # `tsvk config`: the TorchServe config.properties it writes.

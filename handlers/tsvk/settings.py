@@ -14,8 +14,7 @@ from typing import Any, Mapping
 
 from .defaults import (BATCH, DEVICE, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
                        MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD,
-                       TASK,
-                       TOPK, WORKERS)
+                       TASK, TOPK)
 
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
@@ -122,7 +121,7 @@ class ServingDefaults:
 
     batch_size: int = BATCH
     max_batch_delay_ms: int = MAX_BATCH_DELAY_MS
-    workers: int = WORKERS
+    workers: int | None = None  # None: `tsvk config` plans them (single-threaded CPU workers as memory allows)
     response_timeout_s: int = RESPONSE_TIMEOUT_S
 
 
@@ -261,7 +260,7 @@ def _build_serving(reader: "_Reader") -> ServingDefaults:
     return ServingDefaults(
         batch_size=reader.integer("batch_size", defaults.batch_size, minimum=1),
         max_batch_delay_ms=reader.integer("max_batch_delay_ms", defaults.max_batch_delay_ms, minimum=0),
-        workers=reader.integer("workers", defaults.workers, minimum=1),
+        workers=reader.optional_integer("workers", minimum=1),
         response_timeout_s=reader.integer("response_timeout_s", defaults.response_timeout_s, minimum=1),
     )
 
@@ -348,6 +347,17 @@ class _Reader:
         if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
             self._bad(key, f"an integer >= {minimum}" if minimum is not None else "an integer", value)
             return default if isinstance(default, int) else (minimum or 0)
+        return value
+
+    def optional_integer(self, key: str, minimum: int) -> int | None:
+        """An integer >= minimum, or None where the key is absent or null."""
+        self.known.add(key)
+        value = self.raw.get(key)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self._bad(key, f"an integer >= {minimum} or null", value)
+            return None
         return value
 
     def boolean(self, key: str, default: bool) -> bool:

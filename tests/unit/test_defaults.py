@@ -21,7 +21,7 @@ from tsvk_tools.bench import run as bench_run
 from tsvk_tools.build import BuildRequest
 from tsvk_tools.serving_config import ServingRequest
 
-SERVING = {"batch_size": defaults.BATCH, "max_batch_delay_ms": defaults.MAX_BATCH_DELAY_MS, "workers": defaults.WORKERS,
+SERVING = {"batch_size": defaults.BATCH, "max_batch_delay_ms": defaults.MAX_BATCH_DELAY_MS, "workers": None,  # None: tsvk config plans them
            "response_timeout_s": defaults.RESPONSE_TIMEOUT_S}
 
 
@@ -75,7 +75,8 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
 
     plan = plan_serving(ServingRequest(vcpus=2, gpus=0, models=("m",), archive_check=False))
     model = plan.models[0]
-    assert (model.batch, model.max_batch_delay_ms, model.workers, model.response_timeout_s) == tuple(SERVING.values())
+    assert (model.batch, model.max_batch_delay_ms, model.response_timeout_s) == (defaults.BATCH, defaults.MAX_BATCH_DELAY_MS, defaults.RESPONSE_TIMEOUT_S)
+    assert model.workers == defaults.WORKERS  # nothing tells a worker's memory without the archive
 
 
 @pytest.mark.parametrize("command, flag, default", [
@@ -89,7 +90,7 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
     (("archive",), "--precision", defaults.PRECISION),
     (("archive",), "--max-batch", defaults.MAX_BATCH),
     (("archive",), "--max-batch-delay", defaults.MAX_BATCH_DELAY_MS),
-    (("archive",), "--workers", defaults.WORKERS),
+    (("archive",), "--workers", None),  # None: tsvk config plans them (tools/worker_plan.py)
     (("archive",), "--topk", defaults.TOPK),
     (("archive",), "--model-store", Path(defaults.MODEL_STORE)),
     (("compile",), "--max-batch", defaults.MAX_BATCH),

@@ -99,7 +99,7 @@ OPTIONS = [
     Option("MINUTES", "--minutes", "soak tune", "5"),
     Option("P99_MS", "--p99-ms", "tune", "1500"),
     Option("MIN_IMG_S", "--min-img-s", "tune", "5"),
-    Option("MEMORY_MB", "--memory-mb", "tune", "6000"),
+    Option("MEMORY_MB", "--memory-mb", "config tune", "6000"),
     Option("IMAGES", "--images", "bench-accuracy", "photos/"),
 ]
 
