@@ -68,7 +68,45 @@ def test_finds_the_known_optimum():
     result = search(machine).run()
     assert result.chosen.candidate.of("net") == machine.best
     assert result.goal_met and result.stopped_because.startswith("no neighbour")
-    assert len(machine.runs) == len(set(machine.runs)), "a candidate was measured twice"
+    searched = [t.candidate for t in result.trials if t.phase != "confirm"]
+    assert len(searched) == len(set(searched)), "a candidate was measured twice before the confirmation"
+
+
+RULE_PLAN = ModelConfig(4, 1, 1, 8, 50)  # what `tsvk config` plans on 4 vCPUs: 4 x 1 at the archive's batch and delay
+
+
+def test_the_leaders_and_the_rule_plan_are_measured_again():
+    machine = FakeMachine(best=ModelConfig(4, 1, 1, 4, 10))
+    result = search(machine).run()
+    confirmed = [t.candidate.of("net") for t in result.trials if t.phase == "confirm"]
+    assert result.chosen.candidate.of("net") in confirmed and RULE_PLAN in confirmed
+    assert result.chosen.candidate.of("net") == machine.best
+
+
+def search_judged(result) -> list[Trial]:
+    """The chosen trial and the confirmed ones, as the search judged them (all measurements together)."""
+    from tsvk_tools.tune.search import _together
+
+    confirmed = {t.candidate for t in result.trials if t.phase == "confirm"}
+    return [_together([t for t in result.trials if t.candidate == c and t.measured]) for c in confirmed]
+
+
+@dataclass
+class LuckyOnce(FakeMachine):
+    """The rule's plan measures 130 img/s the first time (a lucky window), its true value after."""
+
+    def img_s(self, c: ModelConfig) -> float:
+        if c == RULE_PLAN and sum(1 for run in self.runs if run.of("net") == c) == 1:
+            return 130.0
+        return super().img_s(c)
+
+
+def test_a_lucky_first_window_is_measured_again_and_averaged():
+    machine = LuckyOnce()
+    result = search(machine).run()
+    assert sum(1 for run in machine.runs if run.of("net") == RULE_PLAN) == 2
+    judged = {t.candidate.of("net"): t.measurement.img_s for t in search_judged(result)}
+    assert judged[RULE_PLAN] == pytest.approx((130.0 + FakeMachine.img_s(machine, RULE_PLAN)) / 2)
 
 
 def test_the_coarse_pass_asks_1xN_versus_Nx1_first():

@@ -9,6 +9,12 @@ search: measure the worker/thread splits first (the 1 x N versus N x 1 question)
 step in one dimension at a time from the best, moving as soon as a neighbour is clearly better
 (by more than the noise, TUNE_NOISE), until no neighbour is or the budget is spent.
 
+Confirmation: one window can be lucky or unlucky by more than the noise (a slow start, another
+process). With the time the climb leaves, the leaders (TUNE_CONFIRM of them) and the plan `tsvk config`
+writes without a tune (the N x 1 split at the archives' batch and delay) are measured once more, and each
+candidate is judged by all its measurements together: mean images/s, worst p99, largest memory. So the
+tune's answer has been measured against the default plan at least twice before it replaces it.
+
 Budget: the next candidate is started only while the time left covers the longest candidate so far;
 each measurement also gets the search's deadline and is cut there, so the whole search ends within
 the budget. Candidates that clearly lose stop after their first, short window (early stop); and a
@@ -22,8 +28,9 @@ so. The search is pure: measuring is a function passed in, so tests run it on ma
 from __future__ import annotations
 
 import math
+import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from tsvk import defaults
@@ -160,6 +167,7 @@ class Search:
 
     def run(self) -> SearchResult:
         stopped = self._coarse() or self._climb()
+        self._confirm()
         chosen = self.best()
         problems = problems_of(chosen, self.goal) if chosen else ["no candidate could be measured"]
         return SearchResult(self.trials, chosen, chosen is not None and not problems, problems, stopped,
@@ -190,16 +198,36 @@ class Search:
             if not moved:
                 return "no neighbour of the best is better (a local optimum)"
 
+    def _confirm(self) -> None:
+        """Measure the leaders and the rule's plan once more, while the budget allows."""
+        leaders = sorted(self._judged(), key=lambda t: score(t, self.goal), reverse=True)[:defaults.TUNE_CONFIRM]
+        rule_plan = self.space.coarse()[-1]
+        again = [t.candidate for t in leaders] + [c for c in (rule_plan,) if c not in {t.candidate for t in leaders}]
+        for candidate in again:
+            if candidate not in {t.candidate for t in self._judged()}:
+                continue  # never fully measured (skipped, failed, stopped early): nothing to confirm
+            if not self._time_for_another():
+                return
+            self._try(candidate, "confirm", early_stop=False)  # a confirmation is always measured in full
+
     def best(self) -> Trial | None:
-        measured = [t for t in self.trials if t.measured]
-        return max(measured, key=lambda t: score(t, self.goal)) if measured else None
+        judged = self._judged()
+        return max(judged, key=lambda t: score(t, self.goal)) if judged else None
+
+    def _judged(self) -> list[Trial]:
+        """One trial per fully measured candidate, holding all its measurements together."""
+        by_candidate: dict[Candidate, list[Trial]] = {}
+        for trial in self.trials:
+            if trial.measured:
+                by_candidate.setdefault(trial.candidate, []).append(trial)
+        return [_together(trials) for trials in by_candidate.values()]
 
     def _time_for_another(self) -> bool:
         """Start another candidate only if the time left covers the longest one so far."""
         longest = max((t.measurement.seconds for t in self.trials if t.measurement), default=0.0)
         return self.deadline - self.clock() > max(longest, 1.0)
 
-    def _try(self, candidate: Candidate, phase: str) -> Trial | None:
+    def _try(self, candidate: Candidate, phase: str, early_stop: bool = True) -> Trial | None:
         self.tried.add(candidate)
         trial = Trial(len(self.trials) + 1, phase, candidate, estimated_mb=self.memory.estimate_mb(candidate))
         self.trials.append(trial)
@@ -208,7 +236,8 @@ class Search:
             trial.skipped = f"estimated {trial.estimated_mb:,.0f} MiB > cap {cap:,.0f} MiB"
             self.progress(f"tune: candidate {trial.number} skipped: {candidate.describe()}: {trial.skipped}")
             return None
-        trial.measurement = self.measure(candidate, self._early_stop_rule(), self.deadline)
+        rule = self._early_stop_rule() if early_stop else (lambda first: "")
+        trial.measurement = self.measure(candidate, rule, self.deadline)
         self.memory.learn(trial.measurement.frontend_rss_mb, trial.measurement.worker_rss_mb)
         self.progress(self._progress_line(trial))
         return trial
@@ -251,3 +280,25 @@ class Search:
         return (f"tune: candidate {trial.number} of at most {self.at_most()} ({trial.phase}, {m.seconds:.0f} s): "
                 f"{trial.candidate.describe()} -> {outcome}; {best_text}; {self.clock() - self.started:.0f} of "
                 f"{self.budget_s:.0f} s used")
+
+
+def _together(trials: list[Trial]) -> Trial:
+    """A candidate measured more than once, as one trial (numbered as its latest): the mean images/s (per
+    model too), the worst p99 and the largest memory of its measurements."""
+    if len(trials) == 1:
+        return trials[0]
+    measurements = [t.measurement for t in trials]
+    latest = measurements[-1]
+    per_model = {name: dict(model, img_s=statistics.mean(m.per_model[name].get("img_s") or 0 for m in measurements),
+                            p99_ms=max(m.per_model[name].get("p99_ms") or 0 for m in measurements))
+                 for name, model in latest.per_model.items()}
+    merged = replace(latest, img_s=statistics.mean(m.img_s for m in measurements),
+                     p50_ms=_largest(m.p50_ms for m in measurements), p99_ms=_largest(m.p99_ms for m in measurements),
+                     peak_rss_mb=_largest(m.peak_rss_mb for m in measurements), requests=sum(m.requests for m in measurements),
+                     errors=sum(m.errors for m in measurements), per_model=per_model)
+    return replace(trials[-1], measurement=merged)
+
+
+def _largest(values) -> float | None:
+    present = [v for v in values if v is not None]
+    return max(present) if present else None
