@@ -203,3 +203,15 @@ def test_two_models_share_the_cores():
 @pytest.mark.parametrize("vcpus, splits", [(1, [(1, 1)]), (2, [(1, 2), (2, 1)]), (6, [(1, 6), (2, 3), (4, 1), (6, 1)])])
 def test_coarse_splits(vcpus, splits):
     assert [(c.of("net").workers, c.of("net").intra) for c in one_model_space(vcpus).coarse()] == splits
+
+
+def test_the_rule_plan_stays_unless_clearly_beaten():
+    """A machine whose optimum is 2% better than the rule's plan: within the noise, so the plan stays."""
+
+    @dataclass
+    class NearlyFlat(FakeMachine):
+        def img_s(self, c: ModelConfig) -> float:
+            return 102.0 if c == ModelConfig(4, 1, 1, 4, 50) else 100.0 if c == RULE_PLAN else 60.0
+
+    result = search(NearlyFlat()).run()
+    assert result.chosen.candidate.of("net") == RULE_PLAN

@@ -12,8 +12,9 @@ step in one dimension at a time from the best, moving as soon as a neighbour is 
 Confirmation: one window can be lucky or unlucky by more than the noise (a slow start, another
 process). With the time the climb leaves, the leaders (TUNE_CONFIRM of them) and the plan `tsvk config`
 writes without a tune (the N x 1 split at the archives' batch and delay) are measured once more, and each
-candidate is judged by all its measurements together: mean images/s, worst p99, largest memory. So the
-tune's answer has been measured against the default plan at least twice before it replaces it.
+candidate is judged by all its measurements together: mean images/s, worst p99, largest memory. The
+rule's plan is kept unless the best is clearly better than it (by more than TUNE_NOISE), so a tuned config
+departs from the default only where the measurements say it pays.
 
 Budget: the next candidate is started only while the time left covers the longest candidate so far;
 each measurement also gets the search's deadline and is cut there, so the whole search ends within
@@ -168,7 +169,7 @@ class Search:
     def run(self) -> SearchResult:
         stopped = self._coarse() or self._climb()
         self._confirm()
-        chosen = self.best()
+        chosen = self.choice()
         problems = problems_of(chosen, self.goal) if chosen else ["no candidate could be measured"]
         return SearchResult(self.trials, chosen, chosen is not None and not problems, problems, stopped,
                             round(self.clock() - self.started, 1), self.goal.memory_mb)
@@ -209,6 +210,16 @@ class Search:
             if not self._time_for_another():
                 return
             self._try(candidate, "confirm", early_stop=False)  # a confirmation is always measured in full
+
+    def choice(self) -> Trial | None:
+        """The best candidate, unless it is not clearly better (by more than the noise) than the plan `tsvk config`
+        writes without a tune: then that plan, so a tuned config differs from the default only where a
+        measurement says it pays."""
+        best = self.best()
+        rule_plan = next((t for t in self._judged() if t.candidate == self.space.coarse()[-1]), None)
+        if best is None or rule_plan is None or clearly_better(best, rule_plan, self.goal):
+            return best
+        return rule_plan
 
     def best(self) -> Trial | None:
         judged = self._judged()
