@@ -12,6 +12,7 @@ import pytest
 import requests
 
 from tests.support.torchserve import isolated_env
+from tsvk import defaults
 from tsvk_tools import cli
 from tsvk_tools.ports import free_ports
 from tsvk_tools.server import start_torchserve
@@ -49,11 +50,23 @@ def test_a_short_tune_measures_and_writes_a_config_torchserve_serves(resnet18_st
         assert m["img_s"] > 0 and m["p99_ms"] >= m["p50_ms"] > 0 and m["peak_rss_mb"] > 100 and m["worker_rss_mb"]["resnet18"] > 50
     assert document["seconds"] <= BUDGET_MIN * 60
     chosen = next(c for c in document["candidates"] if c["number"] == document["chosen"])
-    assert chosen["measurement"]["img_s"] == max(c["measurement"]["img_s"] for c in measured if not c["measurement"]["stopped_early"] and not c.get("misses"))
-    assert chosen["on_pareto_front"]
+    judged = _judged(measured)  # each candidate as the search judges it: the mean of its measurements
+    best = max(judged, key=judged.get)
+    rule_plan = next(c["describe"] for c in measured if c["phase"] == "coarse" and c["config"]["resnet18"]["workers"] == 2)
+    assert chosen["describe"] == best or (chosen["describe"] == rule_plan and judged[best] <= judged[rule_plan] * (1 + defaults.TUNE_NOISE))
+    assert document["chosen_measurement"]["img_s"] == pytest.approx(judged[chosen["describe"]])
 
     _same_keys_and_security_as_tsvk_config(output, resnet18_store, tmp_path)
     _serves_the_chosen_numbers(output, chosen["config"]["resnet18"], tmp_path)
+
+
+def _judged(rows: list[dict]) -> dict[str, float]:
+    """Mean images/s per candidate config over its full measurements (no early stop, no missed goal)."""
+    values: dict[str, list[float]] = {}
+    for row in rows:
+        if not row["measurement"]["stopped_early"] and not row.get("misses"):
+            values.setdefault(row["describe"], []).append(row["measurement"]["img_s"])
+    return {describe: sum(v) / len(v) for describe, v in values.items()}
 
 
 def _same_keys_and_security_as_tsvk_config(tuned, store, tmp_path):
