@@ -28,6 +28,7 @@ from . import features
 from .deadline import arrival_times, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
 from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
+from .heap import HeapTrimmer
 from .inputs import PREDICTIONS, Payload, read_request
 from .labels import load_labels
 from .loading import LoadedModel, bind_worker_device, load_model, worker_device
@@ -113,6 +114,7 @@ class VisionService:
         self.labels = task.labels
         self.metrics = metrics
         self.worker = worker
+        self.heap = HeapTrimmer(self.settings.runtime.heap_trim_interval_ms)
 
     @classmethod
     def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
@@ -140,6 +142,7 @@ class VisionService:
         outcome = self.answer(data, arrivals)
         if context is not None:
             report_statuses(context, outcome.statuses)
+        self.heap.after_batch()
         return outcome.answers
 
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:

@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, DEVICE, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
+from .defaults import (BATCH, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
                        MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD,
                        TASK, TOPK)
 
@@ -90,6 +90,7 @@ class RuntimeSettings:
     topk: int = TOPK
     intra_op_threads: int = 0
     inter_op_threads: int = 1
+    heap_trim_interval_ms: int = HEAP_TRIM_INTERVAL_MS
 
 
 @dataclass(frozen=True)
@@ -252,6 +253,7 @@ def _build_runtime(reader: "_Reader") -> RuntimeSettings:
         topk=reader.integer("topk", defaults.topk, minimum=1),
         intra_op_threads=reader.integer("intra_op_threads", defaults.intra_op_threads, minimum=0),
         inter_op_threads=reader.integer("inter_op_threads", defaults.inter_op_threads, minimum=1),
+        heap_trim_interval_ms=reader.integer("heap_trim_interval_ms", defaults.heap_trim_interval_ms, minimum=0),
     )
 
 

@@ -1,0 +1,57 @@
+"""Handing a worker's freed heap back to the system, so its resident memory follows what it holds.
+
+Batches of varying size and shape allocate and free hundreds of MiB of tensors and pixels. glibc
+keeps freed chunks mapped (its trim threshold grows with the largest block freed), so a worker's RSS
+sits well above its live heap and creeps up over hours as the free space fragments. `malloc_trim(0)`
+returns every free page, from the top of each arena and inside it. It costs a few milliseconds with a
+model in the heap, so a worker calls it at most once per interval, after a batch has been answered.
+Elsewhere than glibc (musl, macOS) there is no such call and nothing is done.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import logging
+import time
+from typing import Callable
+
+log = logging.getLogger(__name__)
+
+
+def glibc_malloc_trim() -> Callable[[], None] | None:
+    """glibc's malloc_trim(0) as a Python callable, or None where the C library has none."""
+    name = ctypes.util.find_library("c")
+    try:
+        function = ctypes.CDLL(name).malloc_trim
+    except (OSError, AttributeError, TypeError):
+        return None
+    function.argtypes = [ctypes.c_size_t]
+    function.restype = ctypes.c_int
+    return lambda: function(0)
+
+
+class HeapTrimmer:
+    """Calls `trim` when `due()` is asked at least `interval_ms` after the last call; 0 turns it off."""
+
+    def __init__(self, interval_ms: int, trim: Callable[[], None] | None = None,
+                 clock: Callable[[], float] = time.monotonic):
+        self.interval_s = interval_ms / 1e3
+        self.trim = trim if trim is not None or interval_ms == 0 else glibc_malloc_trim()
+        self.clock = clock
+        self.last = clock()
+        self.trims = 0
+        if interval_ms and self.trim is None:
+            log.info("no malloc_trim in this C library: freed heap stays with the worker")
+
+    def after_batch(self) -> bool:
+        """Trim if the interval has passed since the last trim; True when it did."""
+        if self.trim is None or self.interval_s <= 0:
+            return False
+        now = self.clock()
+        if now - self.last < self.interval_s:
+            return False
+        self.trim()
+        self.last = self.clock()
+        self.trims += 1
+        return True
