@@ -19,7 +19,7 @@ from .calibration import Photos, int8_photos
 from .errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model
 from .verify import Tolerance, VerificationReport, verify_artifact
-from .verify_int8 import AgreementReport, verify_int8
+from .verify_int8 import AgreementReport, PixelAgreementReport, verify_int8, verify_segmenter_int8
 from .verify_tasks import verify_detector, verify_segmenter
 
 
@@ -47,7 +47,7 @@ class BuildResult:
     resolved: ResolvedModel
     artifact: Path
     settings: HandlerSettings
-    report: VerificationReport | AgreementReport
+    report: VerificationReport | AgreementReport | PixelAgreementReport
     seconds: float
 
 
@@ -60,9 +60,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     check_task(backend, task)
     request = _clamp_suggested_batch(request)
     resolved = resolve_model(request.model, request.weights, request.custom, request.task)
-    if resolved.task != "classify" and request.precision == "int8":
-        raise UsageError(f"--precision int8 is for classifiers (top-1 agreement on held-out photos); {request.model} is a "
-                         f"{resolved.task} model: use fp32, bf16 or fp16")
+    check_int8_task(resolved.task, backend.name, request)
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
     photos = _photos(request, resolved, preprocess)
     target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
@@ -81,6 +79,22 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+# Where int8 can be verified: classifiers by top-1 agreement, segmenters (OpenVINO) by label-map pixel agreement.
+INT8_SEGMENT_BACKENDS = ("openvino",)
+
+
+def check_int8_task(task: str, backend: str, request: BuildRequest) -> None:
+    """int8 for classifiers on any int8 backend, for segmenters on OpenVINO; refused for detectors, saying why."""
+    if request.precision != "int8" or task == "classify":
+        return
+    if task == "segment" and backend not in INT8_SEGMENT_BACKENDS:
+        raise UsageError(f"--precision int8 for the segment model {request.model} needs --backend "
+                         f"{' or '.join(INT8_SEGMENT_BACKENDS)} (got {backend})")
+    if task == "detect":
+        raise UsageError(f"--precision int8 is for classifiers and segmenters (answers compared on held-out photos); "
+                         f"{request.model} is a detect model: use fp32, bf16 or fp16")
 
 
 def default_backend(task: str) -> str:
@@ -105,7 +119,7 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photo
     random_weights = bool(resolved.weights.get("random"))
     if random_weights:
         _warn_random_int8()
-    return int8_photos(request.calibration, preprocess, random_weights)
+    return int8_photos(request.calibration, preprocess, random_weights, resolved.task)
 
 
 def _warn_random_int8() -> None:
@@ -141,14 +155,15 @@ def example_size(preprocess) -> tuple[int, int]:
 def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):
     if target.task == "detect":
         return verify_detector(compiled, eager_fp32, target, bool(resolved.weights.get("random")), request.tolerance)
-    if target.task == "segment":
+    if target.task == "segment" and photos is None:
         return verify_segmenter(compiled, eager_fp32, target, request.tolerance)
     if photos is None:
         return verify_artifact(compiled, eager_fp32, target, request.tolerance)
     held_out = photos.held_out is not None
     measured_on = photos.held_out if held_out else photos.calibration
     floor = request.tolerance.min_top1 if request.tolerance else None
-    return verify_int8(compiled, eager_fp32, target, measured_on, held_out, not resolved.weights.get("random"), floor)
+    check = verify_segmenter_int8 if target.task == "segment" else verify_int8
+    return check(compiled, eager_fp32, target, measured_on, held_out, not resolved.weights.get("random"), floor)
 
 
 def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:

@@ -1,7 +1,9 @@
 """Real photos for int8: some to calibrate the quantizer, the others held out to verify the result.
 
 Photos are preprocessed by the handler's own CPU path (`tsvk.preprocess`), with the archive's resize,
-crop, mean and std, so the quantizer sees the activations a worker will see. A directory is split
+crop, mean and std, so the quantizer sees the activations a worker will see: for a classifier one
+NCHW batch of crops, for a segmenter one (1, 3, H, W) tensor per photo at the size the worker
+resizes it to (the aspect ratio is kept). A directory is split
 by position in name order (2 of every 5 calibrate, `defaults.CALIBRATION_SHARE`), so both halves
 span the directory rather than its first classes. Labels are known when the directory holds a
 `wnids.txt` (ImageNet's 1000 wnids, one a line, in class order) and photos named `<wnid>_...`.
@@ -27,11 +29,16 @@ class PhotoSet:
     """Preprocessed photos (float32 NCHW) with their names and, where known, their class indices."""
 
     names: list[str]
-    batch: object  # torch.Tensor
+    batch: object  # torch.Tensor (N, 3, H, W); for a segmenter a list of (1, 3, H, W), one size per photo
     labels: list[int] | None = None
 
     def __len__(self) -> int:
         return len(self.names)
+
+
+def one_photo_batches(batch) -> list:
+    """Each photo as a batch of one, whether the photos are one NCHW tensor or a list of them."""
+    return list(batch.split(1)) if hasattr(batch, "split") else list(batch)
 
 
 @dataclass
@@ -65,13 +72,14 @@ def names_digest(names: Sequence[str]) -> str:
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
 
-def preprocess_files(files: Sequence[Path], settings, directory: Path | None = None) -> PhotoSet:
+def preprocess_files(files: Sequence[Path], settings, directory: Path | None = None, task: str = "classify") -> PhotoSet:
     """Photos as the worker's CPU preprocessing makes them; labels from `wnids.txt` when there is one."""
     return preprocess_bytes([f.name for f in files], [f.read_bytes() for f in files], settings,
-                            imagenet_labels(files, directory or (files[0].parent if files else Path("."))))
+                            imagenet_labels(files, directory or (files[0].parent if files else Path("."))), task)
 
 
-def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: list[int] | None = None) -> PhotoSet:
+def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: list[int] | None = None,
+                     task: str = "classify") -> PhotoSet:
     import torch
 
     from tsvk.decode import probe
@@ -81,12 +89,27 @@ def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: 
     parts = []
     for start in range(0, len(payloads), 16):  # a few at a time: decoded photos are large
         chunk = [probe(data, settings.max_pixels) for data in payloads[start:start + 16]]
-        result = preprocessor(chunk)
-        if result.failed:
-            index, err = next(iter(result.failed.items()))
+        batch, failed = _segmenter_inputs(preprocessor, chunk, settings) if task == "segment" else _crops(preprocessor, chunk)
+        if failed:
+            index, err = next(iter(failed.items()))
             raise UsageError(f"photo {names[start + index]} cannot be preprocessed: {err}")
-        parts.append(result.batch)
-    return PhotoSet(list(names), torch.cat(parts), labels)
+        parts.append(batch)
+    return PhotoSet(list(names), [photo for part in parts for photo in part] if task == "segment" else torch.cat(parts), labels)
+
+
+def _crops(preprocessor, chunk) -> tuple:
+    result = preprocessor(chunk)
+    return result.batch, result.failed
+
+
+def _segmenter_inputs(preprocessor, chunk, settings) -> tuple[list, dict]:
+    """One (1, 3, H, W) tensor per photo, resized and normalized as the segmentation task does it."""
+    from tsvk.preprocess.tensor_ops import Normalizer
+    from tsvk.tasks.segment import resize_groups
+
+    decoded, failed = preprocessor.decode(chunk)
+    normalize = Normalizer(settings, preprocessor.device)
+    return [resize_groups([decoded[i]], settings, normalize)[0][1] for i in sorted(decoded)], failed
 
 
 def imagenet_labels(files: Sequence[Path], directory: Path) -> list[int] | None:
@@ -98,28 +121,28 @@ def imagenet_labels(files: Sequence[Path], directory: Path) -> list[int] | None:
     return None if None in labels else labels  # type: ignore[return-value]
 
 
-def skimage_photos(settings) -> PhotoSet:
+def skimage_photos(settings, task: str = "classify") -> PhotoSet:
     """scikit-image's bundled photos: what random-weight builds calibrate on when no directory is given."""
     from .images import SKIMAGE_PHOTOS, image_bytes
 
-    return preprocess_bytes(list(SKIMAGE_PHOTOS), [image_bytes(f"skimage:{n}") for n in SKIMAGE_PHOTOS], settings)
+    return preprocess_bytes(list(SKIMAGE_PHOTOS), [image_bytes(f"skimage:{n}") for n in SKIMAGE_PHOTOS], settings, task=task)
 
 
-def int8_photos(directory: Path | None, settings, random_weights: bool) -> Photos:
+def int8_photos(directory: Path | None, settings, random_weights: bool, task: str = "classify") -> Photos:
     """The photos an int8 build uses; real weights need a directory, random ones fall back to scikit-image."""
     if directory is None:
         if not random_weights:
             raise UsageError("--precision int8 with trained weights needs --calibration DIR: a directory of real photos "
                              f"like those the model will serve (a few hundred; {defaults.CALIBRATION_SHARE:.0%} calibrate, "
                              "the rest verify accuracy); without it the quantized model's accuracy is unknown")
-        photos = skimage_photos(settings)
+        photos = skimage_photos(settings, task)
         return Photos(photos, None, _provenance("skimage", photos, None))
     calibration_files, held_out_files = split(list_photos(directory))
     if not held_out_files and not random_weights:
         raise UsageError(f"--calibration {directory} holds {len(calibration_files)} photo(s): too few to hold any out for "
                          "verification; give a few hundred")
-    calibration = preprocess_files(calibration_files, settings, directory)
-    held_out = preprocess_files(held_out_files, settings, directory) if held_out_files else None
+    calibration = preprocess_files(calibration_files, settings, directory, task)
+    held_out = preprocess_files(held_out_files, settings, directory, task) if held_out_files else None
     return Photos(calibration, held_out, _provenance(str(directory), calibration, held_out))
 
 

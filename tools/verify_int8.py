@@ -1,9 +1,10 @@
 """Check an int8 artifact against the eager fp32 model on real photos held out from calibration.
 
 A logit tolerance means nothing for int8 (every logit moves); what a user sees is the answer. So:
-the share of photos whose top-1 class is the same (agreement), and, where the photos' labels are
-known, top-1 and top-5 accuracy of both and the top-1 drop. With random weights there is no
-accuracy to keep: the numbers are printed and stored, the thresholds are not applied.
+for a classifier the share of photos whose top-1 class is the same (agreement), and, where the
+photos' labels are known, top-1 and top-5 accuracy of both and the top-1 drop; for a segmenter the
+share of the photos' pixels whose class is the same. With random weights there is no accuracy to
+keep: the numbers are printed and stored, the thresholds are not applied.
 """
 
 from __future__ import annotations
@@ -11,9 +12,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from tsvk import defaults
+from tsvk.postprocess import first_tensor
 
 from .backends import CompileTarget
-from .calibration import PhotoSet
+from .calibration import PhotoSet, one_photo_batches
 from .errors import UsageError
 
 
@@ -89,3 +91,47 @@ def verify_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, h
     drop_ok = report.top1_drop is None or report.top1_drop <= defaults.INT8_MAX_TOP1_DROP + 1e-9
     passed = not enforce or (agreement >= floor and drop_ok)
     return AgreementReport(**{**asdict(report), "passed": passed})
+
+
+@dataclass(frozen=True)
+class PixelAgreementReport:
+    photos: int
+    held_out: bool
+    pixel_agreement: float
+    min_pixel_agreement: float
+    enforced: bool
+    passed: bool
+    tolerance: str = "int8: label-map pixel agreement with eager fp32 on held-out photos"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def describe(self) -> str:
+        verdict = "PASS" if self.passed else "FAIL"
+        where = "held-out" if self.held_out else "calibration (none held out)"
+        return (f"verification {verdict}: {self.photos} {where} photos at their served sizes, label-map pixel agreement with "
+                f"eager fp32 {self.pixel_agreement:.2%} (needed {self.min_pixel_agreement:.0%})"
+                + ("" if self.enforced else "; NOT ENFORCED: random weights, accuracy cannot be measured"))
+
+
+def verify_segmenter_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, held_out: bool, enforce: bool,
+                          min_agreement: float | None = None) -> PixelAgreementReport:
+    """Pixel agreement of int8 vs eager fp32 label maps, photo by photo; shapes checked at sizes the photos may not have."""
+    import torch
+
+    from .verify_tasks import segmentation_sizes
+
+    with torch.no_grad():
+        for seed, (batch, height, width) in enumerate(segmentation_sizes(target)):
+            x = target.example(batch, seed=seed, size=(height, width))
+            got, want = first_tensor(compiled(x)).shape, first_tensor(eager_fp32(x)).shape
+            if got != want:
+                raise UsageError(f"int8 model returned shape {tuple(got)} for input {tuple(x.shape)}; eager returned {tuple(want)}")
+        agree = total = 0
+        for photo in one_photo_batches(photos.batch):
+            reference = first_tensor(eager_fp32(photo)).argmax(1)
+            agree += (first_tensor(compiled(photo)).argmax(1) == reference).sum().item()
+            total += reference.numel()
+    share = agree / total if total else 0.0
+    floor = defaults.SEGMENT_INT8_MIN_PIXEL_AGREEMENT if min_agreement is None else min_agreement
+    return PixelAgreementReport(len(photos), held_out, share, floor, enforce, not enforce or share >= floor)

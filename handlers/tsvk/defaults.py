@@ -48,6 +48,8 @@ CALIBRATION_SHARE = 0.4  # of a --calibration directory's photos; the rest are h
 HELD_OUT_MAX_IMAGES = 300  # verification runs eager fp32 and the int8 artifact on each of these
 INT8_MIN_TOP1_AGREEMENT = 0.97  # int8 top-1 equals eager fp32 top-1 on at least this share of held-out photos
 INT8_MAX_TOP1_DROP = 0.01  # where labels are known: top-1 accuracy may fall by at most this (1 point)
+# int8 segmenters: share of held-out photos' pixels whose class equals eager fp32's (enforced with trained weights).
+SEGMENT_INT8_MIN_PIXEL_AGREEMENT = 0.95
 
 # What an archive suggests to `tsvk config`, and what `tsvk config` uses without an archive.
 BATCH = 8  # requests per batch, never above the artifact's max batch

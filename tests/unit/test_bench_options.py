@@ -56,3 +56,14 @@ def test_warmup_defaults_to_two_rounds_of_a_full_batch():
     assert BenchOptions(concurrency=32, batch=8).warmup_requests == 32
     assert BenchOptions(concurrency=4, batch=8).warmup_requests == 8
     assert BenchOptions(warmup=0).warmup_requests == 0
+
+
+def test_task_models_get_the_systems_that_serve_them():
+    from tsvk_tools.bench.options import TASK_SYSTEMS
+
+    detector = BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn")
+    segmenter = BenchOptions(model="deeplabv3_mobilenet_v3_large")
+    assert detector.systems == TASK_SYSTEMS["detect"] and "ours_fast" not in detector.systems
+    assert segmenter.systems == TASK_SYSTEMS["segment"] and {"ours_fast", "ceiling_fast"} <= set(segmenter.systems)
+    with pytest.raises(UsageError, match="ours_fast cannot serve the detect model"):
+        BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn", systems=("ours", "ours_fast"))

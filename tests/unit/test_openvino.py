@@ -142,3 +142,59 @@ def test_missing_openvino_fails_the_load_with_the_pip_command(tmp_path, monkeypa
         assert not features.has_openvino()
     finally:
         features.reset_cache()
+
+
+def _segmenter(tmp_path: Path, **request) -> object:
+    from tests.support.task_models import SEGMENTER
+
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return build(BuildRequest(model=SEGMENTER, backend="openvino", max_batch=2, **request), tmp_path / "out")
+
+
+def _served_segmenter(result) -> object:
+    return load_model(result.settings.artifact, result.artifact.parent, torch.device("cpu"), task="segment")
+
+
+def test_segmenter_fp32_takes_any_height_and_width_and_matches_eager(tmp_path):
+    from tsvk.postprocess import first_tensor
+
+    result = _segmenter(tmp_path, weights="none")
+    assert result.report.passed and result.report.pixel_agreement >= 0.999
+    loaded, eager = _served_segmenter(result), result.resolved.model
+    for shape in ((1, 3, 64, 96), (2, 3, 130, 77)):  # neither the traced size nor each other's
+        x = torch.randn(*shape)
+        got, want = first_tensor(loaded.forward(x)), first_tensor(eager(x)).detach()
+        assert got.shape == want.shape
+        torch.testing.assert_close(got, want, atol=1e-3, rtol=1e-3)
+
+
+def test_segmenter_int8_calibrates_on_photos_at_their_served_sizes_and_is_judged_by_pixels(tmp_path, photos_dir):
+    from tests.support.task_models import SEGMENTER, decisive_weights
+
+    weights = decisive_weights(SEGMENTER, tmp_path / "seg.pt", std=1.0)
+    result = _segmenter(tmp_path, weights=str(weights), precision="int8", calibration=photos_dir)
+    calibration = result.settings.provenance["calibration"]
+    assert calibration["images"] == 4 and calibration["held_out_images"] == 6
+    verification = result.settings.provenance["verification"]
+    assert verification["enforced"] is True and verification["photos"] == 6
+    assert verification["pixel_agreement"] >= verification["min_pixel_agreement"]
+    loaded = _served_segmenter(result)
+    assert loaded.forward(torch.randn(2, 3, 120, 160)).shape == (2, 21, 120, 160)
+
+
+def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
+    from tsvk.settings import PreprocessSettings
+    from tsvk_tools.calibration import int8_photos, one_photo_batches
+
+    settings = PreprocessSettings(resize=100, crop=0, max_size=0)
+    photos = int8_photos(photos_dir, settings, random_weights=True, task="segment")
+    shapes = {tuple(p.shape) for p in one_photo_batches(photos.calibration.batch)}
+    assert shapes == {(1, 3, 100, 133)}  # 64x48 photos: shorter side 100, ratio kept, no crop
+
+
+def test_int8_detectors_are_refused():
+    from tsvk_tools.build import check_int8_task
+
+    with pytest.raises(UsageError, match="int8 is for classifiers and segmenters.*detect model"):
+        check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
+    check_int8_task("segment", "openvino", BuildRequest(model="lraspp_mobilenet_v3_large", precision="int8"))

@@ -49,8 +49,14 @@ def test_torchvision_names_the_task():
 @pytest.mark.parametrize("request_, message", [
     (BuildRequest(model="ssdlite320_mobilenet_v3_large", backend="aoti", weights="none"),
      "--backend aoti cannot build a detect model: torch.export cannot capture a torchvision detector.*use --backend torchscript or eager"),
-    (BuildRequest(model="lraspp_mobilenet_v3_large", backend="openvino", weights="none"),
-     "--backend openvino cannot build a segment model.*use --backend aoti or export or torchscript or eager"),
+    (BuildRequest(model="lraspp_mobilenet_v3_large", backend="tensorrt", weights="none"),
+     "--backend tensorrt .*"),
+    (BuildRequest(model="lraspp_mobilenet_v3_large", backend="aoti", precision="int8", weights="none"),
+     "--precision int8 for the segment model lraspp_mobilenet_v3_large needs --backend openvino"),
+    (BuildRequest(model="ssdlite320_mobilenet_v3_large", backend="openvino", precision="int8", weights="none"),
+     "--backend openvino cannot build a detect model"),
+    (BuildRequest(model="ssdlite320_mobilenet_v3_large", backend="torchscript", precision="int8", weights="none"),
+     "--backend torchscript --device cpu does not support --precision int8"),
     (BuildRequest(model="lraspp_mobilenet_v3_large", task="detect", weights="none"),
      "--task detect does not fit lraspp_mobilenet_v3_large, a torchvision segment model"),
 ])

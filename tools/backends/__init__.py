@@ -29,8 +29,6 @@ UNSUPPORTED = {
     ("detect", "openvino"): "the OpenVINO build converts one NCHW tensor in and logits out; a detector takes a list "
                             "of images and answers boxes",
     ("segment", "tensorrt"): "not built for dynamic height and width here yet",
-    ("segment", "openvino"): "the OpenVINO build converts a fixed crop size; segmentation inputs keep each photo's "
-                             "aspect ratio",
 }
 
 

@@ -1,9 +1,10 @@
 """OpenVINO, CPU only: the eager model converted by OpenVINO's PyTorch frontend, fp32 or NNCF int8.
 
-The IR has a dynamic batch 1..max_batch and travels as one zip (`tsvk.openvino_ir`). int8 is NNCF's
-post-training quantization, calibrated on real photos preprocessed as the handler does
-(`target.calibration`, chosen by `tools/calibration.py`); its accuracy is verified on held-out
-photos, not by a logit tolerance (`tools/verify_int8.py`). Like every artifact, it is loaded back
+The IR has a dynamic batch 1..max_batch (a segmenter's height and width are dynamic too) and travels
+as one zip (`tsvk.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
+preprocessed as the handler does (`target.calibration`, chosen by `tools/calibration.py`: one tensor
+per photo, each at its own size for a segmenter); its answers are verified on held-out photos, not by
+a logit tolerance (`tools/verify_int8.py`). Like every artifact, it is loaded back
 for verification by the handler's own loader (`tsvk.loading`), so the build verifies what a worker runs.
 """
 
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from tsvk.openvino_ir import write_ir_zip
 
+from ..calibration import one_photo_batches
 from ..errors import UsageError
 from .base import Backend, CompileTarget
+from .export import SEGMENT_MIN_SIDE
 
 
 def require_openvino(precision: str = "fp32"):
@@ -32,12 +35,20 @@ def require_openvino(precision: str = "fp32"):
     return ov
 
 
+def input_shape(ov, target: CompileTarget):
+    """Batch 1..max_batch; a classifier's crop is fixed, a segmenter's height and width are not."""
+    batch = ov.Dimension(1, target.max_batch)
+    if target.task == "segment":
+        side = ov.Dimension(SEGMENT_MIN_SIDE, target.max_side)
+        return ov.PartialShape([batch, 3, side, side])
+    return ov.PartialShape([batch, 3, target.crop, target.crop])
+
+
 def convert(ov, model, target: CompileTarget):
     """OpenVINO's PyTorch frontend (it traces with TorchScript: its deprecation warnings are not the user's)."""
-    shape = ov.PartialShape([ov.Dimension(1, target.max_batch), 3, target.crop, target.crop])
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return ov.convert_model(model, example_input=target.example(target.trace_batch()), input=[shape])
+        return ov.convert_model(model, example_input=target.example(target.trace_batch()), input=[input_shape(ov, target)])
 
 
 def quantize(ov_model, calibration):
@@ -46,7 +57,7 @@ def quantize(ov_model, calibration):
 
     if calibration is None or len(calibration) == 0:
         raise UsageError("--precision int8 needs calibration photos (--calibration DIR)")
-    samples = [calibration[i:i + 1].numpy() for i in range(len(calibration))]
+    samples = [photo.numpy() for photo in one_photo_batches(calibration)]
     return nncf.quantize(ov_model, nncf.Dataset(samples), subset_size=len(samples))
 
 

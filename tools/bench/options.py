@@ -15,8 +15,12 @@ SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "o
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
-# Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the ceiling.
-TASK_SYSTEMS = ("torchserve_default", "torchserve_tuned", "ours", "ceiling")
+# Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the ceiling;
+# a segmenter also with its fastest CPU artifact (OpenVINO int8), which no detector has.
+TASK_SYSTEMS = {
+    "detect": ("torchserve_default", "torchserve_tuned", "ours", "ceiling"),
+    "segment": ("torchserve_default", "torchserve_tuned", "ours", "ours_fast", "ceiling", "ceiling_fast"),
+}
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 
 
@@ -77,7 +81,7 @@ class BenchOptions:
 
     def __post_init__(self):
         if self.systems is None:  # frozen: these are the only fields filled in after construction
-            object.__setattr__(self, "systems", default_systems(self.device) if self.task == "classify" else TASK_SYSTEMS)
+            object.__setattr__(self, "systems", default_systems(self.device, self.task))
         if self.task == "detect" and self.backend == defaults.BACKEND:
             object.__setattr__(self, "backend", defaults.DETECT_BACKEND)  # torch.export cannot capture a detector
         problems = validation_problems(self)
@@ -91,9 +95,10 @@ class BenchOptions:
         return self.warmup if self.warmup is not None else 2 * min(self.concurrency, 2 * self.batch)
 
 
-def default_systems(device: str) -> tuple[str, ...]:
-    """Every system; in the GPU mode all but the rows that measure a CPU-only artifact."""
-    return SYSTEMS if device != "cuda" else tuple(s for s in SYSTEMS if s not in FAST_SYSTEMS)
+def default_systems(device: str, task: str = "classify") -> tuple[str, ...]:
+    """Every system that serves the task; in the GPU mode all but the rows that measure a CPU-only artifact."""
+    systems = TASK_SYSTEMS.get(task, SYSTEMS)
+    return systems if device != "cuda" else tuple(s for s in systems if s not in FAST_SYSTEMS)
 
 
 def validation_problems(options: BenchOptions) -> list[str]:
@@ -106,11 +111,12 @@ def validation_problems(options: BenchOptions) -> list[str]:
     for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch"):
         if getattr(options, name) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(options, name)}")
-    if options.task != "classify":
-        others = [s for s in options.systems if s not in TASK_SYSTEMS]
+    if options.task in TASK_SYSTEMS:
+        allowed = TASK_SYSTEMS[options.task]
+        others = [s for s in options.systems if s not in allowed]
         if others:
-            problems.append(f"{', '.join(others)} serve classifiers only; for the {options.task} model {options.model} choose "
-                            f"from {', '.join(TASK_SYSTEMS)}")
+            problems.append(f"{', '.join(others)} cannot serve the {options.task} model {options.model}; choose "
+                            f"from {', '.join(allowed)}")
     if options.batch > options.max_batch:
         problems.append(f"batch ({options.batch}) must not exceed max_batch ({options.max_batch})")
     if options.backend not in BACKENDS:

@@ -61,19 +61,7 @@ class SegmentTask(Task):
         return PreprocessResult(SegmentBatch(groups, [original_size(images[i]) for i in kept]), kept, failed)
 
     def resize_groups(self, images: list[torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
-        """Shorter side -> `resize` (longer side at most `max_size`), normalized; grouped by resulting size."""
-        settings = self.settings.preprocess
-        by_size: dict[tuple[int, int], list[tuple[list[int], torch.Tensor]]] = {}
-        for indices in group_by_size(images).values():
-            resized = F.resize(_as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
-                               interpolation=INTERPOLATION_MODES[settings.interpolation], antialias=settings.antialias)
-            by_size.setdefault(tuple(resized.shape[-2:]), []).append((indices, resized))
-        groups = []
-        for parts in by_size.values():
-            slots = [index for indices, _ in parts for index in indices]
-            batch = parts[0][1] if len(parts) == 1 else torch.cat([tensor for _, tensor in parts])
-            groups.append((slots, self.normalize(batch).contiguous()))
-        return groups
+        return resize_groups(images, self.settings.preprocess, self.normalize)
 
     def answer(self, batch: SegmentBatch, options: Sequence[dict]) -> list[Any]:
         label_maps: list[torch.Tensor | None] = [None] * len(batch.original)
@@ -108,3 +96,19 @@ def label_map_png(label_map: torch.Tensor) -> dict:
     image.save(buffer, format="PNG", compress_level=1)
     return {"format": "png", "width": int(pixels.shape[1]), "height": int(pixels.shape[0]),
             "data": base64.b64encode(buffer.getvalue()).decode("ascii")}
+
+
+def resize_groups(images: list[torch.Tensor], settings, normalize: Normalizer) -> list[tuple[list[int], torch.Tensor]]:
+    """Decoded images as a segmenter takes them: shorter side -> `resize` (longer side at most `max_size`),
+    normalized, grouped by resulting size. int8 calibration prepares its photos with this too."""
+    by_size: dict[tuple[int, int], list[tuple[list[int], torch.Tensor]]] = {}
+    for indices in group_by_size(images).values():
+        resized = F.resize(_as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
+                           interpolation=INTERPOLATION_MODES[settings.interpolation], antialias=settings.antialias)
+        by_size.setdefault(tuple(resized.shape[-2:]), []).append((indices, resized))
+    groups = []
+    for parts in by_size.values():
+        slots = [index for indices, _ in parts for index in indices]
+        batch = parts[0][1] if len(parts) == 1 else torch.cat([tensor for _, tensor in parts])
+        groups.append((slots, normalize(batch).contiguous()))
+    return groups
