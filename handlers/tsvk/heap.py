@@ -11,7 +11,6 @@ Elsewhere than glibc (musl, macOS) there is no such call and nothing is done.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import logging
 import time
 from typing import Callable
@@ -21,10 +20,9 @@ log = logging.getLogger(__name__)
 
 def glibc_malloc_trim() -> Callable[[], None] | None:
     """glibc's malloc_trim(0) as a Python callable, or None where the C library has none."""
-    name = ctypes.util.find_library("c")
     try:
-        function = ctypes.CDLL(name).malloc_trim
-    except (OSError, AttributeError, TypeError):
+        function = ctypes.CDLL(None).malloc_trim  # the process's own symbols: no library search, no subprocess
+    except (OSError, AttributeError):
         return None
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int
