@@ -74,14 +74,25 @@ def _timed(name: str, part) -> dict:
     return figures
 
 
+SOURCES_SUFFIX = ".sources"  # beside an archive built here: the digest of the handler sources it packs
+
+
 def ensure_archive(store: Path, model: str) -> Path:
     """The store holding `<model>.mar`: as given, or built here from torchvision with random weights
-    (speed and robustness do not depend on the weights' values)."""
-    if (store / f"{model}.mar").is_file():
+    (speed and robustness do not depend on the weights' values). An archive built here earlier is
+    built again once the handler's sources have changed, so a run never measures yesterday's handler;
+    an archive the user put there is served as it is."""
+    from ..bench.assets import sources_digest
+
+    archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
+    digest = sources_digest()
+    if archive.is_file() and (not stamp.is_file() or stamp.read_text() == digest):
         return store
     from ..archive import build_archive
     from ..build import BuildRequest
 
-    print(f"robustness: building {store / (model + '.mar')} (random weights)", flush=True)
-    build_archive(BuildRequest(model=model, weights="none"), store)
+    why = "the handler changed since it was built" if archive.is_file() else "random weights"
+    print(f"robustness: building {archive} ({why})", flush=True)
+    build_archive(BuildRequest(model=model, weights="none"), store, force=archive.is_file())
+    stamp.write_text(digest)
     return store
