@@ -67,3 +67,12 @@ def test_task_models_get_the_systems_that_serve_them():
     assert segmenter.systems == TASK_SYSTEMS["segment"] and {"ours_fast", "ceiling_fast"} <= set(segmenter.systems)
     with pytest.raises(UsageError, match="ours_fast cannot serve the detect model"):
         BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn", systems=("ours", "ours_fast"))
+
+
+def test_another_models_run_does_not_overwrite_the_presets_latest():
+    assert _options().tag == ""
+    assert _options("--model", "resnet152").tag == ""
+    assert _options("--model", "deeplabv3_mobilenet_v3_large").tag == "deeplabv3_mobilenet_v3_large"
+    assert _options("--quick").tag == "quick"
+    assert _options("--quick", "--model", "resnet50").tag == "resnet50-quick"
+    assert _options("--model", "resnet50", "--tag", "mine").tag == "mine"

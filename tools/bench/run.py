@@ -96,10 +96,11 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         systems = systems or CENTRAL_FIGURE_SYSTEMS
         concurrency = concurrency or CENTRAL_FIGURE_CONCURRENCY
         tag = tag if tag is not None else "central"
-    if tag is None and (args.quick or args.gpu):
-        tag = "-".join(name for name, on in (("gpu", args.gpu), ("quick", args.quick)) if on)
-    images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     preset = QUICK if args.quick else GPU if args.gpu else FULL
+    if tag is None:  # latest.* is the preset's model: another model's run gets its own latest-<model>.*
+        other_model = args.model if args.model and args.model != preset.model else ""
+        tag = "-".join(name for name, on in ((other_model, other_model), ("gpu", args.gpu), ("quick", args.quick)) if on)
+    images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     return with_preset(
         preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
