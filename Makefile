@@ -71,7 +71,7 @@ tune: setup ## measure workers x threads x batch x delay on a real TorchServe ->
 	$(TSVK) tune $(tune_flags)
 
 serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
-	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL))
+	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR))
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
@@ -110,7 +110,7 @@ robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry aga
 	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL))
 
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
-	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL))
+	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL)) $(call opt,--allocator,$(ALLOCATOR))
 
 test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
 	$(PYTHON) -m pytest $(PYTEST_ARGS)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tsvk import defaults
 
+from .allocator import add_allocator_argument, describe as describe_allocator
 from .errors import UsageError
 
 
@@ -296,6 +297,7 @@ def _register_serve(commands) -> None:
                    help=f"seconds to wait for the models (default {defaults.READY_TIMEOUT_S})")
     _add_protocol_argument(p, "oip: require the config to serve the Open Inference Protocol (default: whatever the config "
                               "says; a config from `tsvk config --protocol oip` starts the front too)")
+    add_allocator_argument(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -311,7 +313,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     oip = args.config.is_file() and is_oip_config(read_properties(args.config))
     if args.protocol == "oip" and not oip:
         raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
-    run = start_torchserve(args.config, args.run_dir)
+    print(describe_allocator(args.allocator))
+    run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=args.timeout)

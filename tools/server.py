@@ -22,8 +22,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
+from tsvk import defaults
 from tsvk.threads import read_properties
 
+from .allocator import allocator_env
 from .errors import UsageError
 from .keys import KEY_FILE
 
@@ -119,8 +121,10 @@ class TorchServeRun:
         return group_is_ours(self.pid, self.started_at)
 
 
-def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None) -> TorchServeRun:
-    """Start TorchServe in the background in its own session; refuses if this run dir has a live one."""
+def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None,
+                     allocator: str = defaults.ALLOCATOR) -> TorchServeRun:
+    """Start TorchServe in the background in its own session, its frontend and workers on `allocator`
+    (tools/allocator.py); refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
         raise UsageError(f"config {config} not found; generate it with `tsvk config`")
@@ -132,7 +136,7 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
     with open(run_dir / "logs" / "stdout.log", "ab") as stdout:
         process = subprocess.Popen(
             [_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
-            cwd=run_dir, env=_server_env(run_dir, env), start_new_session=True, stdout=stdout, stderr=subprocess.STDOUT,
+            cwd=run_dir, env=_server_env(run_dir, {**allocator_env(allocator), **(env or {})}), start_new_session=True, stdout=stdout, stderr=subprocess.STDOUT,
         )
     started_at = process_start_time(process.pid)
     (run_dir / PID_FILE).write_text(f"{process.pid}\n{config}\n{started_at or ''}\n")

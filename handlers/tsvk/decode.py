@@ -61,6 +61,9 @@ def probe(data: bytes, max_pixels: int) -> EncodedImage:
     a full decode (Pillow loads a whole PNG to look for an EXIF chunk after the pixels)."""
     if not data:
         raise BadImage("request body is empty")
+    declared = webp_canvas_size(data)
+    if declared is not None:  # Pillow's WebP reader allocates two canvases of this size as it opens the file
+        check_pixel_count(*declared, max_pixels)
     Image.init()  # register every format plugin, so `formats=` can name WEBP
     try:
         with warnings.catch_warnings():
@@ -78,6 +81,25 @@ def probe(data: bytes, max_pixels: int) -> EncodedImage:
     except Exception as err:  # noqa: BLE001 - a broken header is the client's problem, not ours
         raise BadImage(f"image header is corrupt or truncated: {err}") from None
     return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+def webp_canvas_size(data: bytes) -> tuple[int, int] | None:
+    """(width, height) the header of a WebP declares, or None for anything else or too short a header.
+
+    The first chunk of a RIFF/WEBP file says the size: VP8X (extended) holds the canvas as 24-bit
+    width-1 and height-1 after 4 bytes of flags; VP8 (lossy) has 14-bit sizes after a key frame's start
+    code; VP8L (lossless) has 14-bit width-1 and height-1 after its signature byte."""
+    if len(data) < 30 or data[:4] != b"RIFF" or data[8:12] != b"WEBP":
+        return None
+    chunk = data[12:16]
+    if chunk == b"VP8X":
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        return int.from_bytes(data[26:28], "little") & 0x3FFF, int.from_bytes(data[28:30], "little") & 0x3FFF
+    if chunk == b"VP8L" and data[20] == 0x2F:
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    return None
 
 
 def _unrecognised(data: bytes) -> BadImage | UnsupportedFormat:

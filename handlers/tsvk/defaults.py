@@ -18,6 +18,11 @@ TOPK = 5
 # malloc_trim, ~6 ms with a ResNet in the heap; 0: never). Without it, the memory of batches of varying
 # shape stays mapped: ~70 MiB above the live heap for a ResNet-18 worker, and growing over an hour's soak.
 HEAP_TRIM_INTERVAL_MS = 2000
+# The malloc `tsvk serve` starts TorchServe and its workers with: glibc's (with the workers' heap trim, what
+# `make soak` measures), or jemalloc through LD_PRELOAD, which many CPU deployments of PyTorch prefer; auto:
+# jemalloc where libjemalloc.so.2 is installed, else glibc (said in the log).
+ALLOCATOR = "glibc"
+ALLOCATORS = ("auto", "jemalloc", "glibc")
 TASK = "classify"  # what a --model-file model does when --task does not say; torchvision builders name their own
 
 # Detection answers (archive defaults; a request may ask for others with the options score_threshold, max_detections).

@@ -24,6 +24,17 @@ class RequestError(Exception):
         super().__init__(message)
         self.message = message
 
+    def detached(self) -> "RequestError":
+        """This error without its traceback and the exceptions it was raised from, to keep after its except
+        block. A kept traceback holds its frames and, through each frame's caller, every local of the batch
+        (request bytes, decoded images, tensors) in a reference cycle with the dict that keeps the error:
+        only the garbage collector's rare full passes free it, so a served worker's memory grew with each
+        failed request until one ran."""
+        self.__traceback__ = None
+        self.__context__ = None
+        self.__cause__ = None
+        return self
+
     def body(self) -> dict[str, Any]:
         """TorchServe's error shape (code, type, message) plus our machine-readable `error` and source."""
         return {"code": self.status, "type": self.kind, "error": self.code, "source": ERROR_SOURCE, "message": self.message}

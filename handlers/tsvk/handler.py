@@ -8,9 +8,13 @@ of the package stays importable without TorchServe.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
+from .heap import freeze_startup_objects
 from .service import VisionService
+
+log = logging.getLogger(__name__)
 
 
 class TorchServeHandler:
@@ -24,6 +28,7 @@ class TorchServeHandler:
         from ts.metrics.metric_type_enum import MetricTypes
 
         self.service = VisionService.from_context(context, gauge_type=MetricTypes.GAUGE)
+        log.info("%d objects loaded at start frozen out of garbage collection", freeze_startup_objects())
         self.initialized = True
 
     def handle(self, data: Any, context: Any) -> list[Any]:

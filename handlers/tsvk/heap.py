@@ -11,6 +11,7 @@ Elsewhere than glibc (musl, macOS) there is no such call and nothing is done.
 from __future__ import annotations
 
 import ctypes
+import gc
 import logging
 import time
 from typing import Callable
@@ -27,6 +28,17 @@ def glibc_malloc_trim() -> Callable[[], None] | None:
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int
     return lambda: function(0)
+
+
+def freeze_startup_objects() -> int:
+    """Put every object alive once the model is loaded (torch's modules, the model, the settings) out of
+    the garbage collector's reach, and say how many. They live as long as the worker. Left in, each full
+    collection walks them all (~160 ms with a ResNet loaded: a pause inside some batch), and a full
+    collection runs only once the objects new since the last one reach a quarter of them, so the
+    reference cycles only it can free pile up between runs."""
+    gc.collect()
+    gc.freeze()
+    return gc.get_freeze_count()
 
 
 class HeapTrimmer:

@@ -50,13 +50,13 @@ def read_request(request: Any, crop: int, parameters: tuple[str, ...] = ()) -> P
     try:
         document = _oip_document(request)
     except RequestError as err:
-        return Payload(error=err)
+        return Payload(error=err.detached())
     if document is not None:
         return _read_oip(document, crop)
     try:
         return Payload(image=request_payload(request, parameters))
     except RequestError as err:
-        return Payload(error=err)
+        return Payload(error=err.detached())
 
 
 def request_payload(request: Any, parameters: tuple[str, ...] = ()) -> bytes:
@@ -169,7 +169,7 @@ def _read_oip(document: Mapping[str, Any], crop: int) -> Payload:
             return Payload(OIP, image=_oip_image(tensor.get("data")), request_id=request_id)
         return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)
     except RequestError as err:
-        return Payload(OIP, error=err, request_id=request_id)
+        return Payload(OIP, error=err.detached(), request_id=request_id)
 
 
 def _single_input(inputs: Any) -> Mapping[str, Any]:

@@ -176,7 +176,7 @@ class VisionService:
             try:
                 encoded[position] = ReadRequest(self._image_or_pixels(payload), self.task.options(data[position]))
             except RequestError as err:
-                failed[position] = err
+                failed[position] = err.detached()
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
                 failed[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
         return StageResult(encoded, failed)

@@ -218,6 +218,22 @@ def test_pods_run_as_non_root_with_a_read_only_root(scenario):
         assert "emptyDir" in volumes[mounts[writable]], writable
 
 
+@pytest.mark.parametrize("allocator, preload", [(None, None), ("jemalloc", "libjemalloc.so.2"), ("glibc", None)])
+def test_torchserve_runs_on_the_allocator_asked_for(render, allocator, preload):
+    values = {} if allocator is None else {"torchserve": {"allocator": allocator}}
+    env = {e["name"]: e.get("value") for e in render(values).server()["env"]}
+    assert env.get("LD_PRELOAD") == preload
+
+
+def test_the_image_installs_the_preloaded_allocator():
+    recipe = (Path(__file__).parents[2] / "k8s" / "image" / "Dockerfile").read_text()
+    assert re.search(r"apt-get install[^;]*\blibjemalloc2\b", recipe)
+
+
+def test_an_unknown_allocator_is_refused_by_the_schema(render_error):
+    assert "allocator" in render_error({"torchserve": {"allocator": "tcmalloc"}})
+
+
 def test_model_store_comes_from_a_claim_or_the_download_init_container(render):
     created = render().pod_spec()
     claim = render(SCENARIOS["existing-claim"]).pod_spec()

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 
+from pathlib import Path
+
 import psutil
 import pytest
 import requests
@@ -13,6 +15,8 @@ from tsvk.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
 from tests.support.torchserve import post_image, running_torchserve
 from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
+from tsvk import defaults
+from tsvk_tools.allocator import JEMALLOC_SONAME, find_jemalloc, resolve
 
 PLANS = [
     pytest.param(dict(vcpus=2, workers=2, batch=4), 2, 1, 4, id="2vcpu-2workers-x1thread"),
@@ -32,6 +36,14 @@ def batch_sizes_seen(run) -> list[int]:
     return [int(float(v)) for v in re.findall(rf"\[METRICS\]{BATCH_SIZE}\.\w+:([0-9.]+)\|", log)]
 
 
+def processes_on_jemalloc(run) -> dict[str, bool]:
+    """Frontend and workers of `run`: whether each has jemalloc mapped."""
+    processes = [p for p in psutil.Process(run.pid).children(recursive=True)
+                 if any(word in " ".join(p.cmdline()) for word in ("ModelServer", "model_service_worker"))]
+    assert len(processes) >= 2, "no frontend or no worker found"
+    return {f"{p.pid} {p.name()}": JEMALLOC_SONAME in Path(f"/proc/{p.pid}/maps").read_text() for p in processes}
+
+
 def model_description(run) -> dict:
     response = requests.get(f"{run.url('management')}/models/resnet18", headers=run.headers("management"), timeout=10)
     response.raise_for_status()
@@ -46,6 +58,8 @@ def test_generated_config_is_what_runs(resnet18_store, tmp_path, fields, workers
         assert (description["minWorkers"], description["maxWorkers"], description["batchSize"]) == (workers, workers, batch)
         assert len([w for w in description["workers"] if w["status"] == "READY"]) == workers
         assert worker_thread_lines(run) == [(threads, 1)] * workers
+        on_jemalloc = processes_on_jemalloc(run)  # the default allocator
+        assert set(on_jemalloc.values()) == {resolve(defaults.ALLOCATOR)[0] == "jemalloc"}, on_jemalloc
 
         with ThreadPoolExecutor(max_workers=12) as pool:
             statuses = [r.status_code for r in pool.map(lambda _: post_image(run, "resnet18", body), range(24))]
@@ -63,7 +77,9 @@ def test_batches_really_form(resnet18_store, tmp_path):
     """With one worker and a 200 ms batch window, concurrent requests are answered in batches > 1."""
     body = jpeg_bytes(photo_array("chelsea"), size=(640, 480))
     request = serving_on_free_ports(model_store=resnet18_store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=200)
-    with running_torchserve(request, tmp_path) as run:
+    allocator = "jemalloc" if find_jemalloc() else "glibc"  # CI installs libjemalloc2: the other allocator
+    with running_torchserve(request, tmp_path, allocator=allocator) as run:
+        assert set(processes_on_jemalloc(run).values()) == {allocator == "jemalloc"}
         with ThreadPoolExecutor(max_workers=8) as pool:
             assert all(r.status_code == 200 for r in pool.map(lambda _: post_image(run, "resnet18", body), range(16)))
         sizes = batch_sizes_seen(run)

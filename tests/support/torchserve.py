@@ -9,6 +9,7 @@ from typing import Iterator
 
 import requests
 
+from tsvk import defaults
 from tsvk.metrics import metric_definitions
 from tsvk_tools.server import TorchServeRun, start_torchserve
 from tsvk_tools.serving_config import ServingRequest, write_config
@@ -23,14 +24,14 @@ def isolated_env() -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_torchserve(request: ServingRequest, workdir: Path, timeout: float = 300,
-                       extra_properties: dict[str, str] | None = None) -> Iterator[TorchServeRun]:
+                       extra_properties: dict[str, str] | None = None, allocator: str = defaults.ALLOCATOR) -> Iterator[TorchServeRun]:
     """Generate the config (plus any extra properties), start TorchServe with tsvk hidden, wait, always stop."""
     config = workdir / "config.properties"
     write_config(request, config)
     if extra_properties:
         with config.open("a") as properties:
             properties.writelines(f"{key}={value}\n" for key, value in extra_properties.items())
-    run = start_torchserve(config, workdir / "run", env=isolated_env())
+    run = start_torchserve(config, workdir / "run", env=isolated_env(), allocator=allocator)
     try:
         run.wait_ready(timeout=timeout)
         yield run

@@ -263,3 +263,47 @@ def _per_request_codes(message: bytes) -> list[int]:
         (body_length,) = struct.unpack_from("!i", message, offset)
         offset += 4 + body_length
     return codes
+
+
+def _cyclic_garbage_after(run) -> list:
+    """What only the cycle collector would free after `run()`: collected with DEBUG_SAVEALL, so kept to look at."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    try:
+        run()
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        return list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+def test_failed_requests_leave_no_batch_in_reference_cycles(service, context):
+    """A kept error's traceback held the batch's frames (its request bytes and tensors) in a cycle that
+    only a full collection frees; a served worker grew with every failed request until one ran."""
+    truncated = _good()[:300]
+    batch = [{"data": _good(1)}, {"data": truncated}, {"data": b"not an image"}, {"data": _bomb()}, {"data": b""}]
+    answered = []
+    garbage = _cyclic_garbage_after(lambda: answered.append(service.handle(batch, context)))
+    assert sorted(code for code, _ in context.statuses.values()) == [400, 400, 400, 413]  # four failed, one answered
+    held = [o for o in garbage if isinstance(o, torch.Tensor) or type(o).__name__ in ("frame", "traceback")]
+    assert not held, f"{len(held)} tensors/frames/tracebacks of the batch left to the cycle collector"
+
+
+def test_initialize_freezes_what_the_load_created(archive, monkeypatch):
+    import gc
+
+    monkeypatch.syspath_prepend(str(HANDLERS))
+    import image_classifier
+
+    model_dir, config = archive
+    gc.unfreeze()
+    try:
+        image_classifier.ImageClassifier().initialize(FakeContext(model_dir, config))
+        assert gc.get_freeze_count() > 1000
+    finally:
+        gc.unfreeze()

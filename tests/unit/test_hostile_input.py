@@ -13,13 +13,13 @@ import torch
 from PIL import Image
 
 from tsvk.deadline import parse_arrival, request_age_ms
-from tsvk.decode import decoded_pixels, probe
+from tsvk.decode import decoded_pixels, probe, webp_canvas_size
 from tsvk.errors import ERROR_CLASSES, ImageTooLarge
 from tsvk.preprocess.cpu import CpuPreprocessor, pixel_budget_chunks
 from tsvk.service import ClassifierService
 from tsvk.settings import HandlerSettings, PreprocessSettings, SettingsError
 from tsvk.worker_starts import record_worker_start
-from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, seed_images
+from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, real_webp_bomb, seed_images
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
 
@@ -44,6 +44,28 @@ def test_a_png_bomb_is_refused_from_its_header_in_milliseconds_and_kilobytes():
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert peak < 1 * 2**20 and seconds < 0.05
+
+
+def test_a_webp_bomb_is_refused_before_pillow_allocates_its_canvas(monkeypatch):
+    """Pillow's WebP reader creates its decoder, two canvases of the declared size, as it opens a file."""
+    from PIL import WebPImagePlugin
+
+    created = []
+    real_decoder = WebPImagePlugin._webp.WebPAnimDecoder
+    monkeypatch.setattr(WebPImagePlugin._webp, "WebPAnimDecoder", lambda data: created.append(len(data)) or real_decoder(data))
+    probe(encode(noise_image(), "WEBP"), LIMIT)
+    assert len(created) == 1  # the spy sees a normal WebP opened
+    with pytest.raises(ImageTooLarge, match="7000x7000"):
+        probe(real_webp_bomb(), LIMIT)
+    assert len(created) == 1
+
+
+@pytest.mark.parametrize("options", [{"lossless": True}, {"quality": 80}, {"lossless": True, "exif": b"Exif\x00\x00"}],
+                         ids=["VP8L", "VP8", "VP8X"])
+@pytest.mark.parametrize("size", [(1, 1), (333, 17), (2000, 1500)])
+def test_the_webp_header_size_is_the_size_pillow_decodes(options, size):
+    data = encode(Image.new("RGB", size, (10, 200, 30)), "WEBP", **options)
+    assert webp_canvas_size(data) == Image.open(io.BytesIO(data)).size == size
 
 
 @pytest.mark.parametrize("fmt", BOMB_FORMATS)

@@ -87,6 +87,7 @@ OPTIONS = [
     Option("DEADLINE_MS", "--deadline-ms", "config", "2500"),
     Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
     Option("PROTOCOL", "--protocol", "config serve", "oip"),
+    Option("ALLOCATOR", "--allocator", "serve soak", "glibc"),
     Option("PREDICT_PROTOCOL", "--protocol", "predict", "oip-grpc"),
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),
     Option("CONFIG", "--config", "serve", "configs/other.properties"),

@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from tsvk import defaults
+
 from ..images import jpeg_bytes, photo_array
 from ..keys import start_key_renewer
 from ..ports import free_ports
@@ -27,6 +29,7 @@ class ServiceSpec:
     vcpus: int | None = None
     token_expiration_min: float | None = None  # None: the generator's default; fractions for tests of expiry
     env: dict[str, str] | None = None
+    allocator: str = defaults.ALLOCATOR
 
 
 def serving_request(spec: ServiceSpec) -> ServingRequest:
@@ -49,7 +52,7 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         text = config.read_text()
         config.write_text("\n".join(f"token_expiration_min={spec.token_expiration_min:g}" if line.startswith("token_expiration_min=")
                                     else line for line in text.splitlines()) + "\n")
-    run = start_torchserve(config, spec.work_dir / "run", env=spec.env)
+    run = start_torchserve(config, spec.work_dir / "run", env=spec.env, allocator=spec.allocator)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=600)

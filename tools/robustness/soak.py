@@ -17,6 +17,7 @@ import psutil
 from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
+from ..allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
 from ..bench.report import git_state
 from ..errors import UsageError
 from ..keys import RENEWER_PID_FILE
@@ -70,6 +71,7 @@ def register(commands) -> None:
     p.add_argument("--warmup-minutes", type=float, default=10.0, help="minutes left out of the drift figures")
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--seed", type=int, default=0)
+    add_allocator_argument(p)
     p.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     p.set_defaults(func=cmd_soak)
@@ -80,13 +82,14 @@ def cmd_soak(args: argparse.Namespace) -> int:
         raise UsageError("--load must be in (0, 1], --malformed in [0, 1), --minutes > 0 and --warmup-minutes below --minutes")
     started, revision = datetime.now(timezone.utc), git_state()
     store = ensure_archive(args.model_store, args.model)
-    spec = ServiceSpec(store, args.model, args.work_dir / "soak", workers=args.workers)
+    spec = ServiceSpec(store, args.model, args.work_dir / "soak", workers=args.workers, allocator=args.allocator)
+    print(describe_allocator(args.allocator), flush=True)
     with running_service(spec) as service:
         capacity = _capacity(service, args.capacity_seconds)
         rate = args.load * capacity
         print(f"soak: capacity {capacity:.1f} req/s; sending {rate:.1f} req/s for {args.minutes:g} min", flush=True)
         minutes = _soak(service, rate, args)
-    figures = summarize([m.figures() for m in minutes], capacity, rate, args)
+    figures = {**summarize([m.figures() for m in minutes], capacity, rate, args), "allocator": resolve_allocator(args.allocator)[0]}
     result = envelope("soak", detect_vcpus(), {"soak": figures}, started, revision)
     plot = write_plot(figures["per_minute"], args.output_dir / f"soak-{started.strftime('%Y%m%dT%H%M%SZ')}.png")
     written = write(result, "soak", args.output_dir, extra_md=f"\n![soak]({plot.name})\n" if plot else "")

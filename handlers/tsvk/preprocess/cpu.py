@@ -77,5 +77,5 @@ def decode_each(
             decoded.append(decode_rgb(image, min_short_side))
             kept.append(index)
         except RequestError as err:
-            failed[index] = err
+            failed[index] = err.detached()
     return decoded, kept, failed

@@ -57,7 +57,7 @@ def decode_on_gpu(
         try:
             decoded[index] = decode_rgb(image).to(device, non_blocking=True)
         except RequestError as err:
-            failed[index] = err
+            failed[index] = err.detached()
     return decoded, failed
 
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from tsvk import defaults
+
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
+from ...allocator import describe as describe_allocator
 from ...ports import free_ports, serving_on_free_ports
 from .base import Deployment, RunContext, System, identity
 
 RESPONSE_TIMEOUT_S = 300
+STOCK_ALLOCATOR = "glibc"  # stock TorchServe rows run with the malloc a plain `torchserve --start` gets
 
 
 def address_properties() -> dict[str, str]:
@@ -53,18 +57,21 @@ def render(properties: dict[str, str]) -> str:
     return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
-def serve(ctx: RunContext, folder: Path, config: Path, model: str, env: dict[str, str] | None = None) -> Deployment:
-    """Start TorchServe on `config`, wait for every worker, and describe how to reach it."""
+def serve(ctx: RunContext, folder: Path, config: Path, model: str, env: dict[str, str] | None = None,
+          allocator: str = defaults.ALLOCATOR) -> Deployment:
+    """Start TorchServe on `config`, wait for every worker, and describe how to reach it. Stock systems
+    pass allocator glibc: what a TorchServe started as its docs say runs with."""
     from ...server import start_torchserve
 
-    run = start_torchserve(config, folder / "run", env=env)
+    run = start_torchserve(config, folder / "run", env=env, allocator=allocator)
     try:
         run.wait_ready([model], timeout=ctx.options.ready_timeout_s)
     except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
         run.stop()
         raise
     target = HttpTarget(f"{run.url('inference')}/predictions/{model}", identity, timeout_s=RESPONSE_TIMEOUT_S)
-    details = {"config": str(config), "logs": str(folder / "run" / "logs"), "worker_env": read_worker_env(run.pid)}
+    details = {"config": str(config), "logs": str(folder / "run" / "logs"), "worker_env": read_worker_env(run.pid),
+               "allocator": describe_allocator(allocator)}
     return Deployment(target, run.stop, details, profile=lambda: torchserve_profile(run, model))
 
 
@@ -81,7 +88,7 @@ class TorchServeDefault(System):
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
         config.write_text(render(stock_default_properties(ctx.stock_mar.parent, ctx.options.model)))
-        return serve(ctx, folder, config, ctx.options.model)
+        return serve(ctx, folder, config, ctx.options.model, allocator=STOCK_ALLOCATOR)
 
 
 class TorchServeTuned(TorchServeDefault):
@@ -100,7 +107,7 @@ class TorchServeTuned(TorchServeDefault):
                                             ctx.options.batch, ctx.options.tuned_max_batch_delay_ms)
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
-        return serve(ctx, folder, config, ctx.options.model, env=env)
+        return serve(ctx, folder, config, ctx.options.model, env=env, allocator=STOCK_ALLOCATOR)
 
 
 def tuned_worker_counts(vcpus: int, device: str) -> list[int]:
