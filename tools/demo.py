@@ -13,8 +13,8 @@ from pathlib import Path
 
 from tsvk import defaults
 
-from .archive import build_archive
-from .archive_info import read_archive_settings
+from .archive import build_archive, handler_sources
+from .archive_info import handler_differences, read_archive_settings
 from .build import BuildRequest
 from .errors import UsageError, WeightsUnavailable
 from .models import CustomModel
@@ -53,7 +53,9 @@ def _reusable(store: Path, model: str) -> bool:
     if read_archive_settings(mar).provenance.get("weights", {}).get("random"):
         print(f"[demo] {mar} has random weights: its labels would mean nothing, so it is not served")
         return False
-    print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild)")
+    differing = handler_differences(mar, handler_sources()[1])
+    other = f"; it packs a handler that differs from this checkout's in {len(differing)} files" if differing else ""
+    print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild){other}")
     return True
 
 

@@ -14,7 +14,7 @@ from tsvk_tools.errors import UsageError, WeightsUnavailable
 @pytest.fixture
 def builds(monkeypatch, tmp_path):
     """Each archive the demo builds (a real file in tmp_path); `fail_with` makes the pretrained build fail."""
-    calls = SimpleNamespace(requests=[], labels=[], random={}, fail_with=None, store=tmp_path)
+    calls = SimpleNamespace(requests=[], labels=[], random={}, fail_with=None, store=tmp_path, differing=[])
 
     def build_archive(request, store, force=False):
         calls.requests.append(request)
@@ -33,6 +33,7 @@ def builds(monkeypatch, tmp_path):
     monkeypatch.setattr(demo, "build_archive", build_archive)
     monkeypatch.setattr(demo, "read_archive_settings", lambda mar: SimpleNamespace(
         provenance={"weights": {"random": calls.random[Path(mar)]}}))
+    monkeypatch.setattr(demo, "handler_differences", lambda mar, package: calls.differing)
     calls.archived = archived
     return calls
 
@@ -101,3 +102,10 @@ def test_the_demo_is_a_tsvk_subcommand():
 
     args = build_parser().parse_args(["demo", "--model", "resnet50"])
     assert args.func is demo.cmd_demo and args.model == "resnet50"
+
+
+def test_a_reused_archive_with_another_handler_says_so(builds, capsys):
+    builds.archived(builds.store / "resnet18.mar", random=False)
+    builds.differing = ["tsvk/service.py"]
+    assert demo.ensure_archive("resnet18", builds.store) == "resnet18"
+    assert _built(builds) == [] and "differs from this checkout's in 1 files" in capsys.readouterr().out

@@ -81,12 +81,15 @@ def ensure_archive(store: Path, model: str) -> Path:
     """The store holding `<model>.mar`: as given, or built here from torchvision with random weights
     (speed and robustness do not depend on the weights' values). An archive built here earlier is
     built again once the handler's sources have changed, so a run never measures yesterday's handler;
-    an archive the user put there is served as it is."""
+    an archive the user put there is served as it is, with a warning when it packs another handler."""
     from ..bench.assets import sources_digest
 
     archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
     digest = sources_digest()
-    if archive.is_file() and (not stamp.is_file() or stamp.read_text() == digest):
+    if archive.is_file() and not stamp.is_file():
+        _warn_if_other_handler(archive)
+        return store
+    if archive.is_file() and stamp.read_text() == digest:
         return store
     from ..archive import build_archive
     from ..build import BuildRequest
@@ -96,3 +99,19 @@ def ensure_archive(store: Path, model: str) -> Path:
     build_archive(BuildRequest(model=model, weights="none"), store, force=archive.is_file())
     stamp.write_text(digest)
     return store
+
+
+def served_handler_differences(store: Path, model: str) -> list[str]:
+    """Files of the handler's package that differ between the served archive and this checkout."""
+    from ..archive import handler_sources
+    from ..archive_info import handler_differences
+
+    return handler_differences(store / f"{model}.mar", handler_sources()[1])
+
+
+def _warn_if_other_handler(archive: Path) -> None:
+    differing = served_handler_differences(archive.parent, archive.stem)
+    if differing:
+        print(f"robustness: WARNING: {archive} was not built by this tool and packs a handler that differs from this "
+              f"checkout's in {len(differing)} files ({', '.join(differing[:5])}{', ...' if len(differing) > 5 else ''}); "
+              "the run measures that archive's handler. Delete it to have one built from this checkout.", flush=True)

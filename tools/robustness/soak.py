@@ -25,7 +25,7 @@ from . import watch
 from .client import Answer, closed_loop, percentile, send
 from .corpus import generate_corpus
 from .report import RESULTS_DIR, envelope, write
-from .run import DEFAULT_WORK_DIR, ensure_archive
+from .run import DEFAULT_WORK_DIR, ensure_archive, served_handler_differences
 from .service import ServiceSpec, running_service
 from .soak_report import summarize, write_plot
 
@@ -89,7 +89,9 @@ def cmd_soak(args: argparse.Namespace) -> int:
         rate = args.load * capacity
         print(f"soak: capacity {capacity:.1f} req/s; sending {rate:.1f} req/s for {args.minutes:g} min", flush=True)
         minutes = _soak(service, rate, args)
-    figures = {**summarize([m.figures() for m in minutes], capacity, rate, args), "allocator": resolve_allocator(args.allocator)[0]}
+    figures = {**summarize([m.figures() for m in minutes], capacity, rate, args), "allocator": resolve_allocator(args.allocator)[0],
+               "handler_differs_from_checkout": served_handler_differences(store, args.model)}
+    figures["checks"]["served this checkout's handler"] = not figures["handler_differs_from_checkout"]
     result = envelope("soak", detect_vcpus(), {"soak": figures}, started, revision)
     plot = write_plot(figures["per_minute"], args.output_dir / f"soak-{started.strftime('%Y%m%dT%H%M%SZ')}.png")
     written = write(result, "soak", args.output_dir, extra_md=f"\n![soak]({plot.name})\n" if plot else "")
