@@ -24,6 +24,7 @@ from ..keys import RENEWER_PID_FILE
 from . import watch
 from .client import Answer, closed_loop, percentile, send
 from .corpus import generate_corpus
+from .minute_load import AccessLogTail, cpu_split, read_clock, worker_cpu_ms
 from .report import RESULTS_DIR, envelope, write
 from .run import DEFAULT_WORK_DIR, ensure_archive, served_handler_differences
 from .service import ServiceSpec, running_service
@@ -31,6 +32,7 @@ from .soak_report import summarize, write_plot
 
 MAX_OUTSTANDING = 64  # an open-loop sender that falls this far behind skips sends (and counts them)
 MALFORMED_KINDS = ("truncated", "flipped", "random", "empty", "spliced", "bomb")
+CLIENT = "soak client"  # this process, in the per-minute CPU split
 
 
 @dataclass
@@ -43,13 +45,20 @@ class Minute:
     skipped: int = 0
     rss_mb: dict[str, float] = field(default_factory=dict)
     fds: dict[str, int] = field(default_factory=dict)
+    cpu_pct: dict[str, float] = field(default_factory=dict)  # service / client / outside / steal
+    worker_cpu_ms: float = 0.0
+    frontend_ms: list[int] = field(default_factory=list)  # the access log's ms of each 200
 
     def figures(self) -> dict:
         good_ok = [a.seconds for a in self.good if a.status == 200]
+        answered = len(self.good) + len(self.malformed)
         return {
             "minute": self.index, "good": len(self.good), "good_errors": sum(1 for a in self.good if a.status != 200),
             "malformed": len(self.malformed), "malformed_5xx": sum(1 for a in self.malformed if a.status >= 500 or a.status == 0),
             "p50_ms": _ms(percentile(good_ok, 50)), "p99_ms": _ms(percentile(good_ok, 99)), "skipped": self.skipped,
+            "frontend_p50_ms": percentile(self.frontend_ms, 50), "frontend_p99_ms": percentile(self.frontend_ms, 99),
+            "worker_cpu_ms_per_answer": round(self.worker_cpu_ms / answered, 1) if answered else None,
+            "cpu_pct": dict(self.cpu_pct),
             "rss_mb": {k: round(v, 1) for k, v in sorted(self.rss_mb.items())}, "fds": dict(sorted(self.fds.items())),
         }
 
@@ -114,6 +123,7 @@ def _soak(service, rate: float, args: argparse.Namespace) -> list[Minute]:
     rng = random.Random(args.seed)
     malformed = [i for i in generate_corpus(2000, args.seed) if i.kind in MALFORMED_KINDS]
     minutes: list[Minute] = []
+    recorder = MinuteRecorder(service, args.model)
     outstanding = threading.Semaphore(MAX_OUTSTANDING)
     began = time.monotonic()
     ends = began + args.minutes * 60
@@ -122,7 +132,8 @@ def _soak(service, rate: float, args: argparse.Namespace) -> list[Minute]:
         while time.monotonic() < ends:
             index = int((time.monotonic() - began) // 60)
             while len(minutes) <= index:
-                _close_minute(service, minutes)
+                if minutes:
+                    recorder.close(minutes[-1])
                 minutes.append(Minute(len(minutes)))
             bad = malformed[rng.randrange(len(malformed))] if rng.random() < args.malformed else None
             if outstanding.acquire(blocking=False):
@@ -131,7 +142,7 @@ def _soak(service, rate: float, args: argparse.Namespace) -> list[Minute]:
                 minutes[index].skipped += 1
             next_send += rng.expovariate(rate)  # Poisson arrivals at `rate`
             time.sleep(max(0.0, next_send - time.monotonic()))
-    _close_minute(service, minutes)
+    recorder.close(minutes[-1])
     return minutes
 
 
@@ -145,15 +156,31 @@ def _one(service, bad, minute: Minute, outstanding: threading.Semaphore) -> None
         outstanding.release()
 
 
-def _close_minute(service, minutes: list[Minute]) -> None:
-    """Record every process's memory and open files at the end of the last minute, and log a line."""
-    if not minutes:
-        return
-    sampled = watch.sample(service.run, _renewer(service.run.run_dir))
-    minutes[-1].rss_mb, minutes[-1].fds = sampled.rss_mb, sampled.fds
-    figures = minutes[-1].figures()
-    print(f"soak: minute {figures['minute'] + 1}: {figures['good']} good ({figures['good_errors']} errors), "
-          f"p99 {figures['p99_ms']} ms, RSS {sum(sampled.rss_mb.values()):.0f} MiB, fds {sum(sampled.fds.values())}", flush=True)
+class MinuteRecorder:
+    """Closes each minute: every process's memory and open files at its end, where the machine's CPU
+    went during it, and the frontend's own latency for it from the access log; logs a line."""
+
+    def __init__(self, service, model: str):
+        self.service = service
+        self.access_log = AccessLogTail(service.run.run_dir, model)
+        self.clock = self._read_clock()
+
+    def _read_clock(self):
+        processes = {**watch.named(self.service.run, _renewer(self.service.run.run_dir)), CLIENT: psutil.Process()}
+        return read_clock(processes, time.monotonic())
+
+    def close(self, minute: Minute) -> None:
+        sampled = watch.sample(self.service.run, _renewer(self.service.run.run_dir))
+        clock = self._read_clock()
+        minute.rss_mb, minute.fds = sampled.rss_mb, sampled.fds
+        minute.cpu_pct, minute.worker_cpu_ms = cpu_split(self.clock, clock, CLIENT), worker_cpu_ms(self.clock, clock)
+        minute.frontend_ms = [ms for status, ms in self.access_log.new_answers() if status == 200]
+        self.clock = clock
+        figures = minute.figures()
+        print(f"soak: minute {figures['minute'] + 1}: {figures['good']} good ({figures['good_errors']} errors), "
+              f"p99 {figures['p99_ms']} ms (frontend {figures['frontend_p99_ms']}), "
+              f"worker {figures['worker_cpu_ms_per_answer']} CPU ms/answer, CPU % {figures['cpu_pct']}, "
+              f"RSS {sum(sampled.rss_mb.values()):.0f} MiB, fds {sum(sampled.fds.values())}", flush=True)
 
 
 def _renewer(run_dir: Path) -> list[psutil.Process]:

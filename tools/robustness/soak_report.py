@@ -37,6 +37,7 @@ def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dic
         "rss_mb_after_warmup": rss[0] if rss else None, "rss_mb_at_end": rss[-1] if rss else None,
         "rss_mb_peak": max(rss) if rss else None, "rss_mb_early": rss_early, "rss_mb_late": rss_late, "rss_drift_pct": rss_drift,
         "p99_ms_early": early, "p99_ms_late": late, "p99_drift_pct": p99_drift,
+        **_attribution(steady, window),
         "fds_after_warmup": fds[0] if fds else None, "fds_at_end": fds[-1] if fds else None,
         "fd_growth": (fds[-1] - fds[0]) if fds else None, "per_minute": per_minute,
     }
@@ -47,6 +48,27 @@ def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dic
         "no open-file growth": figures["fd_growth"] is not None and figures["fd_growth"] <= 0,
         "no 5xx on malformed requests": figures["malformed_5xx"] == 0,
     }
+    return figures
+
+
+def _attribution(steady: list[dict], window: int) -> dict:
+    """Early and late medians of what tells a slower service from a busier machine or client: the
+    frontend's own p99, the worker's CPU per answer, and the CPU the service did not get."""
+    def early_late(name: str, value) -> dict:
+        early, late = _median([value(m) for m in steady[:window]]), _median([value(m) for m in steady[-window:]])
+        return {f"{name}_early": early, f"{name}_late": late}
+
+    def cpu(m: dict, *parts: str) -> float | None:
+        shares = m.get("cpu_pct") or {}
+        return sum(shares[p] for p in parts) if all(p in shares for p in parts) else None
+
+    figures = {
+        **early_late("frontend_p99_ms", lambda m: m.get("frontend_p99_ms")),
+        **early_late("worker_cpu_ms_per_answer", lambda m: m.get("worker_cpu_ms_per_answer")),
+        **early_late("cpu_pct_client", lambda m: cpu(m, "client")),
+        **early_late("cpu_pct_outside_and_steal", lambda m: cpu(m, "outside", "steal")),
+    }
+    figures["frontend_p99_drift_pct"] = _pct(figures["frontend_p99_ms_early"], figures["frontend_p99_ms_late"])
     return figures
 
 
@@ -71,13 +93,19 @@ def write_plot(per_minute: list[dict], path: Path) -> Path | None:
     except ImportError:
         return None
     minutes = [m["minute"] + 1 for m in per_minute]
-    fig, (rss_ax, p99_ax, fd_ax) = plt.subplots(3, 1, figsize=(9, 9), sharex=True)
+    fig, (rss_ax, p99_ax, cpu_ax, fd_ax) = plt.subplots(4, 1, figsize=(9, 11), sharex=True)
     for name in sorted({n for m in per_minute for n in m["rss_mb"]}):
         rss_ax.plot(minutes, [m["rss_mb"].get(name) for m in per_minute], label=name)
     rss_ax.set_ylabel("RSS (MiB)")
     rss_ax.legend(fontsize=7)
-    p99_ax.plot(minutes, [m["p99_ms"] for m in per_minute], color="tab:red")
+    p99_ax.plot(minutes, [m["p99_ms"] for m in per_minute], color="tab:red", label="client")
+    p99_ax.plot(minutes, [m.get("frontend_p99_ms") for m in per_minute], color="tab:orange", label="frontend (access log)")
     p99_ax.set_ylabel("good p99 (ms)")
+    p99_ax.legend(fontsize=7)
+    for part in ("service", "client", "outside", "steal"):
+        cpu_ax.plot(minutes, [(m.get("cpu_pct") or {}).get(part) for m in per_minute], label=part)
+    cpu_ax.set_ylabel("CPU (% of machine)")
+    cpu_ax.legend(fontsize=7)
     fd_ax.plot(minutes, [sum(m["fds"].values()) for m in per_minute], color="tab:green")
     fd_ax.set_ylabel("open files (all)")
     fd_ax.set_xlabel("minute")

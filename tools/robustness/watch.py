@@ -81,11 +81,21 @@ class ProcessSample:
     fds: dict[str, int]
 
 
-def sample(run: TorchServeRun, extra: list[psutil.Process] = ()) -> ProcessSample:
-    rss, fds = {}, {}
+def named(run: TorchServeRun, extra: list[psutil.Process] = ()) -> dict[str, psutil.Process]:
+    """Our TorchServe's processes (and `extra`) by role: "frontend", "worker <pid>", ..."""
+    processes = {}
     for process in [*tree(run), *extra]:
         try:
-            name = _role(process)
+            processes[_role(process)] = process
+        except psutil.Error:
+            continue
+    return processes
+
+
+def sample(run: TorchServeRun, extra: list[psutil.Process] = ()) -> ProcessSample:
+    rss, fds = {}, {}
+    for name, process in named(run, extra).items():
+        try:
             rss[name] = process.memory_info().rss / 2**20
             fds[name] = process.num_fds()
         except psutil.Error:
