@@ -54,9 +54,13 @@ def _reusable(store: Path, model: str) -> bool:
         print(f"[demo] {mar} has random weights: its labels would mean nothing, so it is not served")
         return False
     differing = handler_differences(mar, handler_sources()[1])
-    other = f"; it packs a handler that differs from this checkout's in {len(differing)} files" if differing else ""
+    other = f"; it packs a handler that differs from this checkout's in {_files(len(differing))}" if differing else ""
     print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild){other}")
     return True
+
+
+def _files(count: int) -> str:
+    return f"{count} file" if count == 1 else f"{count} files"
 
 
 def _build_offline_model(store: Path) -> None:

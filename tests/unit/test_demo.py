@@ -108,4 +108,4 @@ def test_a_reused_archive_with_another_handler_says_so(builds, capsys):
     builds.archived(builds.store / "resnet18.mar", random=False)
     builds.differing = ["tsvk/service.py"]
     assert demo.ensure_archive("resnet18", builds.store) == "resnet18"
-    assert _built(builds) == [] and "differs from this checkout's in 1 files" in capsys.readouterr().out
+    assert _built(builds) == [] and "differs from this checkout's in 1 file\n" in capsys.readouterr().out
