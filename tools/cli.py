@@ -205,7 +205,7 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision; "
                    "int8: only min_top1, the top-1 agreement needed on held-out photos)")
     p.add_argument("--calibration", type=Path, help="--precision int8: a directory of real photos (a few hundred); "
-                   f"{defaults.CALIBRATION_SHARE:.0%} calibrate, the rest verify accuracy")
+                   f"{defaults.CALIBRATION_SHARE:.0%}% calibrate, the rest verify accuracy")
     p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch "
                    f"(default: min({defaults.BATCH}, max batch); tsvk config decides)")
     p.add_argument("--max-batch-delay", type=non_negative_int, default=defaults.MAX_BATCH_DELAY_MS, dest="max_batch_delay_ms",
