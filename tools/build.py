@@ -137,7 +137,8 @@ def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: Comp
 
     from tsvk.loading import load_model
 
-    if artifact_settings.format == "eager" and custom is not None and not (artifact.parent / custom.file.name).exists():
+    needs_code = artifact_settings.format == "eager" or (artifact_settings.format == "openvino" and target.task == "detect")
+    if needs_code and custom is not None and not (artifact.parent / custom.file.name).exists():
         shutil.copy2(custom.file, artifact.parent / custom.file.name)
     num_classes = len(resolved.labels) if resolved.labels else None
     return load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes,

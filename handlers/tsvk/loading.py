@@ -155,8 +155,13 @@ def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
     raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
 
 
-def load_openvino(path: Path, device: torch.device, **_: Any) -> Callable:
-    """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this)."""
+def load_openvino(
+    path: Path, device: torch.device, *, artifact: ArtifactSettings, model_dir: Path, num_classes: int | None,
+    task: str = "classify", **_: Any,
+) -> Callable:
+    """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
+    a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
+    from .openvino_detector import attach_openvino_backbone
     from .openvino_ir import compile_for_cpu
 
     try:
@@ -164,7 +169,13 @@ def load_openvino(path: Path, device: torch.device, **_: Any) -> Callable:
     except ImportError as err:
         raise ArtifactLoadError(f"{path.name} is an OpenVINO artifact (format 'openvino') and this worker cannot import "
                                 f"openvino; install it in the worker's Python: {err}") from None
-    return compile_for_cpu(ov, path, torch.get_num_threads())
+    if task != "detect":
+        return compile_for_cpu(ov, path, torch.get_num_threads())
+    detector = build_eager_model(artifact, model_dir, num_classes, task)
+    try:
+        return attach_openvino_backbone(detector, ov, path, torch.get_num_threads())
+    except ValueError as err:
+        raise ArtifactLoadError(str(err)) from None
 
 
 def load_eager(

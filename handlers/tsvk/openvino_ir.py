@@ -22,14 +22,23 @@ IR_BIN = "model.bin"
 CPU_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32"}
 
 
-def write_ir_zip(ov: Any, model: Any, path: Path) -> None:
-    """Save an `ov.Model` as IR (weights kept in fp32 or int8, never compressed to fp16) into one zip."""
+def write_ir_zip(ov: Any, model: Any, path: Path, extra: dict[str, bytes] | None = None) -> None:
+    """Save an `ov.Model` as IR (weights kept in fp32 or int8, never compressed to fp16) into one zip,
+    with `extra` members beside it (a detector's eager heads and the names of its feature maps)."""
     with tempfile.TemporaryDirectory() as work:
         xml = Path(work) / IR_XML
         ov.save_model(model, str(xml), compress_to_fp16=False)
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED) as bundle:
             bundle.write(xml, IR_XML)
             bundle.write(xml.with_suffix(".bin"), IR_BIN)
+            for name, data in (extra or {}).items():
+                bundle.writestr(name, data)
+
+
+def read_member(path: Path, name: str) -> bytes | None:
+    """One extra member of an IR zip, or None when the zip has none of that name."""
+    with zipfile.ZipFile(path) as bundle:
+        return bundle.read(name) if name in bundle.namelist() else None
 
 
 def read_ir_zip(ov: Any, core: Any, path: Path) -> Any:
@@ -44,12 +53,17 @@ def read_ir_zip(ov: Any, core: Any, path: Path) -> Any:
     return core.read_model(graph, ov.Tensor(np.frombuffer(weights, dtype=np.uint8)))
 
 
+def compiled_on_cpu(ov: Any, path: Path, threads: int) -> Any:
+    """The IR compiled for the CPU plugin with `threads` inference threads, in fp32 as verified."""
+    core = ov.Core()
+    return core.compile_model(read_ir_zip(ov, core, path), "CPU", {**CPU_PROPERTIES, "INFERENCE_NUM_THREADS": threads})
+
+
 def compile_for_cpu(ov: Any, path: Path, threads: int) -> Callable:
     """The IR compiled for the CPU with `threads` inference threads: torch batch in, torch logits out."""
     import torch
 
-    core = ov.Core()
-    compiled = core.compile_model(read_ir_zip(ov, core, path), "CPU", {**CPU_PROPERTIES, "INFERENCE_NUM_THREADS": threads})
+    compiled = compiled_on_cpu(ov, path, threads)
     output = compiled.output(0)
 
     def forward(batch: torch.Tensor) -> torch.Tensor:

@@ -198,3 +198,72 @@ def test_int8_detectors_are_refused():
     with pytest.raises(UsageError, match="int8 is for classifiers and segmenters.*detect model"):
         check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
     check_int8_task("segment", "openvino", BuildRequest(model="lraspp_mobilenet_v3_large", precision="int8"))
+
+
+def _detector(tmp_path: Path, weights: str) -> object:
+    from tests.support.task_models import DETECTOR
+
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return build(BuildRequest(model=DETECTOR, backend="openvino", weights=weights, max_batch=2), tmp_path / "out")
+
+
+def test_detector_backbone_runs_in_openvino_under_eager_heads_and_answers_as_eager(tmp_path):
+    from tests.support.task_models import DETECTOR, decisive_weights
+    from tsvk.openvino_detector import FEATURE_NAMES, HEADS_STATE, OpenVinoBackbone
+    from tsvk.tasks.detector_model import detections
+    from tsvk_tools.verify_tasks import match_boxes
+
+    result = _detector(tmp_path, str(decisive_weights(DETECTOR, tmp_path / "det.pt")))
+    assert result.report.passed and result.report.boxes_decide and result.report.matched_share >= 0.95
+    members = zipfile.ZipFile(result.artifact).namelist()
+    assert sorted(members) == sorted(["model.xml", "model.bin", HEADS_STATE, FEATURE_NAMES])
+    loaded = load_model(result.settings.artifact, result.artifact.parent, torch.device("cpu"), task="detect").forward
+    assert isinstance(loaded.backbone, OpenVinoBackbone)
+    images = [torch.rand(3, 320, 427), torch.rand(3, 427, 320)]  # two sizes padded into one batch
+    with torch.no_grad():
+        got, want = detections(loaded(images)), detections(result.resolved.model(images))
+    assert sum(len(w["boxes"]) for w in want) > 0
+    for g, w in zip(got, want):
+        pairs = match_boxes(w, g, min_iou=0.99)
+        assert len(pairs) == len(w["boxes"]) == len(g["boxes"])
+        for r, c in pairs:
+            assert abs(float(w["scores"][r]) - float(g["scores"][c])) < 1e-4
+
+
+def test_detector_verification_catches_a_backbone_off_by_one_percent(tmp_path):
+    """Random weights give feature maps near 1e-7: the bound must scale with them, or nothing would fail."""
+    import copy
+    from collections import OrderedDict
+
+    from tsvk_tools.backends import CompileTarget
+    from tsvk_tools.verify_tasks import verify_detector
+
+    result = _detector(tmp_path, "none")
+    assert result.report.passed and result.report.feature_allowed_diff < 1e-6
+    compiled = copy.deepcopy(result.resolved.model)
+    backbone = compiled.backbone
+
+    class OffByOnePercent(torch.nn.Module):
+        out_channels = backbone.out_channels
+
+        def forward(self, batch):
+            return OrderedDict((k, v * 1.01) for k, v in backbone(batch).items())
+
+    compiled.backbone = OffByOnePercent()
+    target = CompileTarget("cpu", "fp32", 2, 0, task="detect", size=(320, 427))
+    report = verify_detector(compiled, result.resolved.model, target, random_weights=True)
+    assert not report.passed and report.feature_max_diff > report.feature_allowed_diff
+
+
+def test_detector_artifact_without_its_heads_fails_the_load_saying_so(tmp_path):
+    from tsvk.openvino_detector import HEADS_STATE
+
+    result = _detector(tmp_path, "none")
+    stripped = tmp_path / "stripped"
+    stripped.mkdir()
+    with zipfile.ZipFile(result.artifact) as full, zipfile.ZipFile(stripped / result.artifact.name, "w") as out:
+        for name in full.namelist():
+            if name != HEADS_STATE:
+                out.writestr(name, full.read(name))
+    with pytest.raises(ArtifactLoadError, match=f"without {HEADS_STATE}.*--backend openvino"):
+        load_model(result.settings.artifact, stripped, torch.device("cpu"), task="detect")

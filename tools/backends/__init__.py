@@ -26,8 +26,6 @@ UNSUPPORTED = {
     ("detect", "aoti"): _EXPORT_DETECTOR,
     ("detect", "export"): _EXPORT_DETECTOR,
     ("detect", "tensorrt"): _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)",
-    ("detect", "openvino"): "the OpenVINO build converts one NCHW tensor in and logits out; a detector takes a list "
-                            "of images and answers boxes",
     ("segment", "tensorrt"): "not built for dynamic height and width here yet",
 }
 

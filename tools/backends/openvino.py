@@ -1,4 +1,5 @@
-"""OpenVINO, CPU only: the eager model converted by OpenVINO's PyTorch frontend, fp32 or NNCF int8.
+"""OpenVINO, CPU only: the eager model converted by OpenVINO's PyTorch frontend, fp32 or NNCF int8;
+of a detector, the backbone only (fp32), its heads staying eager (`tsvk.openvino_detector`).
 
 The IR has a dynamic batch 1..max_batch (a segmenter's height and width are dynamic too) and travels
 as one zip (`tsvk.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
@@ -63,10 +64,26 @@ def quantize(ov_model, calibration):
 
 def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
     ov = require_openvino(target.precision)
+    if target.task == "detect":
+        return compile_detector_backbone(ov, model, target, artifact)
     ov_model = convert(ov, model, target)
     if target.precision == "int8":
         ov_model = quantize(ov_model, target.calibration)
     write_ir_zip(ov, ov_model, artifact)
+
+
+def compile_detector_backbone(ov, detector, target: CompileTarget, artifact: Path) -> None:
+    """The backbone (with its FPN) as IR, dynamic in batch, height and width (the padded batch of
+    whatever photos come), and the heads' weights beside it in the zip (`tsvk.openvino_detector`)."""
+    from tsvk.openvino_detector import FeatureMapTuple, heads_members
+
+    batch = detector.transform(target.example(target.trace_batch()))[0].tensors
+    names = list(detector.backbone(batch).keys())
+    shape = ov.PartialShape([ov.Dimension(1, target.max_batch), 3, -1, -1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ov_model = ov.convert_model(FeatureMapTuple(detector.backbone), example_input=batch, input=[shape])
+    write_ir_zip(ov, ov_model, artifact, extra=heads_members(detector, names))
 
 
 BACKEND = Backend(
