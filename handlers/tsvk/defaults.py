@@ -95,6 +95,7 @@ MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at on
 # the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).
 FAST_BACKEND = "openvino"
 FAST_PRECISION = "int8"
+DETECT_FAST_PRECISION = "fp32"  # a detector's fast row: its backbone in OpenVINO, fp32 (int8 boxes are not verified)
 ACCURACY_IMAGES = "../shared/imagenet-samples"  # `tsvk bench accuracy`: labelled photos (wnids.txt + <wnid>_*.JPEG)
 
 # `tsvk robustness` and `tsvk soak`.

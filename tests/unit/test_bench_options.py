@@ -63,10 +63,12 @@ def test_task_models_get_the_systems_that_serve_them():
 
     detector = BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn")
     segmenter = BenchOptions(model="deeplabv3_mobilenet_v3_large")
-    assert detector.systems == TASK_SYSTEMS["detect"] and "ours_fast" not in detector.systems
+    assert detector.systems == TASK_SYSTEMS["detect"] and {"ours_fast", "ceiling_fast"} <= set(detector.systems)
+    assert (detector.fast_backend, detector.fast_precision) == ("openvino", "fp32")  # int8 detectors are not offered
     assert segmenter.systems == TASK_SYSTEMS["segment"] and {"ours_fast", "ceiling_fast"} <= set(segmenter.systems)
-    with pytest.raises(UsageError, match="ours_fast cannot serve the detect model"):
-        BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn", systems=("ours", "ours_fast"))
+    assert segmenter.fast_precision == "int8"
+    with pytest.raises(UsageError, match="ours_oip_rest cannot serve the detect model"):
+        BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn", systems=("ours", "ours_oip_rest"))
 
 
 def test_another_models_run_does_not_overwrite_the_presets_latest():

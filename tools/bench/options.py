@@ -18,7 +18,7 @@ CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 # Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the ceiling;
 # a segmenter also with its fastest CPU artifact (OpenVINO int8), which no detector has.
 TASK_SYSTEMS = {
-    "detect": ("torchserve_default", "torchserve_tuned", "ours", "ceiling"),
+    "detect": ("torchserve_default", "torchserve_tuned", "ours", "ours_fast", "ceiling", "ceiling_fast"),
     "segment": ("torchserve_default", "torchserve_tuned", "ours", "ours_fast", "ceiling", "ceiling_fast"),
 }
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
@@ -84,6 +84,8 @@ class BenchOptions:
             object.__setattr__(self, "systems", default_systems(self.device, self.task))
         if self.task == "detect" and self.backend == defaults.BACKEND:
             object.__setattr__(self, "backend", defaults.DETECT_BACKEND)  # torch.export cannot capture a detector
+        if self.task == "detect" and self.fast_precision == defaults.FAST_PRECISION:
+            object.__setattr__(self, "fast_precision", defaults.DETECT_FAST_PRECISION)  # no int8 detectors
         problems = validation_problems(self)
         if problems:
             from ..errors import UsageError
