@@ -1,4 +1,5 @@
-"""A detector and a segmenter served by a real TorchServe 0.12 (tsvk hidden from the worker's Python):
+"""A detector (eager, and with its backbone in OpenVINO) and a segmenter served by a real TorchServe 0.12
+(tsvk hidden from the worker's Python):
 answers for real photographs equal torchvision's eager model on the same pixels, photos of different
 sizes share a batch, an EXIF-rotated photo maps back to its displayed frame, a bad image fails alone,
 and options sent as form or JSON fields shape the answer.
@@ -61,8 +62,29 @@ def as_tensors(answer: list[dict]) -> dict:
             "labels": torch.zeros(len(answer), dtype=torch.long)}
 
 
+@pytest.fixture(scope="module")
+def served_openvino_detector(tmp_path_factory):
+    """The detector again, its backbone in OpenVINO (`--backend openvino`), in a TorchServe of its own."""
+    pytest.importorskip("openvino")
+    work = tmp_path_factory.mktemp("openvino_detector")
+    weights = decisive_weights(DETECTOR, work / "detector.pt")
+    build_archive(BuildRequest(model=DETECTOR, backend="openvino", weights=str(weights), max_batch=4,
+                              score_threshold=SCORE_THRESHOLD), work / "model_store")
+    request = serving_on_free_ports(model_store=work / "model_store", vcpus=2, workers=1, batch=4, max_batch_delay_ms=500,
+                                    auth=False)
+    with running_torchserve(request, work) as run:
+        yield run.url("inference"), {DETECTOR: weights}
+
+
 def test_detections_equal_torchvisions_eager_model_in_original_pixels(served):
-    url, weights = served
+    assert_detections_equal_eager(*served)
+
+
+def test_an_openvino_backbone_answers_as_torchvisions_eager_model(served_openvino_detector):
+    assert_detections_equal_eager(*served_openvino_detector)
+
+
+def assert_detections_equal_eager(url: str, weights: dict) -> None:
     reference = reference_model(DETECTOR, weights[DETECTOR])
     for name in PHOTOS:
         image = photo(name)

@@ -73,6 +73,19 @@ def test_loader_uses_the_workers_planned_threads(tmp_path, monkeypatch):
     assert seen["threads"] == 3
 
 
+def test_compiled_ir_runs_unpinned_in_fp32_with_the_threads_asked(tmp_path):
+    """Workers of one machine each compile their own IR: pinned threads would all share one core."""
+    import openvino as ov
+
+    from tsvk.openvino_ir import compiled_on_cpu
+
+    result = tiny(tmp_path, weights="none")
+    compiled = compiled_on_cpu(ov, result.artifact, 1)
+    assert compiled.get_property("ENABLE_CPU_PINNING") is False
+    assert compiled.get_property("INFERENCE_NUM_THREADS") == 1
+    assert str(compiled.get_property("INFERENCE_PRECISION_HINT")) in ("f32", "<Type: 'float32'>")
+
+
 def test_int8_with_calibration_builds_and_agrees_on_shapes(tmp_path, photos_dir):
     result = tiny(tmp_path, weights="none", precision="int8", calibration=photos_dir)
     calibration = result.settings.provenance["calibration"]
