@@ -81,20 +81,18 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     return BuildResult(resolved, artifact, settings, report, seconds)
 
 
-# Where int8 can be verified: classifiers by top-1 agreement, segmenters (OpenVINO) by label-map pixel agreement.
-INT8_SEGMENT_BACKENDS = ("openvino",)
+# Where int8 can be verified: classifiers by top-1 agreement, segmenters (OpenVINO) by label-map pixel agreement,
+# detectors (OpenVINO backbone, dynamic int8 box head) by the box head's outputs and, with trained weights, the boxes.
+INT8_TASK_BACKENDS = {"segment": ("openvino",), "detect": ("openvino",)}
 
 
 def check_int8_task(task: str, backend: str, request: BuildRequest) -> None:
-    """int8 for classifiers on any int8 backend, for segmenters on OpenVINO; refused for detectors, saying why."""
-    if request.precision != "int8" or task == "classify":
+    """int8 for classifiers on any int8 backend, for segmenters and detectors on OpenVINO only."""
+    allowed = INT8_TASK_BACKENDS.get(task)
+    if request.precision != "int8" or allowed is None or backend in allowed:
         return
-    if task == "segment" and backend not in INT8_SEGMENT_BACKENDS:
-        raise UsageError(f"--precision int8 for the segment model {request.model} needs --backend "
-                         f"{' or '.join(INT8_SEGMENT_BACKENDS)} (got {backend})")
-    if task == "detect":
-        raise UsageError(f"--precision int8 is for classifiers and segmenters (answers compared on held-out photos); "
-                         f"{request.model} is a detect model: use fp32, bf16 or fp16")
+    raise UsageError(f"--precision int8 for the {task} model {request.model} needs --backend {' or '.join(allowed)} "
+                     f"(got {backend})")
 
 
 def default_backend(task: str) -> str:
@@ -117,6 +115,11 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photo
             raise UsageError(f"--calibration applies to --precision int8 only (got --precision {request.precision})")
         return None
     random_weights = bool(resolved.weights.get("random"))
+    if resolved.task == "detect":  # dynamic int8: nothing to calibrate; verify_detector judges the heads
+        if request.calibration is not None:
+            raise UsageError("--calibration: a detector's int8 quantizes its box head's activations as they come "
+                             "(dynamic int8) and needs no calibration photos; leave it out")
+        return None
     if random_weights:
         _warn_random_int8()
     return int8_photos(request.calibration, preprocess, random_weights, resolved.task)

@@ -81,6 +81,8 @@ class DetectionReport:
     images: int
     feature_max_diff: float
     feature_allowed_diff: float
+    head_max_diff: float | None  # an R-CNN box head's class logits and box deltas on the eager proposals
+    head_allowed_diff: float | None
     reference_boxes: int
     matched_share: float
     min_matched_share: float
@@ -98,8 +100,10 @@ class DetectionReport:
         verdict = "PASS" if self.passed else "FAIL"
         masks = "" if self.mask_agreement is None else f", mask pixel agreement {self.mask_agreement:.3%}"
         needed = f"needed {self.min_matched_share:.0%}" if self.boxes_decide else "reported, not enforced"
+        head = ("" if self.head_max_diff is None else
+                f"; box head outputs max |diff| {self.head_max_diff:.3g} (allowed {self.head_allowed_diff:.3g})")
         return (f"verification {verdict}: {self.images} images of mixed sizes, backbone outputs max |diff| "
-                f"{self.feature_max_diff:.3g} (allowed {self.feature_allowed_diff:.3g}); {self.reference_boxes} eager boxes, "
+                f"{self.feature_max_diff:.3g} (allowed {self.feature_allowed_diff:.3g}){head}; {self.reference_boxes} eager boxes, "
                 f"{self.matched_share:.1%} matched by a compiled box of the same label at IoU >= {defaults.DETECT_VERIFY_MIN_IOU} "
                 f"({needed}), max score diff of matched boxes {self.max_score_diff:.2g} (allowed "
                 f"{self.allowed_score_diff:.2g}){masks}; {self.note}")
@@ -125,35 +129,85 @@ def match_boxes(reference: dict, got: dict, min_iou: float) -> list[tuple[int, i
     return pairs
 
 
+@dataclass(frozen=True)
+class DetectorBounds:
+    """What a compiled detector must keep: its raw outputs within `tolerance`, the box head's within
+    `head_rtol` of their largest value, matched scores within `score_atol`, and every eager box scoring at
+    least `min_score` matched. int8 moves the box head (and so every score a little); fp32 moves nothing."""
+
+    tolerance: Tolerance
+    head_rtol: float
+    score_atol: float
+    min_score: float
+
+
+def detector_bounds(target: CompileTarget, tolerance: Tolerance | None) -> DetectorBounds:
+    if target.precision != "int8":
+        tolerance = tolerance or tolerance_for(target.device, target.precision)
+        return DetectorBounds(tolerance, tolerance.rtol, defaults.DETECT_VERIFY_SCORE_ATOL, 0.0)
+    backbone = tolerance or tolerance_for(target.device, "fp32")
+    basis = (f"int8: the backbone as {backbone.basis}; the box head's fully connected layers in dynamic int8, its outputs "
+             f"within {defaults.DETECT_INT8_HEAD_RTOL:.0%} of their largest value; boxes scoring >= "
+             f"{defaults.DETECT_INT8_VERIFY_MIN_SCORE} matched, scores within {defaults.DETECT_INT8_VERIFY_SCORE_ATOL}")
+    return DetectorBounds(Tolerance(backbone.atol, backbone.rtol, backbone.min_top1, basis), defaults.DETECT_INT8_HEAD_RTOL,
+                          defaults.DETECT_INT8_VERIFY_SCORE_ATOL, defaults.DETECT_INT8_VERIFY_MIN_SCORE)
+
+
 def verify_detector(compiled, eager_fp32, target: CompileTarget, random_weights: bool,
                     tolerance: Tolerance | None = None) -> DetectionReport:
     import torch
 
-    tolerance = tolerance or tolerance_for(target.device, target.precision)
+    bounds = detector_bounds(target, tolerance)
     eager = copy.deepcopy(eager_fp32)
     for model in (eager, compiled):
         set_score_threshold(model, defaults.DETECT_VERIFY_SCORE_THRESHOLD)
     counted = {"images": 0, "boxes": 0, "matched": 0, "score_diff": 0.0, "mask_agree": 0, "mask_total": 0,
-               "feature_diff": 0.0, "feature_largest": 0.0}
+               "feature_diff": 0.0, "feature_largest": 0.0, "head_diff": None, "head_largest": 0.0}
     with torch.no_grad():
         for seed, batch in enumerate(sorted({1, target.max_batch})):
             images = target.example(batch, seed=seed)
             _compare_features(eager, compiled, images, counted)
+            _compare_box_heads(eager, compiled, images, counted)
             with exact_fp32():
                 reference = detections(eager([image.float() for image in images]))
-            _compare(reference, detections(compiled(images)), counted)
+            _compare(reference, detections(compiled(images)), counted, bounds.min_score)
+    return _detection_report(counted, bounds, random_weights)
+
+
+def _detection_report(counted: dict, bounds: DetectorBounds, random_weights: bool) -> DetectionReport:
     matched = counted["matched"] / counted["boxes"] if counted["boxes"] else 1.0
     masks = counted["mask_agree"] / counted["mask_total"] if counted["mask_total"] else None
-    allowed = feature_allowance(tolerance, counted["feature_largest"])
-    boxes_ok = (matched >= defaults.DETECT_VERIFY_MIN_MATCHED and counted["score_diff"] <= defaults.DETECT_VERIFY_SCORE_ATOL
+    allowed = feature_allowance(bounds.tolerance, counted["feature_largest"])
+    head_allowed = None if counted["head_diff"] is None else bounds.head_rtol * counted["head_largest"]
+    heads_ok = head_allowed is None or counted["head_diff"] <= head_allowed
+    boxes_ok = (matched >= defaults.DETECT_VERIFY_MIN_MATCHED and counted["score_diff"] <= bounds.score_atol
                 and (masks is None or masks >= defaults.MASK_VERIFY_MIN_PIXEL_AGREEMENT))
-    passed = counted["feature_diff"] <= allowed and (random_weights or boxes_ok)
+    passed = counted["feature_diff"] <= allowed and heads_ok and (random_weights or boxes_ok)
     note = (f"every box kept on both sides (score threshold {defaults.DETECT_VERIFY_SCORE_THRESHOLD})"
             + (": random weights score boxes alike, so their order is arbitrary and the raw outputs decide" if random_weights else "")
-            + f"; tolerance {tolerance.basis}")
-    return DetectionReport(counted["images"], counted["feature_diff"], allowed, counted["boxes"], matched,
-                           defaults.DETECT_VERIFY_MIN_MATCHED, counted["score_diff"], defaults.DETECT_VERIFY_SCORE_ATOL, masks,
-                           not random_weights, passed, note)
+            + f"; tolerance {bounds.tolerance.basis}")
+    return DetectionReport(counted["images"], counted["feature_diff"], allowed, counted["head_diff"], head_allowed,
+                           counted["boxes"], matched, defaults.DETECT_VERIFY_MIN_MATCHED, counted["score_diff"],
+                           bounds.score_atol, masks, not random_weights, passed, note)
+
+
+def _compare_box_heads(eager, compiled, images: list, counted: dict) -> None:
+    """An R-CNN's box head and predictor on the same pooled proposals (the eager model's), eager against compiled:
+    the one place an int8 detector differs, checked even where random weights leave the boxes undecided."""
+    heads, other = getattr(eager, "roi_heads", None), getattr(compiled, "roi_heads", None)
+    if heads is None or other is None or not hasattr(heads, "box_roi_pool"):
+        return
+    with exact_fp32():
+        prepared = eager.transform([image.float() for image in images])[0]
+        features = eager.backbone(prepared.tensors)
+        proposals = eager.rpn(prepared, features)[0]
+        pooled = heads.box_roi_pool(features, proposals, prepared.image_sizes)
+        reference = heads.box_predictor(heads.box_head(pooled))
+    got = other.box_predictor(other.box_head(pooled))
+    counted["head_diff"] = counted["head_diff"] or 0.0
+    for want, have in zip(reference, got):
+        counted["head_diff"] = max(counted["head_diff"], (have.float() - want.float()).abs().max().item())
+        counted["head_largest"] = max(counted["head_largest"], want.abs().max().item())
 
 
 def feature_allowance(tolerance: Tolerance, largest: float) -> float:
@@ -174,11 +228,14 @@ def _compare_features(eager, compiled, images: list, counted: dict) -> None:
         counted["feature_largest"] = max(counted["feature_largest"], value.abs().max().item())
 
 
-def _compare(reference: list[dict], got: list[dict], counted: dict) -> None:
+def _compare(reference: list[dict], got: list[dict], counted: dict, min_score: float = 0.0) -> None:
+    """Every eager box scoring at least `min_score` must find its compiled box (all compiled boxes compete)."""
     for ref, out in zip(reference, got):
         pairs = match_boxes(ref, out, defaults.DETECT_VERIFY_MIN_IOU)
+        required = ref["scores"] >= min_score
+        pairs = [(r, g) for r, g in pairs if bool(required[r])]
         counted["images"] += 1
-        counted["boxes"] += len(ref["boxes"])
+        counted["boxes"] += int(required.sum())
         counted["matched"] += len(pairs)
         for r, g in pairs:
             counted["score_diff"] = max(counted["score_diff"], abs(float(ref["scores"][r]) - float(out["scores"][g])))

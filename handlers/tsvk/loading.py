@@ -161,7 +161,7 @@ def load_openvino(
 ) -> Callable:
     """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
     a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
-    from .openvino_detector import attach_openvino_backbone
+    from .openvino_detector import attach_openvino_backbone, quantize_box_head
     from .openvino_ir import compile_for_cpu
 
     try:
@@ -173,7 +173,10 @@ def load_openvino(
         return compile_for_cpu(ov, path, torch.get_num_threads())
     detector = build_eager_model(artifact, model_dir, num_classes, task)
     try:
-        return attach_openvino_backbone(detector, ov, path, torch.get_num_threads())
+        detector = attach_openvino_backbone(detector, ov, path, torch.get_num_threads())
+        if artifact.precision == "int8":
+            quantize_box_head(detector)
+        return detector
     except ValueError as err:
         raise ArtifactLoadError(str(err)) from None
 

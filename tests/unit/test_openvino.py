@@ -205,19 +205,20 @@ def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
     assert shapes == {(1, 3, 100, 133)}  # 64x48 photos: shorter side 100, ratio kept, no crop
 
 
-def test_int8_detectors_are_refused():
+def test_int8_detectors_need_openvino():
     from tsvk_tools.build import check_int8_task
 
-    with pytest.raises(UsageError, match="int8 is for classifiers and segmenters.*detect model"):
+    with pytest.raises(UsageError, match="int8 for the detect model fasterrcnn_mobilenet_v3_large_320_fpn needs --backend openvino"):
         check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
+    check_int8_task("detect", "openvino", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
     check_int8_task("segment", "openvino", BuildRequest(model="lraspp_mobilenet_v3_large", precision="int8"))
 
 
-def _detector(tmp_path: Path, weights: str) -> object:
+def _detector(tmp_path: Path, weights: str, **request) -> object:
     from tests.support.task_models import DETECTOR
 
     (tmp_path / "out").mkdir(exist_ok=True)
-    return build(BuildRequest(model=DETECTOR, backend="openvino", weights=weights, max_batch=2), tmp_path / "out")
+    return build(BuildRequest(model=DETECTOR, backend="openvino", weights=weights, max_batch=2, **request), tmp_path / "out")
 
 
 def test_detector_backbone_runs_in_openvino_under_eager_heads_and_answers_as_eager(tmp_path):
@@ -280,3 +281,45 @@ def test_detector_artifact_without_its_heads_fails_the_load_saying_so(tmp_path):
                 out.writestr(name, full.read(name))
     with pytest.raises(ArtifactLoadError, match=f"without {HEADS_STATE}.*--backend openvino"):
         load_model(result.settings.artifact, stripped, torch.device("cpu"), task="detect")
+
+
+def test_int8_detector_runs_its_box_head_in_dynamic_int8_and_is_judged_by_it(tmp_path):
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    from tests.support.task_models import DETECTOR, decisive_weights
+    from tsvk.tasks.detector_model import detections
+
+    result = _detector(tmp_path, str(decisive_weights(DETECTOR, tmp_path / "det.pt")), precision="int8")
+    report = result.report
+    assert report.passed and report.boxes_decide
+    assert 0 < report.head_max_diff <= report.head_allowed_diff  # int8 moved the head's outputs, within bounds
+    loaded = load_model(result.settings.artifact, result.artifact.parent, torch.device("cpu"), task="detect").forward
+    box_head = loaded.roi_heads.box_head
+    assert isinstance(box_head.fc6, DynamicInt8Linear) and isinstance(box_head.fc7, DynamicInt8Linear)
+    assert isinstance(loaded.roi_heads.box_predictor.cls_score, torch.nn.Linear)  # the predictor stays fp32
+    with torch.no_grad():
+        answers = detections(loaded([torch.rand(3, 320, 427)]))
+    assert len(answers) == 1 and len(answers[0]["boxes"]) > 0
+
+
+def test_int8_detector_verification_catches_a_box_head_off_by_a_fifth(tmp_path):
+    """With random weights the boxes do not decide; the box head's outputs still do."""
+    import copy
+
+    from tsvk_tools.backends import CompileTarget
+    from tsvk_tools.verify_tasks import verify_detector
+
+    result = _detector(tmp_path, "none")
+    compiled = copy.deepcopy(result.resolved.model)
+    with torch.no_grad():
+        compiled.roi_heads.box_predictor.cls_score.weight.mul_(1.2)
+    target = CompileTarget("cpu", "int8", 2, 0, task="detect", size=(320, 427))
+    report = verify_detector(compiled, result.resolved.model, target, random_weights=True)
+    assert not report.passed and report.head_max_diff > report.head_allowed_diff
+    assert verify_detector(copy.deepcopy(result.resolved.model), result.resolved.model, target, random_weights=True).passed
+
+
+def test_int8_detector_needs_no_calibration_and_refuses_one(tmp_path, photos_dir):
+    with pytest.raises(UsageError, match="needs no calibration photos"):
+        _detector(tmp_path, "none", precision="int8", calibration=photos_dir)
+    assert not list((tmp_path / "out").iterdir())

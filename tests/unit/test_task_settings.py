@@ -54,7 +54,7 @@ def test_torchvision_names_the_task():
     (BuildRequest(model="lraspp_mobilenet_v3_large", backend="aoti", precision="int8", weights="none"),
      "--precision int8 for the segment model lraspp_mobilenet_v3_large needs --backend openvino"),
     (BuildRequest(model="ssdlite320_mobilenet_v3_large", backend="openvino", precision="int8", weights="none"),
-     "--precision int8 is for classifiers and segmenters.*ssdlite320_mobilenet_v3_large is a detect model"),
+     "--precision int8 runs an R-CNN box head's fully connected layers in int8, and SSD has none.*use --precision fp32"),
     (BuildRequest(model="ssdlite320_mobilenet_v3_large", backend="torchscript", precision="int8", weights="none"),
      "--backend torchscript --device cpu does not support --precision int8"),
     (BuildRequest(model="lraspp_mobilenet_v3_large", task="detect", weights="none"),

@@ -1,5 +1,6 @@
 """OpenVINO, CPU only: the eager model converted by OpenVINO's PyTorch frontend, fp32 or NNCF int8;
-of a detector, the backbone only (fp32), its heads staying eager (`tsvk.openvino_detector`).
+of a detector, the backbone only (fp32), its heads staying eager, at int8 an R-CNN's box head in
+dynamic int8 (`tsvk.openvino_detector`).
 
 The IR has a dynamic batch 1..max_batch (a segmenter's height and width are dynamic too) and travels
 as one zip (`tsvk.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
@@ -75,8 +76,12 @@ def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
 def compile_detector_backbone(ov, detector, target: CompileTarget, artifact: Path) -> None:
     """The backbone (with its FPN) as IR, dynamic in batch, height and width (the padded batch of
     whatever photos come), and the heads' weights beside it in the zip (`tsvk.openvino_detector`)."""
-    from tsvk.openvino_detector import FeatureMapTuple, heads_members
+    from tsvk.openvino_detector import FeatureMapTuple, heads_members, linear_box_head
 
+    if target.precision == "int8" and linear_box_head(detector) is None:
+        raise UsageError(f"--precision int8 runs an R-CNN box head's fully connected layers in int8, and "
+                         f"{type(detector).__name__} has none (RetinaNet, FCOS and SSD heads are convolutions); use "
+                         f"--precision fp32")
     batch = detector.transform(target.example(target.trace_batch()))[0].tensors
     names = list(detector.backbone(batch).keys())
     shape = ov.PartialShape([ov.Dimension(1, target.max_batch), 3, -1, -1])
