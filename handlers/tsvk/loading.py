@@ -162,6 +162,7 @@ def load_openvino(
     """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
     a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
     from .openvino_detector import attach_openvino_backbone, quantize_box_head
+    from .roi_pool import gather_roi_pooling
     from .openvino_ir import compile_for_cpu
 
     try:
@@ -174,6 +175,7 @@ def load_openvino(
     detector = build_eager_model(artifact, model_dir, num_classes, task)
     try:
         detector = attach_openvino_backbone(detector, ov, path, torch.get_num_threads())
+        gather_roi_pooling(detector)
         if artifact.precision == "int8":
             quantize_box_head(detector)
         return detector
@@ -187,7 +189,12 @@ def load_eager(
 ) -> Callable:
     model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(read_state_dict(path))
-    return model.to(device=device, dtype=dtype).eval()
+    model = model.to(device=device, dtype=dtype).eval()
+    if task == "detect" and device.type == "cpu":
+        from .roi_pool import gather_roi_pooling
+
+        gather_roi_pooling(model)  # torchvision's CPU RoIAlign is scalar; same numbers, vectorised
+    return model
 
 
 def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str = "classify") -> torch.nn.Module:
