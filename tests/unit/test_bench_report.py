@@ -62,6 +62,14 @@ def test_goals_are_judged_against_their_targets(result):
     assert goals["p99_ours_vs_torchserve_tuned"]["met"] is True
 
 
+def test_task_goal_is_judged_on_the_fastest_cpu_artifact():
+    systems = {name: {"throughput_ips": ips, "latency_ms": {"p99": 100.0}}
+               for name, ips in (("torchserve_tuned", 10.0), ("ours", 9.0), ("ours_fast", 21.0))}
+    goals = {g["ratio"]: g for g in evaluate_goals(systems, compute_ratios(systems), task="detect")}
+    assert goals["fast_vs_torchserve_tuned"]["measured"] == 2.1 and goals["fast_vs_torchserve_tuned"]["met"] is True
+    assert "ours_vs_torchserve_tuned" not in goals
+
+
 def test_goals_without_measurements_are_undecided():
     goals = evaluate_goals({}, compute_ratios({}))
     assert all(g["met"] is None for g in goals)

@@ -80,3 +80,18 @@ def test_instance_masks_are_pasted_inside_their_box_at_the_photos_size():
         assert xs.min() >= x1 - 1 and xs.max() <= x2 and ys.min() >= y1 - 1 and ys.max() <= y2  # torchvision pads a pixel
         assert mask.sum() >= 0.8 * (x2 - x1) * (y2 - y1)
     assert paste_masks(probabilities[:0], boxes[:0], (80, 160), 0.5).shape == (0, 80, 160)
+
+
+def test_detector_normalization_is_torchvisions_to_the_bit_and_leaves_the_photos_alone():
+    import types
+
+    from tsvk.tasks.detect import DetectTask
+
+    mean, std = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
+    photos = torch.randint(0, 256, (2, 3, 48, 64), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
+    kept = photos.clone()
+    task = types.SimpleNamespace(mean=torch.tensor(mean).view(1, 3, 1, 1), std=torch.tensor(std).view(1, 3, 1, 1))
+    transform = GeneralizedRCNNTransform(320, 640, mean, std)
+    got = DetectTask.normalize(task, photos)
+    assert torch.equal(got, torch.stack([transform.normalize(p.float() / 255) for p in photos]))
+    assert torch.equal(photos, kept)

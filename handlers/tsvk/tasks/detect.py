@@ -66,8 +66,9 @@ class DetectTask(Task):
     def normalize(self, batch: torch.Tensor) -> torch.Tensor:
         """uint8 -> (x / 255 - mean) / std in float32, in torchvision's order of operations: the detector then
         sees the very numbers torchvision's own transform would give it (boxes of equal score stay in the
-        same order)."""
-        return (batch.float().div(255) - self.mean) / self.std
+        same order). In place on one fresh copy: three passes over a new photo-sized tensor each cost
+        more in page faults than in arithmetic (1.1 vs 3.2 ms for a 640x480 photo)."""
+        return batch.to(torch.float32, copy=True).div_(255).sub_(self.mean).div_(self.std)
 
     def resize_each(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
         """Normalized and resized per image, one call per distinct size; in input order."""
