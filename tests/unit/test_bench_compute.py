@@ -52,18 +52,21 @@ def test_the_report_shows_compute_use(tmp_path):
     assert "## Compute use" in text and "| tsvk (ours) | 80.0 | 50% |" in text
 
 
-def test_an_int8_bench_archive_is_built_from_the_same_random_weights(tmp_path):
-    """The fast rows rebuild the shared random weights from their seed (int8 from a file would count as trained)."""
+@pytest.mark.parametrize("model, extra", [("resnet18", {"precision": "int8", "backend": "openvino"}),
+                                          ("fasterrcnn_mobilenet_v3_large_320_fpn", {})])
+def test_int8_and_detector_bench_archives_are_built_from_the_same_random_weights(tmp_path, model, extra):
+    """Those archives rebuild the shared random weights from their seed: int8 from a file would count as
+    trained, and a detector's random weights tie its scores, so its boxes cannot decide verification."""
     import torch
 
     from tsvk_tools.bench.assets import WEIGHTS_SEED, ours_build_request, shared_weights
     from tsvk_tools.bench.options import BenchOptions
     from tsvk_tools.models import resolve_model
 
-    options = BenchOptions(model="resnet18", cache_dir=tmp_path, precision="int8", backend="openvino")
+    options = BenchOptions(model=model, cache_dir=tmp_path, **extra)
     request = ours_build_request(options, shared_weights(options))
     assert request.weights == "none"
     torch.manual_seed(WEIGHTS_SEED)
-    rebuilt = resolve_model("resnet18", request.weights).model.state_dict()
+    rebuilt = resolve_model(model, request.weights).model.state_dict()
     saved = torch.load(shared_weights(options), weights_only=True)
-    assert all(torch.equal(rebuilt[k], saved[k]) for k in saved)
+    assert rebuilt.keys() == saved.keys() and all(torch.equal(rebuilt[k], saved[k]) for k in saved)

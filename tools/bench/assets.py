@@ -144,15 +144,18 @@ def _build_ours(options: BenchOptions, weights: Path, store: Path) -> None:
 def ours_build_request(options: BenchOptions, weights: Path):
     """`tsvk archive` for this run: its backend, device and precision, verified against eager as always.
 
-    int8 is built from `--weights none` reseeded (`_build_ours`): a weights file counts as trained weights,
-    whose int8 build needs labelled photos to verify accuracy against, and these weights are random."""
+    int8 and detectors are built from `--weights none` reseeded (`_build_ours`, the same weights): a weights
+    file counts as trained weights, whose int8 build needs labelled photos to verify accuracy against and
+    whose detector boxes must match eager's; these weights are random, score every box alike to about six
+    digits, and which of those near-ties a detector keeps turns on float rounding."""
     from tsvk.settings import ServingDefaults
 
     from ..build import BuildRequest
 
     return BuildRequest(
         model=options.model, backend=options.backend, device=options.device, precision=options.precision,
-        max_batch=options.max_batch, weights=WEIGHTS_NONE if options.precision == "int8" else str(weights),
+        max_batch=options.max_batch,
+        weights=WEIGHTS_NONE if options.precision == "int8" or options.task == "detect" else str(weights),
         serving=ServingDefaults(batch_size=options.batch),
     )
 
