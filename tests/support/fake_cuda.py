@@ -4,7 +4,8 @@
 `set_device` (changes the current device), `current_device`, and `current_stream(device=None)` (the
 current stream of `device`, default the current device; `torch/cuda/streams.py` `Stream` has `.device`
 and the `.cuda_stream` handle, 0 for the default stream). It also answers `features.has_cuda()`.
-`events` lists what happened in order, so a test can say "set_device came before the model load".
+`events` lists what happened in order, so a test can say "set_device came before the model load"
+(a stream's `synchronize` is listed as ("synchronize", its device index)).
 
 `simulated_device_memory` gives CPU tensors the CUDA Array Interface that torch 2.14.1 gives CUDA
 tensors (`torch/_tensor.py` `Tensor.__cuda_array_interface__`: version 2, no `stream` field; a CPU
@@ -16,7 +17,8 @@ Devices of CPU tensors are not checked: the CPU stands in for whichever GPU is c
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -29,9 +31,11 @@ class FakeStream:
 
     device: torch.device
     cuda_stream: int = 0
+    owner: Any = field(default=None, compare=False, repr=False)  # the FakeCuda that records `synchronize`
 
     def synchronize(self) -> None:
-        pass
+        if self.owner is not None:
+            self.owner.events.append(("synchronize", self.device.index))
 
 
 class FakeCuda:
@@ -71,10 +75,24 @@ class FakeCuda:
         return self.current
 
     def current_stream(self, device=None) -> FakeStream:
-        return FakeStream(torch.device("cuda", self.index(device)))
+        return FakeStream(torch.device("cuda", self.index(device)), owner=self)
 
     def record(self, event: str) -> None:
         self.events.append((event, self.current))
+
+    def keep_cuda_tensors_on_cpu(self, monkeypatch) -> "FakeCuda":
+        """`Tensor.to("cuda:N")` returns the tensor on the CPU, which stands in for GPU N's memory."""
+        to = torch.Tensor.to
+
+        def on_cpu(value):
+            is_cuda = isinstance(value, torch.device) and value.type == "cuda"
+            return torch.device("cpu") if is_cuda or (isinstance(value, str) and value.startswith("cuda")) else value
+
+        def fake_to(tensor, *args, **kwargs):
+            return to(tensor, *[on_cpu(a) for a in args], **{k: on_cpu(v) for k, v in kwargs.items()})
+
+        monkeypatch.setattr(torch.Tensor, "to", fake_to)
+        return self
 
 
 _TYPESTR = {torch.uint8: "|u1", torch.int32: "<i4", torch.float16: "<f2", torch.float32: "<f4"}

@@ -3,8 +3,13 @@
 `cvcuda` is replaced by a fake that behaves like CV-CUDA 0.19 where it matters (tests/support/fake_cvcuda.py:
 buffers only through the CUDA Array Interface, legacy-stream waits recorded, rows padded like NVCV,
 outputs on the current device), so the tests check the backend's arithmetic (rects, normalization
-constants, layout) against the CPU backend and how it hands tensors over. nvJPEG is replaced by CPU decode.
+constants, layout) against the CPU backend and how it hands tensors over. nvJPEG is faked where torchvision
+calls it, `torch.ops.image.decode_jpegs_cuda` (tests/support/fake_nvjpeg.py), so the decode path of ours
+(batching, retries, the CPU fallback, stream synchronization) runs as it would on a GPU.
 """
+
+from pathlib import Path
+
 
 import pytest
 import torch
@@ -18,6 +23,7 @@ from tsvk.settings import PreprocessSettings
 
 from tests.support.fake_cuda import FakeStream, SimulatedDeviceMemory
 from tests.support.fake_cvcuda import FakeCvcuda
+from tests.support.fake_nvjpeg import FakeNvjpeg
 from tests.support.handler_fakes import encode, noise_image, photo
 
 torch.set_num_threads(1)
@@ -97,51 +103,84 @@ def test_cvcuda_backend_without_cvcuda_says_how_to_install(monkeypatch):
         CvCudaPreprocessor(PreprocessSettings(), CPU)
 
 
-def test_gpu_decode_batches_jpegs_and_retries_alone_when_one_is_corrupt(monkeypatch):
-    calls = []
-    good = encode(noise_image(64, 48), "JPEG")
-    corrupt = encode(noise_image(200, 150), "JPEG")  # whole, but this nvJPEG stand-in refuses it
+GPU0 = torch.device("cuda", 0)
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
-    def fake_nvjpeg(payloads, device):
-        calls.append(len(payloads))
-        if corrupt in payloads:
-            raise RuntimeError("nvjpeg: corrupt data")
-        return [decode_rgb(probe(p, LIMIT)) for p in payloads]
 
-    monkeypatch.setattr(torch_cuda, "nvjpeg_decode", fake_nvjpeg)
-    images = [probe(good, LIMIT), probe(corrupt, LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
-    decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
-    assert calls == [2, 1, 1]  # both JPEGs in one batched call first, then each alone
+@pytest.fixture
+def nvjpeg(monkeypatch, cuda):
+    """nvJPEG at torchvision's op (tests/support/fake_nvjpeg.py), on cuda:0 whose memory is the CPU's."""
+    cuda.keep_cuda_tensors_on_cpu(monkeypatch)
+    return FakeNvjpeg(cuda).install(monkeypatch)
+
+
+def without_quantization_tables(jpeg: bytes) -> bytes:
+    """A JPEG whose header still reads but which no decoder can decode (its DQT segments removed)."""
+    out, at = bytearray(jpeg[:2]), 2
+    while at < len(jpeg):
+        marker, length = jpeg[at + 1], int.from_bytes(jpeg[at + 2 : at + 4], "big")
+        if marker == 0xDA:
+            return bytes(out + jpeg[at:])
+        if marker != 0xDB:
+            out += jpeg[at : at + 2 + length]
+        at += 2 + length
+    return bytes(out)
+
+
+def test_jpegs_nvjpeg_refuses_are_decoded_on_the_cpu_not_refused(nvjpeg):
+    """Chroma subsampling nvJPEG has no name for, and arithmetic coding: libjpeg-turbo decodes both."""
+    payloads = [encode(noise_image(64, 48), "JPEG"), (FIXTURES / "jpeg_chroma_2x2_2x1_1x1.jpg").read_bytes(),
+                (FIXTURES / "jpeg_arithmetic.jpg").read_bytes()]
+    images = [probe(p, LIMIT) for p in payloads]
+    decoded, failed = torch_cuda.decode_on_gpu(images, GPU0, nvjpeg=True)
+    assert failed == {} and sorted(decoded) == [0, 1, 2]
+    assert nvjpeg.calls == [3, 1, 1, 1]  # the batch, then each alone; the two refused went to the CPU decoder
+    for index in (1, 2):
+        assert torch.equal(decoded[index], decode_rgb(images[index]))
+
+
+def test_gpu_decode_batches_jpegs_and_a_jpeg_no_decoder_reads_is_a_400(nvjpeg):
+    broken = without_quantization_tables(encode(noise_image(200, 150), "JPEG"))
+    images = [probe(encode(noise_image(64, 48), "JPEG"), LIMIT), probe(broken, LIMIT), probe(encode(noise_image(), "PNG"), LIMIT)]
+    decoded, failed = torch_cuda.decode_on_gpu(images, GPU0, nvjpeg=True)
+    assert nvjpeg.calls == [2, 1, 1]  # both JPEGs in one batched call first, then each alone
     assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
+    assert "Quantization table" in str(failed[1])
 
 
-def test_truncated_jpeg_is_a_400_whatever_nvjpeg_does_with_it(monkeypatch):
+def test_every_nvjpeg_call_waits_for_work_queued_on_the_callers_stream(nvjpeg, cuda):
+    """torchvision pull request #9606: outputs allocated on the caller's stream are written on nvJPEG's own."""
+    cuda.set_device(1)
+    images = [probe(encode(noise_image(64, 48), "JPEG"), LIMIT), probe(without_quantization_tables(encode(noise_image(), "JPEG")), LIMIT)]
+    torch_cuda.decode_on_gpu(images, torch.device("cuda", 1), nvjpeg=True)
+    assert len(nvjpeg.calls) == 3 and nvjpeg.unsynchronized == []
+    assert ("synchronize", 1) in cuda.events and ("synchronize", 0) not in cuda.events
+
+
+def test_truncated_jpeg_is_a_400_whatever_nvjpeg_does_with_it(monkeypatch, nvjpeg):
     """nvJPEG may return grey pixels for a truncated JPEG instead of raising: torchvision 0.29
     `torchvision/io/image.py` `decode_jpeg(list, device="cuda")` (-> `decode_jpegs_cuda`) only says it
     returns no partial results *on an error*. This stand-in takes the undocumented case: no error."""
-    calls = []
+    def lenient(images, mode, device):
+        nvjpeg.calls.append(len(images))
+        return [torch.full((3, 150, 200), 128, dtype=torch.uint8) for _ in images]
 
-    def lenient_nvjpeg(payloads, device):
-        calls.append(len(payloads))
-        return [torch.full((3, 150, 200), 128, dtype=torch.uint8) for _ in payloads]
-
-    monkeypatch.setattr(torch_cuda, "nvjpeg_decode", lenient_nvjpeg)
+    monkeypatch.setattr(torch.ops.image, "decode_jpegs_cuda", lenient)
     whole = encode(noise_image(200, 150), "JPEG")
     images = [probe(whole, LIMIT), probe(whole[: len(whole) // 2], LIMIT), probe(whole + b"\0\0", LIMIT)]
-    decoded, failed = torch_cuda.decode_on_gpu(images, CPU, nvjpeg=True)
+    decoded, failed = torch_cuda.decode_on_gpu(images, GPU0, nvjpeg=True)
     assert sorted(decoded) == [0, 2] and list(failed) == [1] and failed[1].status == 400
-    assert calls == [2]  # the truncated one never reached nvJPEG
+    assert nvjpeg.calls == [2]  # the truncated one never reached nvJPEG
 
 
-def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(monkeypatch):
+def test_gpu_decode_applies_exif_orientation_that_nvjpeg_ignores(nvjpeg):
     from PIL import Image
 
-    monkeypatch.setattr(torch_cuda, "nvjpeg_decode", lambda payloads, device: [torch.zeros(3, 20, 40, dtype=torch.uint8)])
     exif = Image.Exif()
     exif[0x0112] = 6
     image = probe(encode(Image.new("RGB", (40, 20)), "JPEG", exif=exif), LIMIT)
-    decoded, _ = torch_cuda.decode_on_gpu([image], CPU, nvjpeg=True)
-    assert tuple(decoded[0].shape) == (3, 40, 20)
+    decoded, _ = torch_cuda.decode_on_gpu([image], GPU0, nvjpeg=True)
+    assert tuple(decoded[0].shape) == (3, 40, 20) and nvjpeg.calls == [1]
 
 
 def test_cuda_backend_matches_cpu_backend(monkeypatch):
