@@ -13,7 +13,10 @@ from __future__ import annotations
 
 import importlib.util
 import inspect
+import json
 import logging
+import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -119,7 +122,48 @@ def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
 
 
 def load_export(path: Path, device: torch.device, **_: Any) -> Callable:
-    return program_on(torch.export.load(str(path)), device).module()
+    return program_on(read_on_cpu(path, torch.export.load), device).module()
+
+
+_PAYLOAD_CONFIGS = ("_weights_config.json", "_constants_config.json")  # torch/export/pt2_archive/constants.py
+
+
+def read_on_cpu(path: Path, load: Callable[[str], Any]) -> Any:
+    """`load(file)` (torch.export.load, or Torch-TensorRT's load over it) with every weight read into CPU memory.
+
+    torch.export.load has no map_location: torch 2.14.1 `torch/export/pt2_archive/_package.py`
+    `_build_file_map` moves each weight to the device recorded when it was saved, so an archive built on
+    cuda:0 would make a worker on cuda:N create a context and a copy of every weight on GPU 0 before
+    `program_on` moves them. Where a weight or constant is recorded on a CUDA device, the file is loaded
+    from a copy whose payload configs say "cpu" instead (the bytes are the same); `program_on` then puts
+    them on the worker's device. Example inputs are saved on the CPU by torch itself, and pickled
+    constants (Torch-TensorRT's engines) rebuild themselves on the current device, the worker's.
+    """
+    with zipfile.ZipFile(path) as archive:
+        configs = {name: archive.read(name) for name in archive.namelist() if name.endswith(_PAYLOAD_CONFIGS)}
+    mapped = {name: _config_on_cpu(raw) for name, raw in configs.items()}
+    if all(mapped[name] == configs[name] for name in configs):
+        return load(str(path))
+    with tempfile.TemporaryDirectory(prefix="tsvk-load-") as scratch:
+        copy = Path(scratch) / path.name
+        _copy_archive(path, copy, mapped)
+        return load(str(copy))
+
+
+def _config_on_cpu(raw: bytes) -> bytes:
+    config = json.loads(raw)
+    changed = False
+    for payload in config.get("config", {}).values():
+        device = (payload.get("tensor_meta") or {}).get("device") or {}
+        if device.get("type") == "cuda":
+            payload["tensor_meta"]["device"], changed = {"type": "cpu", "index": None}, True
+    return json.dumps(config).encode() if changed else raw
+
+
+def _copy_archive(source: Path, target: Path, replaced: dict[str, bytes]) -> None:
+    with zipfile.ZipFile(source) as old, zipfile.ZipFile(target, "w", zipfile.ZIP_STORED) as new:
+        for info in old.infolist():
+            new.writestr(info, replaced.get(info.filename) or old.read(info.filename))
 
 
 def program_on(program: Any, device: torch.device) -> Any:
@@ -150,7 +194,7 @@ def load_tensorrt(path: Path, device: torch.device, **_: Any) -> Callable:
     if path.suffix == ".ts":
         return torch.jit.load(str(path), map_location=device).eval()
     if path.suffix in (".ep", ".pt2"):
-        loaded = program_on(trt.load(str(path)), device)  # engines run on the current device (the worker's)
+        loaded = program_on(read_on_cpu(path, trt.load), device)  # engines run on the current device (the worker's)
         return loaded.module() if hasattr(loaded, "module") else loaded
     raise ArtifactLoadError(f"tensorrt artifact {path.name!r} must end in .ep or .pt2 (ExportedProgram) or .ts (TorchScript)")
 

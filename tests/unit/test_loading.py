@@ -1,6 +1,8 @@
 """Loading each artifact format, and the device rules."""
 
+import json
 import types
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -161,6 +163,32 @@ def test_portable_formats_follow_the_worker_to_the_gpu():
 # --- tensorrt, up to the torch_tensorrt seam ---------------------------------------------------
 
 
+def _recorded_on_gpu_0(program_file: Path) -> None:
+    """Make a saved program say what one saved from GPU 0 says: each weight's device is cuda:0
+    (torch 2.14.1 `torch/export/pt2_archive/_package.py` writes it into the payload configs)."""
+    with zipfile.ZipFile(program_file) as archive:
+        entries = {info.filename: archive.read(info) for info in archive.infolist()}
+    for name in [n for n in entries if n.endswith("_weights_config.json")]:
+        config = json.loads(entries[name])
+        for payload in config["config"].values():
+            payload["tensor_meta"]["device"] = {"type": "cuda", "index": 0}
+        entries[name] = json.dumps(config).encode()
+    with zipfile.ZipFile(program_file, "w", zipfile.ZIP_STORED) as archive:
+        for name, data in entries.items():
+            archive.writestr(name, data)
+
+
+def test_an_artifact_saved_on_gpu_0_is_read_into_cpu_memory_never_onto_gpu_0(tmp_path, monkeypatch):
+    torch.export.save(torch.export.export(torch.nn.Linear(4, 3).eval(), (torch.randn(2, 4),)), tmp_path / "model.pt2")
+    _recorded_on_gpu_0(tmp_path / "model.pt2")
+    asked, to = [], torch.Tensor.to
+    monkeypatch.setattr(torch.Tensor, "to", lambda t, *a, **k: asked.append((a, k)) or to(t, *a, **k))
+    meta = torch.device("meta")  # stands in for the worker's cuda:N
+    model = loading.load_export(tmp_path / "model.pt2", meta)
+    assert not any("cuda" in str(arg) for call in asked for arg in (*call[0], *call[1].values()))
+    assert {p.device for p in model.parameters()} == {meta} and not torch.cuda.is_initialized()
+
+
 def test_tensorrt_without_torch_tensorrt_says_what_is_missing(tmp_path, monkeypatch):
     (tmp_path / "model.ep").write_bytes(b"x")
     monkeypatch.setattr(features, "_probe_module", lambda name: (None, "ImportError: libcuda.so.1: cannot open shared object file"))
@@ -172,6 +200,7 @@ def test_tensorrt_exported_program_is_loaded_through_torch_tensorrt(tmp_path, mo
     seen = []  # torch_tensorrt 2.14 `_compile.py` `load`: what torch.export.load returns, something with .module()
     fake_trt = types.SimpleNamespace(load=lambda path: seen.append(path) or types.SimpleNamespace(module=lambda: tiny))
     monkeypatch.setattr(features, "optional_module", lambda name: fake_trt)
+    torch.export.save(torch.export.export(tiny, (torch.randn(1, 3, 32, 32),)), tmp_path / "model.ep")
     assert loading.load_tensorrt(tmp_path / "model.ep", CPU) is tiny
     assert seen == [str(tmp_path / "model.ep")]
 
