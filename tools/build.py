@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk import defaults
+from tsvk.loading import gpu_architecture
 from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
@@ -69,7 +70,8 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     eager_fp32 = resolved.model.to(request.device)
     artifact = Path(workdir) / backend.file_name
     artifact_settings = ArtifactSettings(file=artifact.name, format=backend.name, device=request.device,
-                                         precision=request.precision, max_batch=request.max_batch, source=resolved.source)
+                                         precision=request.precision, max_batch=request.max_batch, source=resolved.source,
+                                         **built_on(request.device))
     compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
     compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
     report = _verify(compiled, eager_fp32, target, request, photos, resolved)
@@ -79,6 +81,16 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def built_on(device: str) -> dict[str, str]:
+    """The GPU a CUDA build runs on, as the archive records it (name and compute capability); nothing for the CPU."""
+    if device != "cuda":
+        return {}
+    import torch
+
+    name, capability = gpu_architecture(torch.device("cuda", torch.cuda.current_device()))
+    return {"gpu": name, "compute_capability": capability}
 
 
 # Where int8 can be verified: classifiers by top-1 agreement, segmenters (OpenVINO) by label-map pixel agreement,

@@ -36,6 +36,8 @@ PRECISION_DTYPES = {
 }
 CUDA_ONLY_FORMATS = ("tensorrt",)
 CPU_ONLY_FORMATS = ("openvino",)
+# TensorRT engines and AOTInductor's CUDA kernels run only on the compute capability they were built for.
+ARCHITECTURE_BOUND_FORMATS = ("tensorrt", "aoti")
 
 
 class ArtifactLoadError(RuntimeError):
@@ -94,10 +96,35 @@ def model_device(artifact: ArtifactSettings, worker: torch.device) -> tuple[torc
     return worker, ""
 
 
+def gpu_architecture(device: torch.device) -> tuple[str, str]:
+    """(name, compute capability as "major.minor") of a CUDA device: what an archive built on it records."""
+    major, minor = torch.cuda.get_device_capability(device)
+    return torch.cuda.get_device_name(device), f"{major}.{minor}"
+
+
+def check_gpu_architecture(artifact: ArtifactSettings, device: torch.device) -> None:
+    """Refuse, before anything is loaded onto it, a GPU of another architecture than the archive was built on.
+
+    Torch-TensorRT finds no compatible device for an engine built for another compute capability
+    (`core/runtime/runtime.cpp` `find_compatible_devices` compares them) and AOTInductor's cubins have no
+    kernel image for it: both fail deep inside the load with messages that name neither GPU."""
+    if device.type != "cuda" or artifact.format not in ARCHITECTURE_BOUND_FORMATS or not artifact.compute_capability:
+        return
+    name, capability = gpu_architecture(device)
+    if capability != artifact.compute_capability:
+        raise ArtifactLoadError(
+            f"{artifact.file} ({artifact.format}) was built on {artifact.gpu or 'a GPU'} (compute capability "
+            f"{artifact.compute_capability}) and this worker's {device} is {name} (compute capability {capability}); "
+            f"{artifact.format} artifacts run only on the architecture they were built for: rebuild the archive on this "
+            f"GPU (make archive DEVICE=cuda ...), or serve it on a GPU of compute capability {artifact.compute_capability}"
+        )
+
+
 def load_model(
     artifact: ArtifactSettings, model_dir: Path, worker: torch.device, num_classes: int | None = None, task: str = "classify"
 ) -> LoadedModel:
     device, note = model_device(artifact, worker)
+    check_gpu_architecture(artifact, device)
     path = Path(model_dir) / artifact.file
     if not path.is_file():
         raise ArtifactLoadError(f"artifact file {artifact.file!r} (artifact.file) is not in the archive at {model_dir}")

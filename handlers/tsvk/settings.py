@@ -56,6 +56,9 @@ class ArtifactSettings:
     precision: str = PRECISION
     max_batch: int = MAX_BATCH
     source: ModelSource = field(default_factory=ModelSource)
+    # device cuda: the GPU it was built on, by name and compute capability ("9.0"); '' where unknown or cpu
+    gpu: str = ""
+    compute_capability: str = ""
 
 
 @dataclass(frozen=True)
@@ -200,6 +203,8 @@ def _build_artifact(reader: "_Reader") -> ArtifactSettings:
         device=reader.choice("device", DEVICES, DEVICE),
         precision=reader.choice("precision", PRECISIONS, PRECISION),
         max_batch=reader.integer("max_batch", MAX_BATCH, minimum=1),
+        gpu=reader.text("gpu", ""),
+        compute_capability=reader.text("compute_capability", ""),
         source=ModelSource(
             kind=kind,
             builder=source.text("builder", "" if kind == "file" else None),

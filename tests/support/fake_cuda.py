@@ -1,7 +1,8 @@
 """A machine with several GPUs, as far as torch.cuda's bookkeeping goes, on a CPU-only machine.
 
 `FakeCuda` imitates torch 2.14.1 `torch/cuda/__init__.py`: `is_available`, `device_count`,
-`set_device` (changes the current device), `current_device`, and `current_stream(device=None)` (the
+`set_device` (changes the current device), `current_device`, `get_device_name` and
+`get_device_capability` (of `architectures`, per index), and `current_stream(device=None)` (the
 current stream of `device`, default the current device; `torch/cuda/streams.py` `Stream` has `.device`
 and the `.cuda_stream` handle, 0 for the default stream). It also answers `features.has_cuda()`.
 `events` lists what happened in order, so a test can say "set_device came before the model load"
@@ -43,11 +44,13 @@ class FakeCuda:
         self.count = device_count
         self.current = 0
         self.events: list[tuple[str, int]] = []
+        self.architectures = {index: ("NVIDIA H100 80GB HBM3", (9, 0)) for index in range(device_count)}  # (name, capability)
 
     def install(self, monkeypatch) -> "FakeCuda":
         features.reset_cache()
         monkeypatch.setattr(features, "has_cuda", lambda: True)
-        for name in ("is_available", "device_count", "set_device", "current_device", "current_stream"):
+        for name in ("is_available", "device_count", "set_device", "current_device", "current_stream",
+                     "get_device_name", "get_device_capability"):
             monkeypatch.setattr(torch.cuda, name, getattr(self, name))
         return self
 
@@ -73,6 +76,12 @@ class FakeCuda:
 
     def current_device(self) -> int:
         return self.current
+
+    def get_device_name(self, device=None) -> str:
+        return self.architectures[self.index(device)][0]
+
+    def get_device_capability(self, device=None) -> tuple[int, int]:
+        return self.architectures[self.index(device)][1]
 
     def current_stream(self, device=None) -> FakeStream:
         return FakeStream(torch.device("cuda", self.index(device)), owner=self)

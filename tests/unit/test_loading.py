@@ -219,3 +219,29 @@ def test_tensorrt_rejects_unknown_suffix(tmp_path, monkeypatch):
     monkeypatch.setattr(features, "optional_module", lambda name: types.SimpleNamespace())
     with pytest.raises(ArtifactLoadError, match=r"must end in \.ep or \.pt2.*or \.ts"):
         loading.load_tensorrt(tmp_path / "model.engine", CPU)
+
+
+@pytest.mark.parametrize("fmt", ["tensorrt", "aoti"])
+def test_an_archive_built_for_another_gpu_architecture_is_refused_before_loading(tmp_path, monkeypatch, cuda, fmt):
+    cuda.architectures[1] = ("NVIDIA L4", (8, 9))
+    (tmp_path / "model.ep").write_bytes(b"x")
+    monkeypatch.setitem(loading._LOADERS, fmt, lambda *a, **k: pytest.fail("loaded onto the wrong GPU"))
+    built = _artifact("model.ep", fmt, device="cuda", gpu="NVIDIA H100 80GB HBM3", compute_capability="9.0")
+    with pytest.raises(ArtifactLoadError, match=r"built on NVIDIA H100 80GB HBM3 \(compute capability 9.0\).*"
+                                                 r"cuda:1 is NVIDIA L4 \(compute capability 8.9\).*rebuild the archive"):
+        load_model(built, tmp_path, torch.device("cuda", 1))
+
+
+def test_an_archive_loads_on_a_gpu_of_the_architecture_it_was_built_for(tmp_path, monkeypatch, cuda):
+    (tmp_path / "model.ep").write_bytes(b"x")
+    monkeypatch.setitem(loading._LOADERS, "tensorrt", lambda *a, **k: "engine")
+    built = _artifact("model.ep", "tensorrt", device="cuda", gpu="NVIDIA H100 PCIe", compute_capability="9.0")
+    assert load_model(built, tmp_path, torch.device("cuda", 1)).forward == "engine"
+
+
+def test_a_cuda_build_records_the_gpu_it_ran_on(cuda):
+    from tsvk_tools.build import built_on
+
+    cuda.set_device(1)
+    cuda.architectures[1] = ("NVIDIA L4", (8, 9))
+    assert built_on("cuda") == {"gpu": "NVIDIA L4", "compute_capability": "8.9"} and built_on("cpu") == {}
