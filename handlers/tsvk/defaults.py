@@ -96,6 +96,10 @@ DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)
+# GPU memory CV-CUDA's object cache may keep per worker process (its own default: half the GPU). Resize outputs
+# change shape with every batch mix, so the cache fills with buffers never reused; a batch of 8 photos resized
+# to 256 holds ~5 MB, so this keeps dozens of shapes while two workers on one GPU cannot exhaust it.
+CVCUDA_CACHE_MB = 256
 
 # `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
 # the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).

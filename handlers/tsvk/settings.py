@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
+from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
                        MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD,
                        TASK, TOPK)
 
@@ -81,6 +81,7 @@ class PreprocessSettings:
     strict: bool = False
     max_pixels: int = MAX_PIXELS
     max_batch_pixels: int = MAX_BATCH_PIXELS  # larger CPU batches are decoded in chunks
+    cvcuda_cache_mb: int = CVCUDA_CACHE_MB  # cvcuda backend: the most GPU memory CV-CUDA's object cache keeps
     # CPU: decode a JPEG over 4x `resize` at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
     # at least 2x `resize` for the antialiased resize: 3x faster on 12 MP photos (docs/handler.md).
     jpeg_dct_scaling: bool = True
@@ -229,6 +230,7 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
         strict=reader.boolean("strict", defaults.strict),
         max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
         max_batch_pixels=reader.integer("max_batch_pixels", defaults.max_batch_pixels, minimum=1),
+        cvcuda_cache_mb=reader.integer("cvcuda_cache_mb", defaults.cvcuda_cache_mb, minimum=0),
         jpeg_dct_scaling=reader.boolean("jpeg_dct_scaling", defaults.jpeg_dct_scaling),
     )
 

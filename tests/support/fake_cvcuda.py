@@ -16,6 +16,15 @@ Read from the cvcuda-cu12 0.19.0 wheel, `cvcuda/__init__.pyi`:
 - Devices (cvcuda issue #212): outputs are allocated on the current CUDA device even when the stream
   passed in belongs to another one; this fake records the current device at each allocation and refuses
   the mix outright (the real library fails or touches the wrong device).
+- `tvresize` honours `interp` (LINEAR, CUBIC, NEAREST_FLOOR) and computes in float, rounding to uint8
+  once: not torchvision's fixed-point uint8 kernel, so it differs from the CPU backend by up to a level,
+  as the real one does (how much the real CUDA kernel differs is for tests/gpu to measure).
+- `crop_flip_normalize_reformat[_into]` checks its arguments as the 0.19 docstring states them: `rect`
+  int32 [N, 1, 1, 4] in layout NHWC, `flip_code` int32 [N] in layout N, `base` and `scale` float32
+  [1 or N, 1, 1, C] in layout NHWC, the output float32 NCHW [N, C, H, W]; anything else is refused.
+- Object cache (CV-CUDA docs, "Object cache"): every output buffer is kept for reuse up to a limit,
+  by default half of the GPU's memory (`get_cache_limit_inbytes`, `set_cache_limit_inbytes`), and the
+  whole cache is cleared when an allocation would pass it; `current_cache_size_inbytes` says what it holds.
 Arithmetic is done with torch on the CPU tensors behind `SimulatedDeviceMemory` (tests/support/fake_cuda.py).
 """
 
@@ -26,8 +35,12 @@ from types import SimpleNamespace
 
 import torch
 import torchvision.transforms.v2.functional as F
+from torchvision.transforms import InterpolationMode
 
 ROW_ALIGN_BYTES = 32
+GPU_MEMORY_BYTES = 80 * 2**30  # the GPU the fake stands for
+INTERPOLATION = {"LINEAR": InterpolationMode.BILINEAR, "CUBIC": InterpolationMode.BICUBIC,
+                 "NEAREST_FLOOR": InterpolationMode.NEAREST}
 
 
 @dataclass
@@ -64,6 +77,27 @@ class FakeCvcuda:
         self.calls: list[tuple] = []
         self.waits: list[str] = []  # per buffer hand-off: "legacy-default-stream", "none" or "stream <handle>"
         self.allocations: list[int] = []  # the current device at each output allocation
+        self.cache_limit = GPU_MEMORY_BYTES // 2
+        self.cache_bytes = 0
+        self.cache_limit_calls: list[int] = []
+
+    # --- object cache --------------------------------------------------------------------------
+    def set_cache_limit_inbytes(self, limit: int) -> None:
+        self.cache_limit_calls.append(limit)
+        self.cache_limit = limit
+
+    def get_cache_limit_inbytes(self) -> int:
+        return self.cache_limit
+
+    def current_cache_size_inbytes(self) -> int:
+        return self.cache_bytes
+
+    def _cache(self, tensors: list[torch.Tensor]) -> None:
+        size = sum(t.numel() * t.element_size() for t in tensors)
+        if self.cache_bytes + size > self.cache_limit:
+            self.cache_bytes = 0  # cleared whole
+        if size <= self.cache_limit:
+            self.cache_bytes += size
 
     # --- hand-offs -----------------------------------------------------------------------------
     def _read(self, buffer) -> torch.Tensor:
@@ -100,9 +134,14 @@ class FakeCvcuda:
     def tvresize(self, batch, size, interp, max_size=None, antialias=True, *, stream=None):
         self._launch(stream)
         self.calls.append(("tvresize", size, interp, antialias))
-        return [F.resize(image, size, antialias=antialias) for image in batch]
+        mode = INTERPOLATION[interp]
+        out = [F.resize(image.float(), size, interpolation=mode, antialias=antialias and mode != InterpolationMode.NEAREST)
+               .round().clamp(0, 255).to(torch.uint8) for image in batch]
+        self._cache(out)
+        return out
 
     def crop_flip_normalize_reformat(self, src, out_shape, out_dtype, out_layout, rect, flip_code, base, scale, *, stream=None):
+        _check_crop_arguments(len(src), rect, flip_code, base, scale)
         self._launch(stream)
         self.calls.append(("cfnr", out_shape, out_dtype, out_layout, flip_code.tensor.tolist()))
         out = padded_empty(out_shape, torch.float32)
@@ -110,6 +149,8 @@ class FakeCvcuda:
         return FakeCvTensor(out, out_layout)
 
     def crop_flip_normalize_reformat_into(self, dst, src, rect, flip_code, base, scale, *, stream=None):
+        _check_crop_arguments(len(src), rect, flip_code, base, scale)
+        _check(dst, torch.float32, (len(src), base.tensor.shape[-1], None, None), "NCHW", "dst")
         self._launch(stream, allocates=False)
         self.calls.append(("cfnr_into", tuple(dst.tensor.shape), dst.tensor.dtype, dst.layout, flip_code.tensor.tolist()))
         dst.tensor.copy_(self._crop_normalize(src, rect, base, scale))
@@ -119,5 +160,23 @@ class FakeCvcuda:
     def _crop_normalize(src, rect, base, scale) -> torch.Tensor:
         mean, factor = base.tensor.view(3, 1, 1), scale.tensor.view(3, 1, 1)
         crops = [(image[:, y : y + h, x : x + w].float() - mean) * factor
-                 for image, (x, y, w, h) in zip(src, rect.tensor.view(-1, 4).tolist())]
+                 for image, (x, y, w, h) in zip(src, rect.tensor[:, 0, 0, :].tolist())]
         return torch.stack(crops)
+
+
+def _check(tensor: FakeCvTensor, dtype: torch.dtype, shape: tuple, layout: str, name: str) -> None:
+    """CV-CUDA's refusal of a tensor of another dtype, rank, size (None: any) or layout than the operator's."""
+    actual = tuple(tensor.tensor.shape)
+    fits = len(actual) == len(shape) and all(want is None or want == got for want, got in zip(shape, actual))
+    if tensor.tensor.dtype != dtype or not fits or tensor.layout != layout:
+        raise ValueError(f"cvcuda: {name} must be {dtype} {shape} in layout {layout}, "
+                         f"got {tensor.tensor.dtype} {actual} in layout {tensor.layout}")
+
+
+def _check_crop_arguments(count: int, rect, flip_code, base, scale) -> None:
+    _check(rect, torch.int32, (count, 1, 1, 4), "NHWC", "rect")
+    _check(flip_code, torch.int32, (count,), "N", "flip_code")
+    channels = base.tensor.shape[-1]
+    for name, tensor in (("base", base), ("scale", scale)):
+        batch = tensor.tensor.shape[0] if tensor.tensor.ndim == 4 and tensor.tensor.shape[0] in (1, count) else -1
+        _check(tensor, torch.float32, (batch, 1, 1, channels), "NHWC", name)

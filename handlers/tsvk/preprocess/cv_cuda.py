@@ -22,6 +22,8 @@ from .tensor_ops import Normalizer, resize_crop_stack
 from .torch_cuda import decode_on_gpu
 
 _NO_FLIP = 2  # crop_flip_normalize_reformat flips on 0, 1, -1; any other value leaves the image as is
+MIB = 1 << 20
+_cache_limited: set[int] = set()  # the CUDA devices whose CV-CUDA cache limit this process has set
 
 
 class SameStream:
@@ -50,6 +52,7 @@ class CvCudaPreprocessor(Preprocessor):
     def __init__(self, settings, device: torch.device, dtype: torch.dtype = torch.float32):
         super().__init__(settings, device, dtype)
         self.cvcuda = features.optional_module("cvcuda")
+        limit_cache(self.cvcuda, settings.cvcuda_cache_mb, device)
         mean = torch.tensor(settings.mean, dtype=torch.float32, device=device)
         std = torch.tensor(settings.std, dtype=torch.float32, device=device)
         # CV-CUDA normalizes as (x - base) * scale, on 0..255 pixels.
@@ -103,6 +106,21 @@ class CvCudaPreprocessor(Preprocessor):
             self._base, self._scale, stream=stream,
         )
         return out
+
+
+def limit_cache(cv, megabytes: int, device: torch.device) -> None:
+    """Cap CV-CUDA's object cache on `device` once per process (`preprocess.cvcuda_cache_mb`).
+
+    CV-CUDA keeps every output buffer it allocated for reuse, up to a limit that defaults to half of the
+    GPU's memory, per process, and clears the whole cache when it is reached (CV-CUDA docs, "Object
+    cache"); resize outputs take a new shape with nearly every batch, so without a lower limit each worker
+    grows towards half the GPU. `set_cache_limit_inbytes` applies to the current CUDA device, which the
+    worker made its own before building this backend."""
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    if index in _cache_limited:
+        return
+    cv.set_cache_limit_inbytes(megabytes * MIB)
+    _cache_limited.add(index)
 
 
 def crop_rects(sizes: list[tuple[int, int]], resize: int, crop: int) -> list[list[int]]:
