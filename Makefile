@@ -49,8 +49,12 @@ help: ## list the targets and their options
 
 setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)
 
-$(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
+$(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	@touch $@
+
+# the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java
+$(VENV)/.tsvk-python: requirements.txt setup.cfg pyproject.toml
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
@@ -103,7 +107,7 @@ bench-pinning: setup ## serving with and without core pinning, alternating round
 bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
 	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))
 
-gpu-check: setup ## on a CUDA machine: GPU tests, GPU preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
+gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
 robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry against a real TorchServe -> benchmarks/results/robustness-*

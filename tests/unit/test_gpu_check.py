@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -48,6 +49,7 @@ def test_a_check_runs_every_step_even_after_a_failure_and_reports_each(tmp_path,
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(run, "require_cuda", lambda: None)
     monkeypatch.setattr(report, "environment", lambda: {"git": {"commit": "abc"}})
+    monkeypatch.setattr(run, "gpu_memory_used", lambda: {"0": 512})
     monkeypatch.setattr(run, "plan", lambda work_dir, model, weights: [
         _step("breaks", "import sys; print('boom: no kernel image'); sys.exit(3)"),
         _step("measures", f"print({PREPROCESS_OUTPUT!r})"),
@@ -59,6 +61,8 @@ def test_a_check_runs_every_step_even_after_a_failure_and_reports_each(tmp_path,
     assert measured["figures"]["paths"]["tsvk cuda"] == {"images_per_s": 2450.5, "ms_per_batch": 3.26, "vs_pil": 9.01}
     assert broken["command"].endswith("sys.exit(3)'") and broken["duration_s"] >= 0
     assert result["summary"] == {"passed": 1, "failed": 1, "timed out": 0}
+    assert broken["gpu_memory_peak_mib"] == measured["gpu_memory_peak_mib"] == {"0": 512}
+    assert "| measures | passed | 0 |" in written["md"].read_text() and "GPU 0: 512" in written["md"].read_text()
     assert json.loads(written["json"].read_text()) == result
     assert written["json"].name.startswith("gpu-check-") and (tmp_path / ".tsvk/gpu-check").is_dir()
 
@@ -92,7 +96,7 @@ def test_report_holds_every_step_in_json_and_markdown(tmp_path):
     assert saved["summary"] == {"passed": 1, "failed": 1, "timed out": 0} and saved["duration_s"] == 20.0
     assert [s["exit_status"] for s in saved["steps"]] == [0, 2]
     markdown = written["md"].read_text()
-    assert "| gpu-tests | passed | 0 | 12.5 | 14 passed, 0 failed, 2 skipped |" in markdown
+    assert "| gpu-tests | passed | 0 | 12.5 | - | 14 passed, 0 failed, 2 skipped |" in markdown
     assert "needs an importable torch-tensorrt" in markdown and "NVIDIA H100" in markdown
     assert "0123456789ab (uncommitted changes)" in markdown
 
@@ -104,17 +108,61 @@ def test_environment_is_recorded_on_any_machine():
 
 
 def test_pytest_figures_count_and_name_failures_skips_and_measurements(tmp_path):
-    (tmp_path / "gpu-tests.xml").write_text(
+    (tmp_path / "gpu-handler.xml").write_text(
         '<testsuites><testsuite tests="3" failures="1" errors="0" skipped="1">'
         '<testcase classname="tests.gpu.t" name="a"><properties><property name="max_levels" value="3.0"/></properties></testcase>'
         '<testcase classname="tests.gpu.t" name="b"><failure message="assert 7.0 &lt;= 6&#10;more"/></testcase>'
         '<testcase classname="tests.gpu.t" name="c"><skipped message="needs cvcuda: ImportError"/></testcase>'
         '</testsuite></testsuites>')
-    figures = steps.pytest_figures("", tmp_path)
+    figures = steps.pytest_figures(tmp_path / "gpu-handler.xml", "", tmp_path)
     assert figures["headline"] == "1 passed, 1 failed, 1 skipped"
     assert figures["failed_tests"] == ["tests.gpu.t::b: assert 7.0 <= 6"]
     assert figures["skipped_tests"] == ["tests.gpu.t::c: needs cvcuda: ImportError"]
     assert figures["measured"] == {"tests.gpu.t::a": {"max_levels": "3.0"}}
+
+
+def test_a_test_file_that_crashes_loses_only_its_own_results(tmp_path, monkeypatch):
+    """A segfault in a CUDA library kills its pytest process: the next file's process still reports."""
+    monkeypatch.setattr(run, "gpu_memory_used", lambda: {})
+    (tmp_path / "test_crashes_gpu.py").write_text("import os\n\ndef test_crash():\n    os.abort()\n")
+    (tmp_path / "test_passes_gpu.py").write_text("def test_fine():\n    assert True\n")
+    planned = [steps.gpu_test_step(tmp_path, path, sys.executable) for path in steps.gpu_test_files(tmp_path)]
+    crashed, passed = run.run_steps(planned, tmp_path, log=lambda line: None, on_step=list)
+    assert (crashed["name"], crashed["status"]) == ("gpu-crashes", "failed") and crashed["exit_status"] != 0
+    assert crashed["figures"]["headline"].startswith("no figures")
+    assert (passed["name"], passed["status"], passed["figures"]["headline"]) == ("gpu-passes", "passed", "1 passed, 0 failed, 0 skipped")
+
+
+def test_the_report_is_rewritten_after_each_step(tmp_path, monkeypatch):
+    """A check stopped half way (the machine lost, Ctrl-C) leaves the report of the steps that ran."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "require_cuda", lambda: None)
+    monkeypatch.setattr(run, "gpu_memory_used", lambda: {})
+    monkeypatch.setattr(report, "environment", lambda: {"git": {"commit": "abc"}})
+    seen = []
+    monkeypatch.setattr(run, "plan", lambda work_dir, model, weights: [
+        _step("first", "print('one')"),
+        _step("second", "import glob, json; print([json.load(open(f))['summary'] for f in glob.glob('out/*.json')])"),
+    ])
+    result, written = run.check("resnet50", "none", tmp_path / "out", log=seen.append)
+    assert "{'passed': 1, 'failed': 0, 'timed out': 0}" in (tmp_path / ".tsvk/gpu-check").joinpath(
+        next(p.name for p in (tmp_path / ".tsvk/gpu-check").iterdir()), "second.log").read_text()
+    assert result["summary"]["passed"] == 2 and json.loads(written["json"].read_text())["summary"]["passed"] == 2
+
+
+def test_memory_peaks_keep_the_most_each_gpu_held_while_a_step_ran():
+    samples = iter([{"0": 900, "1": 10}, {"0": 4200, "1": 12}, {"0": 1000}])
+    with run.MemoryPeaks(lambda: next(samples, {}), interval_s=0.01) as memory:
+        time.sleep(0.2)
+    assert memory.peaks == {"0": 4200, "1": 12}
+
+
+def test_a_report_with_a_broken_environment_probe_still_holds_the_steps(monkeypatch):
+    monkeypatch.setattr(report, "environment", lambda: 1 / 0)
+    started = datetime(2027, 1, 2, tzinfo=timezone.utc)
+    built = report.build_report(_results(), started, started, {})
+    assert built["environment"] == {"error": "ZeroDivisionError: division by zero"} and len(built["steps"]) == 2
+    assert "gpu-tests" in report.render_markdown(built)
 
 
 def test_bench_figures_read_the_result_this_run_wrote(tmp_path):
@@ -141,10 +189,48 @@ def test_archive_figures_read_the_verification_the_archive_carries(tmp_path):
 
 
 def test_the_plan_covers_what_a_first_gpu_run_must_measure(tmp_path):
-    planned = steps.plan(tmp_path, "resnet50", "none")
-    assert [s.name for s in planned] == ["gpu-tests", "preprocess-bench", "archive-tensorrt-fp16", "archive-aoti-fp32",
-                                         "bench-gpu-quick"]
-    assert planned[-1].same_as == "make bench GPU=1 QUICK=1"
+    planned = steps.plan(tmp_path, "resnet50", "seeded")
+    assert [s.name for s in planned] == ["gpu-packages", "gpu-backends", "gpu-handler", "preprocess-bench",
+                                         "archive-tensorrt-fp16", "archive-aoti-fp32", "bench-gpu-quick"]
+    assert planned[0].argv[-2:] == ("-r", str(ROOT / "requirements-gpu.txt")) and planned[-1].same_as == "make bench GPU=1 QUICK=1"
     assert all("--device" in s.argv and "cuda" in s.argv for s in planned if s.name.startswith("archive-"))
-    with pytest.raises(Exception, match="unknown step.*choose from gpu-tests"):
+    assert all(s.argv[s.argv.index("--weights") + 1] == str(tmp_path / "resnet50-seeded.pth")
+               for s in planned if s.name.startswith("archive-"))
+    with pytest.raises(Exception, match="unknown step.*choose from gpu-packages"):
         run.select(planned, ("gpu-test",))
+
+
+def test_the_worst_case_fits_in_an_hour(tmp_path):
+    planned = steps.plan(tmp_path)
+    worst = sum(step.timeout_s + run.STOP_GRACE_S for step in planned)
+    assert worst <= steps.WORST_CASE_S == 3600, f"{worst / 60:.1f} min"
+
+
+def test_the_gpu_packages_are_the_cuda_13_builds_pinned():
+    pins = dict(line.split("==") for line in (ROOT / "requirements-gpu.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert set(pins) >= {"cvcuda-cu13", "torch-tensorrt", "tensorrt-cu13"} and not any("cu12" in name for name in pins)
+    assert pins["torch-tensorrt"].startswith("2.14.") and pins["tensorrt-cu13"].startswith("11.1.")
+
+
+def test_make_gpu_check_needs_no_java():
+    recipe = subprocess.run(["make", "-n", "-B", "gpu-check", "TSVK=tsvk"], cwd=ROOT, capture_output=True, text=True,
+                            check=True).stdout
+    assert "java" not in recipe and recipe.rstrip().splitlines()[-1].startswith("tsvk gpu-check")
+
+
+def test_seeded_weights_are_decisive_and_the_same_every_time(tmp_path):
+    import torch
+    import torchvision
+
+    from tsvk_tools.gpu_check.weights import write_seeded_weights
+
+    first = torch.load(write_seeded_weights("resnet18", tmp_path / "a.pth"))
+    second = torch.load(write_seeded_weights("resnet18", tmp_path / "b.pth"))
+    assert all(torch.equal(first[k], second[k]) for k in first)
+    model = torchvision.models.resnet18()
+    model.load_state_dict(first)
+    torch.manual_seed(1)
+    with torch.no_grad():
+        top2 = model.eval()(torch.randn(4, 3, 224, 224)).topk(2).values
+    assert ((top2[:, 0] - top2[:, 1]) > 1).all()  # no near tie for a compiler's rounding to swap

@@ -7,8 +7,9 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: per-step GPU memory peaks, the GPU packages' versions
 OPTIONAL_PACKAGES = ("cvcuda", "torch_tensorrt")
+GPU_PACKAGES = ("cvcuda-cu13", "torch-tensorrt", "tensorrt-cu13")  # as requirements-gpu.txt pins them
 
 
 def build_report(results: list[dict], started: datetime, finished: datetime, options: dict) -> dict:
@@ -18,10 +19,18 @@ def build_report(results: list[dict], started: datetime, finished: datetime, opt
         "created": started.isoformat(timespec="seconds"),
         "duration_s": round((finished - started).total_seconds(), 1),
         "options": options,
-        "environment": environment(),
+        "environment": _environment_or_why(),
         "summary": {status: statuses.count(status) for status in ("passed", "failed", "timed out")},
         "steps": results,
     }
+
+
+def _environment_or_why() -> dict:
+    """The environment, or why it could not be read: the steps' results are written either way."""
+    try:
+        return environment()
+    except Exception as err:  # noqa: BLE001 - a broken probe must not lose the report
+        return {"error": f"{type(err).__name__}: {err}"}
 
 
 def environment() -> dict:
@@ -39,6 +48,7 @@ def environment() -> dict:
         "cuda": {"torch_cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version(),
                  "device_count": torch.cuda.device_count()},
         "software": {**software_versions(), **{name: _version(name) for name in OPTIONAL_PACKAGES}},
+        "gpu_packages": gpu_package_versions(),
         "features": features.describe(),
         "unavailable": {name: features.unavailable_reason(name) for name in OPTIONAL_PACKAGES if features.unavailable_reason(name)},
         "git": git_state(),
@@ -52,6 +62,19 @@ def nvidia_smi() -> list[str]:
         return subprocess.run(query, capture_output=True, text=True, timeout=30).stdout.strip().splitlines()
     except (OSError, subprocess.TimeoutExpired):
         return []
+
+
+def gpu_package_versions() -> dict[str, str | None]:
+    """The installed version of each GPU package (None: not installed), read without importing it."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    found = {}
+    for package in GPU_PACKAGES:
+        try:
+            found[package] = version(package)
+        except PackageNotFoundError:
+            found[package] = None
+    return found
 
 
 def _version(module: str) -> str | None:
@@ -76,7 +99,8 @@ def write_report(report: dict, output_dir: Path) -> dict[str, Path]:
 
 def render_markdown(report: dict) -> str:
     lines = [f"# GPU check, {report['created']}", "", _environment_line(report.get("environment", {})), "",
-             _summary_line(report), "", "| step | status | exit | duration (s) | key figures |", "|---|---|---|---|---|"]
+             _summary_line(report), "", "| step | status | exit | duration (s) | GPU memory peak (MiB) | key figures |",
+             "|---|---|---|---|---|---|"]
     lines += [_row(step) for step in report["steps"]]
     for step in report["steps"]:
         lines += ["", *_details(step)]
@@ -88,7 +112,8 @@ def _environment_line(env: dict) -> str:
     gpus = "; ".join(env.get("nvidia_smi") or env.get("machine", {}).get("gpus") or ["no GPU listed"])
     stack = ", ".join(f"{name} {software.get(name) or 'missing'}" for name in ("torch", "torchvision", *OPTIONAL_PACKAGES))
     commit = (git.get("commit") or "unknown")[:12] + (" (uncommitted changes)" if git.get("dirty") else "")
-    return f"GPUs: {gpus}. CUDA {env.get('cuda', {}).get('torch_cuda')}; {stack}. Commit {commit}."
+    packages = ", ".join(f"{name} {version or 'missing'}" for name, version in env.get("gpu_packages", {}).items())
+    return f"GPUs: {gpus}. CUDA {env.get('cuda', {}).get('torch_cuda')}; {stack}{'; ' + packages if packages else ''}. Commit {commit}."
 
 
 def _summary_line(report: dict) -> str:
@@ -98,7 +123,8 @@ def _summary_line(report: dict) -> str:
 
 def _row(step: dict) -> str:
     headline = step["figures"].get("headline", "").replace("|", "/")
-    return f"| {step['name']} | {step['status']} | {step['exit_status']} | {step['duration_s']} | {headline} |"
+    peaks = ", ".join(f"GPU {index}: {mib}" for index, mib in sorted((step.get("gpu_memory_peak_mib") or {}).items())) or "-"
+    return f"| {step['name']} | {step['status']} | {step['exit_status']} | {step['duration_s']} | {peaks} | {headline} |"
 
 
 def _details(step: dict) -> list[str]:

@@ -1,4 +1,7 @@
-"""Run the steps of a GPU check one after another, each in its own process group, and write the report."""
+"""Run the steps of a GPU check one after another, each in its own process group, and write the report.
+
+While a step runs, nvidia-smi is asked once a second how much memory each GPU holds; the largest value
+is the step's GPU memory peak (whatever process held it, and also for a step that crashed)."""
 
 from __future__ import annotations
 
@@ -6,19 +9,23 @@ import os
 import shlex
 import signal
 import subprocess
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from ..errors import UsageError
 from .report import build_report, write_report
 from .steps import Step, plan
+from .weights import SEEDED, seeded_path, write_seeded_weights
 
 WORK_ROOT = Path(".tsvk/gpu-check")  # logs and archives of each run (git-ignored)
 OUTPUT_DIR = Path("benchmarks/results")  # the report, to be committed
 TAIL_LINES = 40
 STOP_GRACE_S = 30  # after SIGTERM (the benchmark stops its servers on it), then SIGKILL
+MEMORY_POLL_S = 1.0
+MEMORY_QUERY = ("nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits")
 
 
 def require_cuda() -> None:
@@ -41,9 +48,15 @@ def check(model: str, weights: str, output_dir: Path = OUTPUT_DIR, names: tuple[
     work_dir = WORK_ROOT / started.strftime("%Y%m%dT%H%M%SZ")
     steps = select(plan(work_dir.resolve(), model, weights), names)
     work_dir.mkdir(parents=True, exist_ok=True)
-    results = run_steps(steps, work_dir, log)
-    report = build_report(results, started, datetime.now(timezone.utc), {"model": model, "weights": weights})
-    return report, write_report(report, output_dir)
+    if weights == SEEDED and any(step.name.startswith("archive-") for step in steps):
+        write_seeded_weights(model, seeded_path(model, work_dir.resolve()))
+    options = {"model": model, "weights": weights}
+
+    def write(results: list[dict]) -> tuple[dict, dict[str, Path]]:
+        report = build_report(results, started, datetime.now(timezone.utc), options)
+        return report, write_report(report, output_dir)
+
+    return run_steps(steps, work_dir, log, on_step=write)
 
 
 def select(steps: list[Step], names: tuple[str, ...]) -> list[Step]:
@@ -56,20 +69,25 @@ def select(steps: list[Step], names: tuple[str, ...]) -> list[Step]:
     return [step for step in steps if step.name in names]
 
 
-def run_steps(steps: list[Step], work_dir: Path, log: Callable[[str], None] = print) -> list[dict]:
-    results = []
+def run_steps(steps: list[Step], work_dir: Path, log: Callable[[str], None] = print,
+              on_step: Callable[[list[dict]], Any] = lambda results: results) -> Any:
+    """Each step in turn; `on_step(results so far)` after each (the check rewrites its report there, so a
+    check stopped half way leaves the report of what ran); returns the last call's answer."""
+    results: list[dict] = []
+    answer = None
     for number, step in enumerate(steps, 1):
         log(f"gpu-check [{number}/{len(steps)}] {step.name}: {step.purpose} (log: {work_dir / step.name}.log)")
         results.append(run_step(step, work_dir))
         log(f"gpu-check [{number}/{len(steps)}] {step.name}: {results[-1]['status']} in {results[-1]['duration_s']} s")
-    return results
+        answer = on_step(results)
+    return answer
 
 
 def run_step(step: Step, work_dir: Path) -> dict:
     """One step's record: command, status, exit status, duration, key figures, and the tail of a failure."""
     log_path = work_dir / f"{step.name}.log"
     started = time.monotonic()
-    with open(log_path, "w") as out:
+    with open(log_path, "w") as out, MemoryPeaks() as memory:
         exit_status, timed_out = _run(step, out)
     duration = round(time.monotonic() - started, 1)
     output = log_path.read_text(errors="replace")
@@ -77,7 +95,7 @@ def run_step(step: Step, work_dir: Path) -> dict:
     return {"name": step.name, "purpose": step.purpose, "command": shlex.join(step.argv), "same_as": step.same_as,
             "status": status, "exit_status": exit_status, "duration_s": duration, "timeout_s": step.timeout_s,
             "figures": _figures(step, output, work_dir), "error_tail": "" if status == "passed" else tail(output),
-            "log": str(log_path)}
+            "gpu_memory_peak_mib": memory.peaks, "log": str(log_path)}
 
 
 def _run(step: Step, out) -> tuple[int | None, bool]:
@@ -114,6 +132,46 @@ def _figures(step: Step, output: str, work_dir: Path) -> dict:
         return step.figures(output, work_dir)
     except Exception as err:  # noqa: BLE001 - a missing file must not lose the other steps' report
         return {"headline": f"no figures: {type(err).__name__}: {err}"}
+
+
+class MemoryPeaks:
+    """The most memory each GPU held (MiB, by index) while the `with` block ran, sampled from nvidia-smi."""
+
+    def __init__(self, query: Callable[[], dict[str, int]] | None = None, interval_s: float = MEMORY_POLL_S):
+        self.query = query or gpu_memory_used
+        self.interval_s = interval_s
+        self.peaks: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, name="gpu-memory", daemon=True)
+
+    def __enter__(self) -> "MemoryPeaks":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _poll(self) -> None:
+        while True:
+            for index, used in self.query().items():
+                self.peaks[index] = max(used, self.peaks.get(index, 0))
+            if self._stop.wait(self.interval_s):
+                return
+
+
+def gpu_memory_used() -> dict[str, int]:
+    """MiB in use per GPU index now; {} where nvidia-smi is missing or fails."""
+    try:
+        lines = subprocess.run(MEMORY_QUERY, capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return {}
+    used = {}
+    for line in lines:
+        index, _, mib = line.partition(",")
+        if mib.strip().isdigit():
+            used[index.strip()] = int(mib)
+    return used
 
 
 def tail(output: str, lines: int = TAIL_LINES) -> str:

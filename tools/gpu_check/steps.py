@@ -1,7 +1,10 @@
 """The steps of a GPU check, in order: what each runs, how long it may take, and what it measured.
 
-Each step's `figures` reads what the step left behind (its output, its JUnit XML, the archive it built,
-the benchmark result it wrote) and returns the key figures plus a one-line `headline` for the table.
+First the CUDA 13 builds of CV-CUDA and Torch-TensorRT are installed (requirements-gpu.txt), then each
+file of tests/gpu runs in a pytest process of its own, so a crash in a CUDA library loses that file's
+results only. Each step's `figures` reads what the step left behind (its output, its JUnit XML, the
+archive it built, the benchmark result it wrote) and returns the key figures plus a one-line `headline`.
+The steps' limits add up to less than an hour, the stops after a limit included (`WORST_CASE_S`).
 """
 
 from __future__ import annotations
@@ -15,11 +18,22 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from .weights import SEEDED, weights_argument
+
 DEFAULT_MODEL = "resnet50"
-DEFAULT_WEIGHTS = "DEFAULT"
+DEFAULT_WEIGHTS = SEEDED
 # TensorRT fp16 is what the GPU bench serves; AOTInductor fp32 on CUDA is where verification's TF32 bounds apply.
-ARCHIVES = (("tensorrt", "fp16"), ("aoti", "fp32"))
+ARCHIVES = (("tensorrt", "fp16", 10), ("aoti", "fp32", 7))  # backend, precision, minutes allowed
 MINUTE = 60
+ROOT = Path(__file__).resolve().parents[2]
+GPU_REQUIREMENTS = ROOT / "requirements-gpu.txt"
+GPU_TESTS = ROOT / "tests" / "gpu"
+# minutes allowed per test file; a file not listed gets DEFAULT_TEST_MINUTES
+TEST_MINUTES = {"test_backends_gpu.py": 14, "test_handler_gpu.py": 5}
+DEFAULT_TEST_MINUTES = 5
+# what another step runs already: test_bench_gpu.py is `make bench GPU=1 QUICK=1` on a smaller model
+COVERED_BY_STEPS = {"test_bench_gpu.py": "bench-gpu-quick"}
+WORST_CASE_S = 60 * MINUTE  # every step at its limit, plus each one's stop (run.STOP_GRACE_S), fits in this
 
 
 @dataclass(frozen=True)
@@ -34,32 +48,57 @@ class Step:
 
 def plan(work_dir: Path, model: str = DEFAULT_MODEL, weights: str = DEFAULT_WEIGHTS, python: str = sys.executable) -> list[Step]:
     """Every step of the check, in the order they run."""
-    tests = Step("gpu-tests", "tests/gpu on CUDA: compile backends, nvJPEG, CV-CUDA, the handler, the GPU bench",
-                 (python, "-m", "pytest", "tests/gpu", "-q", "-rfEs", f"--junitxml={work_dir / 'gpu-tests.xml'}",
-                  "-o", "junit_family=legacy"),  # legacy: keeps what the tests measured (record_property)
-                 90 * MINUTE, pytest_figures, "pytest tests/gpu")
+    packages = Step("gpu-packages", "install the CUDA 13 builds of CV-CUDA and Torch-TensorRT (requirements-gpu.txt)",
+                    (python, "-m", "pip", "install", "-q", "-r", str(GPU_REQUIREMENTS)), 6 * MINUTE, package_figures,
+                    f"pip install -r {GPU_REQUIREMENTS.name}")
     preprocess = Step("preprocess-bench", "preprocessing images/s of every backend here vs TorchServe's PIL path",
-                      (python, "-m", "tsvk_tools.bench.preprocess", "--rounds", "5"), 30 * MINUTE, preprocess_figures,
+                      (python, "-m", "tsvk_tools.bench.preprocess", "--rounds", "5"), 5 * MINUTE, preprocess_figures,
                       "make bench-preprocess")
     bench = Step("bench-gpu-quick", "every serving system side by side on the GPU (quick preset)",
-                 (python, "-m", "tsvk_tools.bench.run", "--gpu", "--quick"), 120 * MINUTE, bench_figures,
+                 (python, "-m", "tsvk_tools.bench.run", "--gpu", "--quick"), 9 * MINUTE, bench_figures,
                  "make bench GPU=1 QUICK=1")
-    archives = [archive_step(work_dir, model, weights, backend, precision, python) for backend, precision in ARCHIVES]
-    return [tests, preprocess, *archives, bench]
+    tests = [gpu_test_step(work_dir, path, python) for path in gpu_test_files()]
+    archives = [archive_step(work_dir, model, weights, *archive, python) for archive in ARCHIVES]
+    return [packages, *tests, preprocess, *archives, bench]
 
 
-def archive_step(work_dir: Path, model: str, weights: str, backend: str, precision: str, python: str) -> Step:
+def gpu_test_files(folder: Path = GPU_TESTS) -> list[Path]:
+    """Every test file of tests/gpu but those another step runs already."""
+    return [path for path in sorted(folder.glob("test_*.py")) if path.name not in COVERED_BY_STEPS]
+
+
+def gpu_test_step(work_dir: Path, path: Path, python: str) -> Step:
+    """One test file in a pytest process of its own, its JUnit XML keeping what the tests measured."""
+    name = "gpu-" + path.stem.removeprefix("test_").removesuffix("_gpu").replace("_", "-")
+    xml = work_dir / f"{name}.xml"
+    relative = path.relative_to(ROOT) if path.is_relative_to(ROOT) else path
+    return Step(name, f"{relative} on CUDA", (python, "-m", "pytest", str(path), "-q", "-rfEs", f"--junitxml={xml}",
+                                              "-o", "junit_family=legacy"),  # legacy: keeps record_property
+                TEST_MINUTES.get(path.name, DEFAULT_TEST_MINUTES) * MINUTE, functools.partial(pytest_figures, xml),
+                f"pytest {relative}")
+
+
+def archive_step(work_dir: Path, model: str, weights: str, backend: str, precision: str, minutes: int, python: str) -> Step:
     store = work_dir / f"model_store-{backend}-{precision}"
     argv = (python, "-m", "tsvk_tools.cli", "archive", "--model", model, "--backend", backend, "--device", "cuda",
-            "--precision", precision, "--weights", weights, "--model-store", str(store), "--force")
+            "--precision", precision, "--weights", weights_argument(weights, model, work_dir), "--model-store", str(store),
+            "--force")
     return Step(f"archive-{backend}-{precision}", f"build and verify a {backend} {precision} archive of {model} on CUDA",
-                argv, 30 * MINUTE, functools.partial(archive_figures, store / f"{model}.mar"),
+                argv, minutes * MINUTE, functools.partial(archive_figures, store / f"{model}.mar"),
                 f"make archive MODEL={model} BACKEND={backend} DEVICE=cuda PRECISION={precision} WEIGHTS={weights}")
 
 
-def pytest_figures(output: str, work_dir: Path) -> dict:
+def package_figures(output: str, work_dir: Path) -> dict:
+    """The versions of the GPU packages now installed (None: missing)."""
+    from .report import gpu_package_versions
+
+    versions = gpu_package_versions()
+    return {"headline": ", ".join(f"{name} {version or 'missing'}" for name, version in versions.items()), "versions": versions}
+
+
+def pytest_figures(xml: Path, output: str, work_dir: Path) -> dict:
     """Counts, each failure with its message, each skip with its reason, and what the tests measured."""
-    suite = ET.parse(work_dir / "gpu-tests.xml").getroot()
+    suite = ET.parse(xml).getroot()
     suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
     counts = {key: int(suite.get(key, 0)) for key in ("tests", "failures", "errors", "skipped")}
     failed, skipped, measured = [], [], {}
