@@ -35,9 +35,28 @@ def test_cuda_backend_verifies_and_takes_every_batch(tmp_path, resnet18_weights,
     for key in ("max_abs_diff", "allowed_abs_diff", "top1_agreement"):
         record_property(key, getattr(result.report, key))
     assert result.report.passed, result.report.describe()
+    assert result.settings.artifact.compute_capability == "{}.{}".format(*torch.cuda.get_device_capability())
     loaded = load_model(result.settings.artifact, result.artifact.parent, torch.device("cuda")).forward  # as a worker loads it
     dtype = torch.float16 if precision == "fp16" else torch.float32
     with torch.no_grad():
         for batch in range(1, MAX_BATCH + 1):
             x = torch.randn(batch, 3, 224, 224, device="cuda", dtype=dtype)
             assert first_tensor(loaded(x)).shape == (batch, 1000)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: loads on the last one an archive built on GPU 0")
+def test_an_export_archive_built_on_gpu_0_loads_on_the_last_gpu_without_touching_gpu_0(tmp_path, resnet18_weights):
+    request = BuildRequest(model="resnet18", backend="export", device="cuda", precision="fp32",
+                           weights=str(resnet18_weights), max_batch=MAX_BATCH)
+    result = build(request, tmp_path)
+    last = torch.device("cuda", torch.cuda.device_count() - 1)
+    torch.cuda.empty_cache()
+    before = torch.cuda.memory_allocated(0)
+    try:
+        torch.cuda.set_device(last)
+        loaded = load_model(result.settings.artifact, result.artifact.parent, last).forward
+        with torch.no_grad():
+            assert first_tensor(loaded(torch.randn(2, 3, 224, 224, device=last))).device == last
+        assert torch.cuda.memory_allocated(0) == before
+    finally:
+        torch.cuda.set_device(0)
