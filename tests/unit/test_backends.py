@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from tsvk import features
-from tsvk.loading import load_tensorrt
+from tsvk.loading import load_model, load_tensorrt
+from tsvk.settings import ArtifactSettings
 from tsvk_tools.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
 from tsvk_tools.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
@@ -108,6 +109,24 @@ def test_tensorrt_archive_accepts_every_batch_it_was_built_for(tmp_path, fake_tr
         report = verify_artifact(loaded, model, target)
     assert report.passed and report.batch_sizes == (1, 4)
     assert isinstance(fake_trt.calls["save"]["inputs"][0], fake_trt.Input)
+
+
+def test_a_tensorrt_archive_built_on_gpu_0_rebuilds_its_engine_on_the_workers_gpu(tmp_path, monkeypatch, fake_trt, cuda):
+    """A worker on GPU 1 makes it current before loading; the engine then goes there, not to GPU 0."""
+    _compile_tensorrt(tmp_path)  # built while GPU 0 is current
+    settings = ArtifactSettings(file="model.ep", format="tensorrt", device="cuda", gpu="NVIDIA H100 80GB HBM3",
+                                compute_capability="9.0")
+    cuda.set_device(1)
+    cuda.keep_cuda_tensors_on_cpu(monkeypatch)
+    load_model(settings, tmp_path, torch.device("cuda", 1))
+    assert [engine.device for engine in fake_trt.engines] == [0, 1]  # built on 0 (load back), served on 1
+
+
+def test_the_tensorrt_fake_refuses_an_engine_for_another_architecture_as_runtime_cpp_does(tmp_path, fake_trt, cuda):
+    _compile_tensorrt(tmp_path)
+    cuda.architectures = {0: ("NVIDIA L4", (8, 9)), 1: ("NVIDIA L4", (8, 9))}
+    with pytest.raises(RuntimeError, match="No compatible device was found for instantiating TensorRT engine"):
+        fake_trt.load(str(tmp_path / "model.ep"))
 
 
 def test_tensorrt_precision_is_carried_by_the_input_dtype(tmp_path, fake_trt):
