@@ -180,6 +180,13 @@ def test_bad_settings_fail_at_load_naming_the_key(tmp_path):
         ClassifierService.from_context(FakeContext(tmp_path, config))
 
 
+def test_the_cvcuda_cache_limit_must_be_a_whole_number_of_mib(tmp_path):
+    config = write_tiny_eager_archive(tmp_path)
+    config["tsvk"]["preprocess"]["cvcuda_cache_mb"] = -1
+    with pytest.raises(SettingsError, match="tsvk.preprocess.cvcuda_cache_mb"):
+        ClassifierService.from_context(FakeContext(tmp_path, config))
+
+
 def test_jpeg_dct_scaling_must_be_a_boolean(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["preprocess"]["jpeg_dct_scaling"] = "yes"

@@ -9,12 +9,12 @@ import os
 import shlex
 import signal
 import subprocess
-import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
+from ..bench.sampler import Periodic
 from ..errors import UsageError
 from .report import build_report, write_report
 from .steps import Step, plan
@@ -134,30 +134,17 @@ def _figures(step: Step, output: str, work_dir: Path) -> dict:
         return {"headline": f"no figures: {type(err).__name__}: {err}"}
 
 
-class MemoryPeaks:
+class MemoryPeaks(Periodic):
     """The most memory each GPU held (MiB, by index) while the `with` block ran, sampled from nvidia-smi."""
 
     def __init__(self, query: Callable[[], dict[str, int]] | None = None, interval_s: float = MEMORY_POLL_S):
         self.query = query or gpu_memory_used
-        self.interval_s = interval_s
+        self.interval = interval_s
         self.peaks: dict[str, int] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._poll, name="gpu-memory", daemon=True)
 
-    def __enter__(self) -> "MemoryPeaks":
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _poll(self) -> None:
-        while True:
-            for index, used in self.query().items():
-                self.peaks[index] = max(used, self.peaks.get(index, 0))
-            if self._stop.wait(self.interval_s):
-                return
+    def tick(self) -> None:
+        for index, used in self.query().items():
+            self.peaks[index] = max(used, self.peaks.get(index, 0))
 
 
 def gpu_memory_used() -> dict[str, int]:
