@@ -14,8 +14,8 @@ import importlib
 from types import ModuleType
 
 _INSTALL_HINTS = {
-    "cvcuda": "pip install cvcuda-cu12 (or cvcuda-cu13 to match your CUDA)",
-    "torch_tensorrt": "pip install torch-tensorrt matching your torch version",
+    "cvcuda": "pip install cvcuda-cu13 (the CUDA 13 build, for torch 2.14.1+cu130; requirements-gpu.txt pins it)",
+    "torch_tensorrt": "pip install torch-tensorrt==2.14.0 (requirements-gpu.txt pins it and its tensorrt-cu13)",
     "openvino": "pip install openvino (tsvk's requirements.txt pins the tested version)",
 }
 

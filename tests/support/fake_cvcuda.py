@@ -1,6 +1,7 @@
 """A stand-in for cvcuda at the calls the cvcuda backend makes, with the behaviour of CV-CUDA 0.19 that matters.
 
-Read from the cvcuda-cu12 0.19.0 wheel, `cvcuda/__init__.pyi`:
+Read from the cvcuda 0.19.0 wheel's stubs, `cvcuda/__init__.pyi` (the same Python API in its cu12 and cu13 builds;
+requirements-gpu.txt pins cvcuda-cu13):
 - Buffers come in through the CUDA Array Interface (`as_tensor`, `as_images`: "wrap an external buffer");
   a CPU torch tensor has none (torch 2.14.1 `torch/_tensor.py` raises AttributeError), so it is refused.
 - The `Stream` docstring: a buffer whose interface is version 2 (no `stream` field, which is what torch
