@@ -166,6 +166,8 @@ def read_on_cpu(path: Path, load: Callable[[str], Any]) -> Any:
     them on the worker's device. Example inputs are saved on the CPU by torch itself, and pickled
     constants (Torch-TensorRT's engines) rebuild themselves on the current device, the worker's.
     """
+    if not zipfile.is_zipfile(path):
+        return load(str(path))  # not a PT2 archive: the loader says what is wrong with it
     with zipfile.ZipFile(path) as archive:
         configs = {name: archive.read(name) for name in archive.namelist() if name.endswith(_PAYLOAD_CONFIGS)}
     mapped = {name: _config_on_cpu(raw) for name, raw in configs.items()}

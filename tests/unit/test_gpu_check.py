@@ -234,3 +234,11 @@ def test_seeded_weights_are_decisive_and_the_same_every_time(tmp_path):
     with torch.no_grad():
         top2 = model.eval()(torch.randn(4, 3, 224, 224)).topk(2).values
     assert ((top2[:, 0] - top2[:, 1]) > 1).all()  # no near tie for a compiler's rounding to swap
+
+
+def test_an_unknown_model_is_refused_before_any_step(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "require_cuda", lambda: None)
+    with pytest.raises(Exception, match="--model resnet5: .*seeded weights are made for torchvision's classifiers"):
+        run.check("resnet5", "seeded", tmp_path / "out", log=lambda line: None)
+    assert not (tmp_path / "out").exists()

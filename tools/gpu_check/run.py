@@ -49,7 +49,10 @@ def check(model: str, weights: str, output_dir: Path = OUTPUT_DIR, names: tuple[
     steps = select(plan(work_dir.resolve(), model, weights), names)
     work_dir.mkdir(parents=True, exist_ok=True)
     if weights == SEEDED and any(step.name.startswith("archive-") for step in steps):
-        write_seeded_weights(model, seeded_path(model, work_dir.resolve()))
+        try:
+            write_seeded_weights(model, seeded_path(model, work_dir.resolve()))
+        except ValueError as err:  # torchvision's "Unknown model name"
+            raise UsageError(f"--model {model}: {err}; seeded weights are made for torchvision's classifiers") from None
     options = {"model": model, "weights": weights}
 
     def write(results: list[dict]) -> tuple[dict, dict[str, Path]]:
