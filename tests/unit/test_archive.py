@@ -35,7 +35,8 @@ def test_archive_is_self_contained(tmp_path):
     assert list(config) == ["tsvk"], "TorchServe keys in the archive would override the generated config"
     settings = config["tsvk"]
     assert settings["artifact"] | {"source": None} == {"file": "model_state.pt", "format": "eager", "device": "cpu",
-                                                        "precision": "fp32", "max_batch": 4, "source": None}
+                                                        "precision": "fp32", "max_batch": 4, "source": None,
+                                                        "gpu": "", "compute_capability": ""}  # a CPU build: no GPU
     assert settings["preprocess"]["resize"] == 40 and settings["preprocess"]["mean"] == [0.5, 0.5, 0.5]
     assert settings["preprocess"]["jpeg_dct_scaling"] is True
     assert settings["serving"]["batch_size"] == 4
