@@ -11,6 +11,8 @@ top-5 sets must overlap in at least 4: its lower classes may still lie close eno
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -95,10 +97,8 @@ def test_cvcuda_cache_stays_within_its_limit_over_many_batch_shapes(record_prope
     assert cvcuda.current_cache_size_inbytes() <= SETTINGS.cvcuda_cache_mb * 2**20
 
 
-def test_a_jpeg_nvjpeg_refuses_is_decoded_on_the_cpu(tmp_path):
+def test_a_jpeg_nvjpeg_refuses_is_decoded_on_the_cpu():
     """An arithmetic-coded JPEG and one with a chroma subsampling nvJPEG has no name for: 200 on the CPU backend."""
-    from pathlib import Path
-
     from tsvk.preprocess.torch_cuda import decode_on_gpu
 
     fixtures = Path(__file__).resolve().parents[1] / "fixtures"
