@@ -96,6 +96,10 @@ DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)
+# A JPEG's decoding work, counted from its markers: a progressive decoder visits every 8x8 block of a scan's
+# components once per scan (libjpeg's progressive script has 10 scans, 6 for greyscale; ~1 us of overhead each).
+MAX_JPEG_SCANS = 256
+MAX_JPEG_SCAN_BLOCKS = 16 * 3 * MAX_PIXELS // 64  # 16 passes over a 40 MP 4:4:4 photo (libjpeg's script: ~5)
 
 # `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
 # the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).

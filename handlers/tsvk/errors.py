@@ -72,6 +72,12 @@ class ImageTooLarge(RequestError):
     code = "image_too_large"
 
 
+class DecodeTooCostly(ImageTooLarge):
+    """The JPEG's markers ask for more decoding work (scans, blocks x scans) than the limits allow (scan bomb)."""
+
+    code = "decode_too_costly"
+
+
 class DeadlineExceeded(RequestError):
     """The request waited longer than the model's deadline before its batch reached the worker."""
 
@@ -88,6 +94,7 @@ class InferenceFailed(RequestError):
     code = "inference_failed"
 
 
-ERROR_CLASSES = (BadRequest, BadImage, BadTensor, UnsupportedFormat, ImageTooLarge, DeadlineExceeded, InferenceFailed)
+ERROR_CLASSES = (BadRequest, BadImage, BadTensor, UnsupportedFormat, ImageTooLarge, DecodeTooCostly, DeadlineExceeded,
+                 InferenceFailed)
 PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
            503: "Service Unavailable"}

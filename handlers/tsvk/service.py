@@ -188,7 +188,8 @@ class VisionService:
             raise BadRequest(f"this model's task is {self.settings.task}, and the Open Inference Protocol is served for "
                              "classifiers only: send the image to /predictions")
         if payload.pixels is None:
-            return probe(payload.image, self.settings.preprocess.max_pixels)
+            limits = self.settings.preprocess  # checked here, before any backend (CPU, nvJPEG, CV-CUDA) decodes
+            return probe(payload.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
         return torch.from_numpy(payload.pixels)
 
     def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:
