@@ -102,10 +102,11 @@ MAX_JPEG_SCANS = 256
 MAX_JPEG_SCAN_BLOCKS = 16 * 3 * MAX_PIXELS // 64  # 16 passes over a 40 MP 4:4:4 photo (libjpeg's script: ~5)
 
 # JSON request bodies (the worker and the Open Inference Protocol front), checked before they are parsed: parsed
-# JSON costs up to ~70 bytes per value ([[],[],...]), so the value count bounds its memory (~70 MiB at this limit).
+# JSON costs up to ~64 bytes per value (short strings), so the number of values bounds its memory.
 MAX_JSON_MB = 16  # bounded apart from max_request_size, which may be raised for large raw images
-MAX_JSON_DEPTH = 32  # an OIP document with nested [1, 3, H, W] data is 6 deep
-MAX_JSON_VALUES = 2**20  # one image of FP32 pixels up to 3x590x590; larger crops get room for one image
+MAX_JSON_DEPTH = 32  # an OIP document with nested [1, 3, H, W] data is 7 deep
+MAX_JSON_VALUES = 4096  # values besides preprocessed pixels: a request's fields and options need a few dozen
+OIP_JSON_PIXEL_IMAGES = 8  # images of FP32 pixels (3 x crop x crop numbers each) one JSON request may carry
 
 # `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
 # the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).

@@ -54,7 +54,7 @@ def read_request(request: Any, crop: int, parameters: tuple[str, ...] = ()) -> P
         request = parsed_json_body(request, limits_for_pixels(oip.element_count((3, crop, crop))))
         document = _oip_document(request)
         if document is not None:
-            return _read_oip(document, crop, request)
+            return _read_oip(document, crop)
         return Payload(image=request_payload(request, parameters), request=request)
     except RequestError as err:
         return Payload(error=err.detached())
@@ -166,14 +166,14 @@ def _oip_document(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return value if isinstance(value, Mapping) and "inputs" in value else None
 
 
-def _read_oip(document: Mapping[str, Any], crop: int, request: Any) -> Payload:
+def _read_oip(document: Mapping[str, Any], crop: int) -> Payload:
     request_id = document.get("id") if isinstance(document.get("id"), str) else None
     try:
         tensor = _single_input(document.get("inputs"))
         oip.check_input(tensor.get("name"), tensor.get("datatype"), _shape(tensor), crop, max_items=1)
         if tensor["name"] == oip.IMAGES:
-            return Payload(OIP, image=_oip_image(tensor.get("data")), request_id=request_id, request=request)
-        return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id, request=request)
+            return Payload(OIP, image=_oip_image(tensor.get("data")), request_id=request_id)
+        return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)  # the parsed list let go
     except RequestError as err:
         return Payload(OIP, error=err.detached(), request_id=request_id)
     except Exception as err:  # noqa: BLE001 - as read_request: this request fails alone, answered in its protocol

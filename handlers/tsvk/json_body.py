@@ -2,7 +2,7 @@
 before a single Python object is built.
 
 Parsed JSON costs far more memory than its text: a 16 MiB body of `[[],[],...]` becomes 444 MiB in
-orjson and ~385 MiB in Python's json (docs/robustness.md), and a body nested a thousand deep makes the
+orjson and 378 MiB in Python's json (docs/robustness.md), and a body nested a thousand deep makes the
 parser raise RecursionError. The checks are counts over the bytes (C speed, no objects made):
 
 - size: at most `max_bytes`;
@@ -42,10 +42,10 @@ class JsonLimits:
     max_values: int = MAX_JSON_VALUES
 
 
-def limits_for_pixels(values_per_image: int) -> JsonLimits:
-    """The default limits, with room for one image of preprocessed pixels sent as JSON numbers (the Open
-    Inference Protocol's FP32 input) where that needs more values than MAX_JSON_VALUES."""
-    return JsonLimits(max_values=max(MAX_JSON_VALUES, values_per_image + 1024))
+def limits_for_pixels(values: int) -> JsonLimits:
+    """The default limits, with room for `values` numbers of preprocessed pixels besides (the Open Inference
+    Protocol's FP32 input, sent as JSON numbers: 150,528 for one 224x224 image, ~5 MiB once parsed)."""
+    return JsonLimits(max_values=MAX_JSON_VALUES + values)
 
 
 def looks_like_json(data: Any) -> bool:

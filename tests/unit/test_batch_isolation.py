@@ -127,7 +127,7 @@ def test_a_16_mib_json_bomb_is_refused_before_any_object_is_built(service, conte
     answers = service.handle([{"body": body}, {"data": _good(1)}], context)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    assert answers[0]["error"] == "json_too_large" and "the limit is 1048576" in answers[0]["message"]
+    assert answers[0]["error"] == "json_too_large" and f"the limit is {4096 + 3 * 32 * 32}" in answers[0]["message"]  # and one image of pixels at the crop
     assert peak < 8 * 2**20, f"{peak / 2**20:.0f} MiB"  # Python's json: ~385 MiB
 
 
@@ -142,6 +142,8 @@ def test_json_limits_count_values_and_depth_outside_strings():
         parse_json(b'{"image": "aGk="}', JsonLimits(max_bytes=16))
     pixels = {"inputs": [{"name": "pixels", "datatype": "FP32", "shape": [1, 3, 600, 600], "data": [0.5] * (3 * 600 * 600)}]}
     assert read_request(json.dumps(pixels), crop=600).pixels.shape == (3, 600, 600)  # one image always fits
+    pixels["extra"] = ["ab"] * 4096
+    assert read_request(json.dumps(pixels), crop=600).error.code == "json_too_large"  # and little besides
 
 
 def test_options_are_read_from_a_json_body_handed_on_as_bytes():

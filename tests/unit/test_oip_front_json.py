@@ -7,6 +7,7 @@ import asyncio
 import json
 import tracemalloc
 
+from tsvk.defaults import MAX_JSON_VALUES, OIP_JSON_PIXEL_IMAGES
 from tsvk.json_body import JsonLimits
 from tsvk_tools.oip.config import FrontConfig, ModelTensors
 from tsvk_tools.oip.server import _Guard, front_json_limits
@@ -84,8 +85,8 @@ def test_only_the_json_part_of_a_binary_request_is_counted():
     assert _post(_Guard(_App(), LIMIT, JsonLimits(max_values=1000)), request)[0] == 413
 
 
-def test_the_front_allows_one_image_of_pixels_at_its_largest_crop():
+def test_the_front_allows_a_few_images_of_pixels_at_its_largest_crop():
     models = (ModelTensors("small", 224, 5, 120.0), ModelTensors("large", 600, 5, 120.0))
     config = FrontConfig("http://127.0.0.1:8080", "127.0.0.1", 8000, 8001, 64, LIMIT, models)
-    assert front_json_limits(config).max_values >= 3 * 600 * 600
-    assert front_json_limits(FrontConfig("u", "a", 1, 2, 64, LIMIT, models[:1])).max_values == 2**20
+    assert front_json_limits(config).max_values == MAX_JSON_VALUES + OIP_JSON_PIXEL_IMAGES * 3 * 600 * 600
+    assert front_json_limits(FrontConfig("u", "a", 1, 2, 64, LIMIT, models[:1])).max_values == MAX_JSON_VALUES + 8 * 3 * 224 * 224

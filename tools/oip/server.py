@@ -21,6 +21,7 @@ from concurrent import futures
 from pathlib import Path
 
 from tsvk import oip
+from tsvk.defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
 
@@ -100,8 +101,10 @@ def _replay(body: bytes, receive):
 
 
 def front_json_limits(config: FrontConfig) -> JsonLimits:
-    """The handler's JSON limits, with room for one image of pixels at the largest crop the front serves."""
-    return limits_for_pixels(max((oip.element_count((3, m.crop, m.crop)) for m in config.models), default=0))
+    """The handler's JSON limits, with room for OIP_JSON_PIXEL_IMAGES images of pixels at the largest crop the
+    front serves (more go as the binary extension or over gRPC, which are not parsed as JSON)."""
+    largest = max((oip.element_count((3, m.crop, m.crop)) for m in config.models), default=0)
+    return limits_for_pixels(OIP_JSON_PIXEL_IMAGES * largest)
 
 
 async def _send_error(send, status: int, message: str) -> None:
