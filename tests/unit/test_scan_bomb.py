@@ -15,7 +15,7 @@ from tsvk.decode import decode_rgb, probe
 from tsvk.errors import DecodeTooCostly
 from tsvk.jpeg_scans import scan_work
 from tsvk.service import ClassifierService
-from tsvk.settings import HandlerSettings, PreprocessSettings
+from tsvk.settings import HandlerSettings
 
 from tests.support.handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive
 from tests.support.jpeg_bombs import gradient_jpeg, scan_bomb, scans
@@ -83,7 +83,6 @@ def test_the_limits_are_settings_of_the_archive():
     settings = HandlerSettings.from_dict({"model_name": "m", "artifact": {"file": "m.pt", "format": "aoti", "source": {"builder": "resnet18"}},
                                           "preprocess": {"max_jpeg_scans": 12, "max_jpeg_scan_blocks": 1000}})
     assert (settings.preprocess.max_jpeg_scans, settings.preprocess.max_jpeg_scan_blocks) == (12, 1000)
-    assert PreprocessSettings().max_jpeg_scans == 256
 
 
 def test_the_handler_refuses_the_bomb_before_any_backend_sees_it_and_answers_its_neighbour(tmp_path, monkeypatch):
