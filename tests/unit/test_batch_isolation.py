@@ -27,19 +27,16 @@ JSON_BOMB = b"[" + b"[]," * (16 * 2**20 // 3 - 1) + b"[]]"  # 16 MiB: ~385 MiB o
 
 
 @pytest.fixture(scope="module")
-def archive(tmp_path_factory):
+def tiny_archive(tmp_path_factory):
     model_dir = tmp_path_factory.mktemp("archive")
     return model_dir, write_tiny_eager_archive(model_dir)
 
 
 @pytest.fixture
-def context(archive):
-    return FakeContext(*archive)
-
-
-@pytest.fixture
-def service(context):
-    return ClassifierService.from_context(context)
+def served(tiny_archive):
+    """The classifier service on a fake TorchServe context, and that context."""
+    context = FakeContext(*tiny_archive)
+    return ClassifierService.from_context(context), context
 
 
 def _good(seed=0):
@@ -62,7 +59,8 @@ def _oip_images(name="images", datatype="BYTES", shape=(1,)):
     ({"body": bytearray(JSON_BOMB)}, 413, "json_too_large"),
     ({"body": b'{"image": "' + b"A" * (17 * 2**20) + b'"}'}, 413, "json_too_large"),
 ], ids=["nested-bytes", "nested-text", "oip-name-list", "oip-datatype-dict", "values", "size"])
-def test_a_hostile_request_fails_alone_and_its_neighbour_is_answered(service, context, hostile, status, code):
+def test_a_hostile_request_fails_alone_and_its_neighbour_is_answered(served, hostile, status, code):
+    service, context = served
     answers = service.handle([hostile, {"data": _good(1)}], context)
     assert context.statuses == {0: (status, context.statuses[0][1])} and answers[0]["error"].split(":")[0] == code
     assert answers[1] == _alone(service, context, seed=1)
@@ -96,9 +94,10 @@ def test_an_oip_request_failing_in_an_unforeseen_way_is_answered_in_its_protocol
     assert payload.protocol == OIP and payload.error.status == 400 and "ZeroDivisionError" in payload.error.message
 
 
-def test_an_image_whose_preprocessing_raises_fails_alone(service, context, monkeypatch):
+def test_an_image_whose_preprocessing_raises_fails_alone(served, monkeypatch):
     """Whatever the transform raises for one image (an extreme shape, say), that request gets a 400 and the
     images beside it are prepared again without it; before, the whole batch was answered 500."""
+    service, context = served
     real_prepare = service.task.prepare
 
     def prepare(images):
@@ -113,14 +112,16 @@ def test_an_image_whose_preprocessing_raises_fails_alone(service, context, monke
     assert answers[0] == _alone(service, context, 2) and answers[2] == _alone(service, context, 3)
 
 
-def test_a_backend_failing_only_on_whole_batches_fails_the_batch_500(service, context, monkeypatch):
+def test_a_backend_failing_only_on_whole_batches_fails_the_batch_500(served, monkeypatch):
+    service, context = served
     real_prepare = service.task.prepare
     monkeypatch.setattr(service.task, "prepare", lambda images: real_prepare(images) if len(images) == 1 else 1 / 0)
     service.handle([{"data": _good(2)}, {"data": _good(3)}], context)
     assert {code for code, _ in context.statuses.values()} == {500} and len(context.statuses) == 2
 
 
-def test_a_16_mib_json_bomb_is_refused_before_any_object_is_built(service, context):
+def test_a_16_mib_json_bomb_is_refused_before_any_object_is_built(served):
+    service, context = served
     body = bytearray(JSON_BOMB)
     service.handle([{"data": _good()}], context)  # warm
     tracemalloc.start()
@@ -164,7 +165,7 @@ class _Socket:
         return chunk
 
 
-def test_torchserve_hands_json_bodies_on_unparsed_once_the_handler_is_loaded(archive, monkeypatch):
+def test_torchserve_hands_json_bodies_on_unparsed_once_the_handler_is_loaded(tiny_archive, monkeypatch):
     from ts.protocol.otf_message_handler import _retrieve_input_data
 
     monkeypatch.delenv("TS_DECODE_INPUT_REQUEST", raising=False)
@@ -173,7 +174,7 @@ def test_torchserve_hands_json_bodies_on_unparsed_once_the_handler_is_loaded(arc
     monkeypatch.syspath_prepend(str(HANDLERS))
     import image_classifier
 
-    image_classifier.ImageClassifier().initialize(FakeContext(*archive))
+    image_classifier.ImageClassifier().initialize(FakeContext(*tiny_archive))
     assert os.environ["TS_DECODE_INPUT_REQUEST"] == "false"
     assert _retrieve_input_data(_Socket(b"body", b"application/json", body))["value"] == body
 
