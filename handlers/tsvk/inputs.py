@@ -173,7 +173,7 @@ def _read_oip(document: Mapping[str, Any], crop: int) -> Payload:
         oip.check_input(tensor.get("name"), tensor.get("datatype"), _shape(tensor), crop, max_items=1)
         if tensor["name"] == oip.IMAGES:
             return Payload(OIP, image=_oip_image(tensor.get("data")), request_id=request_id)
-        return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)  # the parsed list let go
+        return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)
     except RequestError as err:
         return Payload(OIP, error=err.detached(), request_id=request_id)
     except Exception as err:  # noqa: BLE001 - as read_request: this request fails alone, answered in its protocol
