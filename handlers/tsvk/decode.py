@@ -1,7 +1,9 @@
 """Encoded image -> RGB uint8 tensor (3, H, W), with the size checked from the header first.
 
 `probe` reads only the header (microseconds), so a decompression bomb is refused before a single
-pixel is decoded. `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
+pixel is decoded; for a JPEG it also walks the marker segments to count the decoding work its scans
+ask for (jpeg_scans.py), so a progressive scan bomb is refused before any backend (CPU or nvJPEG)
+sees it. `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
 fastest CPU decoder here; see docs/handler.md) and Pillow for everything else, applies the EXIF
 orientation, and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. A JPEG far larger
 than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg scales in
@@ -19,7 +21,9 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .errors import BadImage, ImageTooLarge, UnsupportedFormat
+from .defaults import MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
+from .errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
+from .jpeg_scans import scan_work
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec, which a stock TorchServe image
 # does not have; they are still the fastest here (docs/handler.md), so say it once, not per image.
@@ -54,8 +58,10 @@ class EncodedImage:
         return self.format in _JPEG_FORMATS
 
 
-def probe(data: bytes, max_pixels: int) -> EncodedImage:
-    """Read the header only: format, size and mode; refuse non-images and oversized images.
+def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS,
+          max_jpeg_scan_blocks: int = MAX_JPEG_SCAN_BLOCKS) -> EncodedImage:
+    """Read the header only: format, size and mode; refuse non-images, oversized images and JPEGs whose
+    scans cost more to decode than the limits allow.
 
     The pixel count is checked before anything else is read: for some formats even metadata costs
     a full decode (Pillow loads a whole PNG to look for an EXIF chunk after the pixels)."""
@@ -80,7 +86,20 @@ def probe(data: bytes, max_pixels: int) -> EncodedImage:
         raise _unrecognised(data) from None
     except Exception as err:  # noqa: BLE001 - a broken header is the client's problem, not ours
         raise BadImage(f"image header is corrupt or truncated: {err}") from None
+    if fmt in _JPEG_FORMATS:
+        check_jpeg_work(data, width, height, max_jpeg_scans, max_jpeg_scan_blocks)
     return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+def check_jpeg_work(data: bytes, width: int, height: int, max_scans: int, max_scan_blocks: int) -> None:
+    """DecodeTooCostly where the JPEG's scans are too many, or visit too many 8x8 blocks in all."""
+    work = scan_work(data, width, height, max_scans)
+    if work.scans > max_scans:
+        raise DecodeTooCostly(f"the {width}x{height} JPEG has more than {max_scans} scans; the limit is {max_scans} "
+                              "(preprocess.max_jpeg_scans; cameras write 1, or about 10 when progressive): re-encode it")
+    if work.blocks > max_scan_blocks:
+        raise DecodeTooCostly(f"the {width}x{height} JPEG's {work.scans} scans decode {work.blocks} 8x8 blocks in all; the "
+                              f"limit is {max_scan_blocks} (preprocess.max_jpeg_scan_blocks): re-encode it with fewer scans")
 
 
 def webp_canvas_size(data: bytes) -> tuple[int, int] | None:

@@ -100,6 +100,17 @@ MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at on
 # change shape with every batch mix, so the cache fills with buffers never reused; a batch of 8 photos resized
 # to 256 holds ~5 MB, so this keeps dozens of shapes while two workers on one GPU cannot exhaust it.
 CVCUDA_CACHE_MB = 256
+# A JPEG's decoding work, counted from its markers: a progressive decoder visits every 8x8 block of a scan's
+# components once per scan (libjpeg's progressive script has 10 scans, 6 for greyscale; ~1 us of overhead each).
+MAX_JPEG_SCANS = 256
+MAX_JPEG_SCAN_BLOCKS = 16 * 3 * MAX_PIXELS // 64  # 16 passes over a 40 MP 4:4:4 photo (libjpeg's script: ~5)
+
+# JSON request bodies (the worker and the Open Inference Protocol front), checked before they are parsed: parsed
+# JSON costs up to ~64 bytes per value (short strings), so the number of values bounds its memory.
+MAX_JSON_MB = 16  # bounded apart from max_request_size, which may be raised for large raw images
+MAX_JSON_DEPTH = 32  # an OIP document with nested [1, 3, H, W] data is 7 deep
+MAX_JSON_VALUES = 4096  # values besides preprocessed pixels: a request's fields and options need a few dozen
+OIP_JSON_PIXEL_IMAGES = 8  # images of FP32 pixels (3 x crop x crop numbers each) one JSON request may carry
 
 # `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
 # the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).

@@ -56,6 +56,12 @@ class BadTensor(BadRequest):
     code = "bad_tensor"
 
 
+class JsonTooDeep(BadRequest):
+    """A JSON body nested deeper than the limit (json_body.py), refused before it is parsed."""
+
+    code = "json_too_deep"
+
+
 class UnsupportedFormat(RequestError):
     """A recognised image format the handler does not decode (TIFF, HEIC, ...)."""
 
@@ -70,6 +76,20 @@ class ImageTooLarge(RequestError):
     status = 413
     kind = "ImageTooLarge"
     code = "image_too_large"
+
+
+class DecodeTooCostly(ImageTooLarge):
+    """The JPEG's markers ask for more decoding work (scans, blocks x scans) than the limits allow (scan bomb)."""
+
+    code = "decode_too_costly"
+
+
+class JsonTooLarge(RequestError):
+    """A JSON body larger, or holding more values, than the limits allow (json_body.py), refused before it is parsed."""
+
+    status = 413
+    kind = "PayloadTooLarge"
+    code = "json_too_large"
 
 
 class DeadlineExceeded(RequestError):
@@ -88,6 +108,7 @@ class InferenceFailed(RequestError):
     code = "inference_failed"
 
 
-ERROR_CLASSES = (BadRequest, BadImage, BadTensor, UnsupportedFormat, ImageTooLarge, DeadlineExceeded, InferenceFailed)
+ERROR_CLASSES = (BadRequest, BadImage, BadTensor, JsonTooDeep, UnsupportedFormat, ImageTooLarge, DecodeTooCostly, JsonTooLarge,
+                 DeadlineExceeded, InferenceFailed)
 PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
            503: "Service Unavailable"}

@@ -12,6 +12,7 @@ import logging
 from typing import Any
 
 from .heap import freeze_startup_objects
+from .json_body import hand_json_to_the_handler
 from .service import VisionService
 
 log = logging.getLogger(__name__)
@@ -28,6 +29,7 @@ class TorchServeHandler:
         from ts.metrics.metric_type_enum import MetricTypes
 
         self.service = VisionService.from_context(context, gauge_type=MetricTypes.GAUGE)
+        hand_json_to_the_handler()  # JSON bodies reach read_request as bytes, parsed there within bounds
         log.info("%d objects loaded at start frozen out of garbage collection", freeze_startup_objects())
         self.initialized = True
 

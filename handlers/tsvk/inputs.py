@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -21,6 +20,7 @@ import numpy as np
 
 from . import oip
 from .errors import BadImage, BadRequest, BadTensor, RequestError
+from .json_body import JsonLimits, limits_for_pixels, looks_like_json, parse_json
 
 PREDICTIONS = "predictions"  # TorchServe's /predictions shapes: an image in, {label: probability} out
 OIP = "oip"  # the Open Inference Protocol: tensors in, tensors out
@@ -41,22 +41,39 @@ class Payload:
     pixels: np.ndarray | None = None
     error: RequestError | None = None
     request_id: str | None = None
+    request: Any = None  # the request with its JSON body parsed: where the task reads its options
 
 
 def read_request(request: Any, crop: int, parameters: tuple[str, ...] = ()) -> Payload:
-    """The payload of one request; never raises: a request that cannot be read carries its error.
+    """The payload of one request; never raises: a request that cannot be read, whatever the reason,
+    carries its error, so it fails alone and the rest of its batch is answered.
 
     `parameters` are the task's answer options (form fields) that may arrive beside the image."""
     try:
+        request = request if isinstance(request, Mapping) else {"body": request}  # a bare body, as tools pass one
+        request = parsed_json_body(request, limits_for_pixels(oip.element_count((3, crop, crop))))
         document = _oip_document(request)
+        if document is not None:
+            return _read_oip(document, crop)
+        return Payload(image=request_payload(request, parameters), request=request)
     except RequestError as err:
         return Payload(error=err.detached())
-    if document is not None:
-        return _read_oip(document, crop)
-    try:
-        return Payload(image=request_payload(request, parameters))
-    except RequestError as err:
-        return Payload(error=err.detached())
+    except Exception as err:  # noqa: BLE001 - whatever a request holds (RecursionError, TypeError...), it fails alone
+        return Payload(error=unreadable(err))
+
+
+def parsed_json_body(request: Mapping[str, Any], limits: JsonLimits = JsonLimits()) -> Mapping[str, Any]:
+    """The request with a JSON body parsed within `limits` (json_body.py): TorchServe hands JSON on as the bytes
+    it received once the handler has turned its own parsing off, and tests and tools may pass text."""
+    key = next((key for key in BODY_KEYS if request.get(key) is not None), None)
+    if key is None or not looks_like_json(request[key]):
+        return request
+    return {**request, key: parse_json(request[key], limits)}
+
+
+def unreadable(err: Exception) -> BadRequest:
+    """A 400 for a request that made reading it fail in a way no check foresaw, naming what happened."""
+    return BadRequest(f"cannot read the request: {type(err).__name__}: {str(err)[:200]}")
 
 
 def request_payload(request: Any, parameters: tuple[str, ...] = ()) -> bytes:
@@ -112,11 +129,7 @@ def _from_text(text: str) -> bytes:
     if not text:
         raise BadImage("request body is empty")
     if text.startswith("{"):
-        try:
-            parsed = json.loads(text)
-        except ValueError as err:
-            raise BadRequest(f"request body looks like JSON but does not parse: {err}") from None
-        return _from_json(parsed)
+        return _from_json(parse_json(text))
     if text.startswith("data:") and "," in text:  # data URL: data:image/png;base64,....
         text = text.split(",", 1)[1]
     decoded = _b64_or_none(text.encode("ascii", errors="replace"))
@@ -147,16 +160,9 @@ def _b64_or_none(data: bytes) -> bytes | None:
         return None
 
 
-def _oip_document(request: Any) -> Mapping[str, Any] | None:
+def _oip_document(request: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The request's JSON object when it is an Open Inference Protocol request (it has `inputs`)."""
-    value = _pick_field(request) if isinstance(request, Mapping) else request
-    if isinstance(value, (bytes, bytearray)) and value.lstrip()[:1] == b"{":
-        value = bytes(value).decode("utf-8", errors="replace")
-    if isinstance(value, str) and value.lstrip()[:1] == "{":
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return None  # not JSON after all: the /predictions reader says what is wrong
+    value = _pick_field(request)
     return value if isinstance(value, Mapping) and "inputs" in value else None
 
 
@@ -170,6 +176,8 @@ def _read_oip(document: Mapping[str, Any], crop: int) -> Payload:
         return Payload(OIP, pixels=_oip_pixels(tensor.get("data"), crop), request_id=request_id)
     except RequestError as err:
         return Payload(OIP, error=err.detached(), request_id=request_id)
+    except Exception as err:  # noqa: BLE001 - as read_request: this request fails alone, answered in its protocol
+        return Payload(OIP, error=unreadable(err), request_id=request_id)
 
 
 def _single_input(inputs: Any) -> Mapping[str, Any]:

@@ -52,7 +52,7 @@ def answer_size(topk: int, classes: int | None) -> int:
 def check_input(name: str, datatype: str, shape: Sequence[int], crop: int, max_items: int) -> int:
     """The number of images the input holds, or BadTensor saying what was sent and what is allowed."""
     specs = {spec.name: spec for spec in input_specs(crop)}
-    if name not in specs:
+    if not isinstance(name, str) or name not in specs:
         raise BadTensor(f"input must be named {IMAGES!r} (BYTES, encoded images) or {PIXELS!r} "
                         f"(FP32 [N, 3, {crop}, {crop}]), got {name!r}")
     spec = specs[name]

@@ -27,7 +27,7 @@ import torch
 from . import features
 from .deadline import arrival_times, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
-from .errors import PHRASES, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
+from .errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
 from .heap import HeapTrimmer
 from .inputs import PREDICTIONS, Payload, read_request
 from .labels import load_labels
@@ -174,7 +174,8 @@ class VisionService:
                 failed[position] = late or payload.error
                 continue
             try:
-                encoded[position] = ReadRequest(self._image_or_pixels(payload), self.task.options(data[position]))
+                options = self.task.options(data[position] if payload.request is None else payload.request)
+                encoded[position] = ReadRequest(self._image_or_pixels(payload), options)
             except RequestError as err:
                 failed[position] = err.detached()
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
@@ -188,7 +189,8 @@ class VisionService:
             raise BadRequest(f"this model's task is {self.settings.task}, and the Open Inference Protocol is served for "
                              "classifiers only: send the image to /predictions")
         if payload.pixels is None:
-            return probe(payload.image, self.settings.preprocess.max_pixels)
+            limits = self.settings.preprocess  # checked here, before any backend (CPU, nvJPEG, CV-CUDA) decodes
+            return probe(payload.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
         return torch.from_numpy(payload.pixels)
 
     def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:
@@ -217,12 +219,36 @@ class VisionService:
             return Prepared([], None, {})
         order = sorted(encoded)
         try:
-            result = self.task.prepare([encoded[p].image for p in order])
-        except Exception as err:  # noqa: BLE001 - a backend failure fails this batch only
-            log.exception("preprocessing failed for a batch of %d", len(order))
-            return Prepared([], None, {p: InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}") for p in order})
+            return self._prepare(order, encoded)
+        except Exception:  # noqa: BLE001 - find the images that fail alone; the rest of the batch goes on
+            log.exception("preprocessing failed for a batch of %d; preparing its images one by one", len(order))
+        failing = {p: error for p in order if (error := self._fails_alone(p, encoded)) is not None}
+        rest = [p for p in order if p not in failing]
+        if not rest:
+            return Prepared([], None, failing)
+        try:
+            prepared = self._prepare(rest, encoded)
+        except Exception as err:  # noqa: BLE001 - each image prepares alone but not together: the backend is at fault
+            log.exception("preprocessing failed again for the %d images that prepare alone", len(rest))
+            error = InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}")
+            return Prepared([], None, {**failing, **{p: error for p in rest}})
+        return Prepared(prepared.positions, prepared.batch, {**failing, **prepared.failed})
+
+    def _prepare(self, order: list[int], encoded: Mapping[int, ReadRequest]) -> Prepared:
+        result = self.task.prepare([encoded[p].image for p in order])
         failed = {order[i]: error for i, error in result.failed.items()}
         return Prepared([order[i] for i in result.kept], result.batch, failed)
+
+    def _fails_alone(self, position: int, encoded: Mapping[int, ReadRequest]) -> RequestError | None:
+        """Why this image cannot be prepared, or None where it can: an image that fails alone is its request's
+        400, whatever the exception (its transform is what the image asks for: an extreme shape, say)."""
+        try:
+            self._prepare([position], encoded)
+        except Exception as err:  # noqa: BLE001
+            image = encoded[position].image
+            size = f"{image.width}x{image.height} {image.format} " if isinstance(image, EncodedImage) else ""
+            return BadImage(f"cannot preprocess the {size}image: {type(err).__name__}: {str(err)[:200]}")
+        return None
 
     def _infer(self, prepared: Prepared, read: Mapping[int, ReadRequest]) -> StageResult:
         """The task's answers by input position, or every position failed when the model fails."""

@@ -12,9 +12,9 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS,
-                       MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD,
-                       TASK, TOPK)
+from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
+                       MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_PIXELS,
+                       PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
 
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
@@ -82,6 +82,8 @@ class PreprocessSettings:
     max_pixels: int = MAX_PIXELS
     max_batch_pixels: int = MAX_BATCH_PIXELS  # larger CPU batches are decoded in chunks
     cvcuda_cache_mb: int = CVCUDA_CACHE_MB  # cvcuda backend: the most GPU memory CV-CUDA's object cache keeps
+    max_jpeg_scans: int = MAX_JPEG_SCANS  # a JPEG with more scans is refused before decoding (every backend)
+    max_jpeg_scan_blocks: int = MAX_JPEG_SCAN_BLOCKS  # 8x8 blocks its scans visit in all (progressive: blocks x scans)
     # CPU: decode a JPEG over 4x `resize` at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
     # at least 2x `resize` for the antialiased resize: 3x faster on 12 MP photos (docs/handler.md).
     jpeg_dct_scaling: bool = True
@@ -231,6 +233,8 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
         max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
         max_batch_pixels=reader.integer("max_batch_pixels", defaults.max_batch_pixels, minimum=1),
         cvcuda_cache_mb=reader.integer("cvcuda_cache_mb", defaults.cvcuda_cache_mb, minimum=0),
+        max_jpeg_scans=reader.integer("max_jpeg_scans", defaults.max_jpeg_scans, minimum=1),
+        max_jpeg_scan_blocks=reader.integer("max_jpeg_scan_blocks", defaults.max_jpeg_scan_blocks, minimum=1),
         jpeg_dct_scaling=reader.boolean("jpeg_dct_scaling", defaults.jpeg_dct_scaling),
     )
 

@@ -8,7 +8,9 @@ served with a config from `tsvk config`, so this test needs no weights download.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import json
 import time
 from pathlib import Path
 
@@ -106,6 +108,21 @@ def test_bad_requests_fail_alone_inside_a_real_batch(torchserve):
             assert body["code"] == code and body["message"], (name, body)
     assert "max_pixels" in responses[2].json()["message"]
     assert _batch_sizes_seen(run.run_dir) & {3, 4}, "requests were never batched together"
+
+
+def test_hostile_json_fails_alone_and_is_parsed_by_the_handler_not_torchserve(torchserve):
+    """TorchServe parses application/json bodies in the worker before the handler runs unless told not to: a
+    deep one made the handler raise RecursionError (503 for its whole batch), a 12 MiB `[[],[],...]` cost the
+    worker ~300 MiB. The handler turns that parse off at load and refuses both from counts over the bytes."""
+    urls, _ = torchserve
+    good = json.dumps({"image": base64.b64encode(encode(noise_image(seed=5), "JPEG")).decode()}).encode()
+    cases = [(good, 200), (b'{"image":' + b"[" * 1000 + b"]" * 1000 + b"}", 400),
+             (b"[" + b"[]," * (12 * 2**20 // 3) + b"[]]", 413), (good, 200)]
+    responses = post_concurrently(f"{urls['inference']}/predictions/{MODEL}", [body for body, _ in cases],
+                                  headers={"Content-Type": "application/json"})
+    assert [r.status_code for r in responses] == [code for _, code in cases], [r.text[:200] for r in responses]
+    assert [responses[1].json()["error"], responses[2].json()["error"]] == ["json_too_deep", "json_too_large"]
+    assert set(responses[0].json()) == set(responses[3].json()) == LABELS
 
 
 def test_empty_body_is_a_400(torchserve):

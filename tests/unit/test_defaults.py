@@ -42,6 +42,8 @@ def test_the_settings_schema_takes_its_defaults_from_the_defaults_module():
     assert RuntimeSettings().topk == defaults.TOPK
     assert (PreprocessSettings().max_pixels, PreprocessSettings().max_batch_pixels) == (defaults.MAX_PIXELS, defaults.MAX_BATCH_PIXELS)
     assert PreprocessSettings().cvcuda_cache_mb == defaults.CVCUDA_CACHE_MB
+    preprocess = PreprocessSettings()
+    assert (preprocess.max_jpeg_scans, preprocess.max_jpeg_scan_blocks) == (defaults.MAX_JPEG_SCANS, defaults.MAX_JPEG_SCAN_BLOCKS)
 
 
 def test_an_archive_without_serving_suggestions_reads_the_same_defaults():

@@ -304,6 +304,7 @@ def test_failed_requests_leave_no_batch_in_reference_cycles(service, context):
 def test_initialize_freezes_what_the_load_created(archive, monkeypatch):
     import gc
 
+    monkeypatch.delenv("TS_DECODE_INPUT_REQUEST", raising=False)  # initialize sets it: restored after the test
     monkeypatch.syspath_prepend(str(HANDLERS))
     import image_classifier
 

@@ -4,7 +4,8 @@ The SDK's ModelServer listens on every interface and serves more than the protoc
 API, model load/unload, its docs and metrics); this front keeps its protocol code and changes only
 that: both servers bind the configured address (127.0.0.1 unless asked), REST answers only the
 protocol's paths (the rest 404, model load/unload refused on gRPC too), request bodies are bounded
-like TorchServe's, and server readiness is TorchServe's.
+like TorchServe's, a request's JSON is bounded like the handler's (size, depth, values: tsvk/json_body.py)
+before FastAPI and pydantic parse it, and server readiness is TorchServe's.
 
 Run as `python -m tsvk_tools.oip --config <TorchServe config>`; `tsvk serve` does (process.py).
 """
@@ -19,27 +20,49 @@ import sys
 from concurrent import futures
 from pathlib import Path
 
+from tsvk import oip
+from tsvk.defaults import OIP_JSON_PIXEL_IMAGES
+from tsvk.errors import RequestError
+from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
+
 from .config import FrontConfig, read_front_config
 
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
 _PROTOCOL_PATHS = re.compile(r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$")
 GRPC_THREADS = 4
+BINARY_JSON_LENGTH = b"inference-header-content-length"  # the binary extension: the JSON part's length, in bytes
 
 
 class _Guard:
-    """ASGI middleware: the protocol's paths only, and a request body no larger than TorchServe accepts."""
+    """ASGI middleware: the protocol's paths only, a request body no larger than TorchServe accepts, and its JSON
+    within `json_limits`: parsed, a 16 MiB body of `[[],[],...]` cost 572 MiB in KServe's request (docs/robustness.md)."""
 
-    def __init__(self, app, max_request_bytes: int):
+    def __init__(self, app, max_request_bytes: int, json_limits: JsonLimits = JsonLimits()):
         self.app = app
         self.max_request_bytes = max_request_bytes
+        self.json_limits = json_limits
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refusal = self._refusal(scope)
+        if refusal is None and scope["method"] == "POST":
+            body = await _read_body(receive)
+            refusal = self._json_refusal(scope, body)
+            receive = _replay(body, receive)
         if refusal is not None:
             return await _send_error(send, *refusal)
         return await self.app(scope, receive, send)
+
+    def _json_refusal(self, scope, body: bytes) -> tuple[int, str] | None:
+        """The body's JSON (all of it, or the binary extension's JSON part) checked before anything parses it."""
+        length = dict(scope.get("headers") or []).get(BINARY_JSON_LENGTH, b"")
+        json_part = body[:int(length)] if length.isdigit() else body  # a malformed length is refused when decoded
+        try:
+            check_json(json_part, self.json_limits)
+        except RequestError as err:
+            return err.status, f"{err.code}: {err.message}"
+        return None
 
     def _refusal(self, scope) -> tuple[int, str] | None:
         if not _PROTOCOL_PATHS.match(scope["path"]):
@@ -51,6 +74,37 @@ class _Guard:
         if length is not None and int(length) > self.max_request_bytes:
             return 413, f"request_too_large: the body is {int(length)} bytes; the limit is {self.max_request_bytes} (max_request_size)"
         return None
+
+
+async def _read_body(receive) -> bytes:
+    """The whole request body (its length already checked against the limit from Content-Length)."""
+    chunks = []
+    while True:
+        message = await receive()
+        chunks.append(message.get("body", b""))
+        if message["type"] != "http.request" or not message.get("more_body"):
+            return b"".join(chunks)
+
+
+def _replay(body: bytes, receive):
+    """A `receive` that gives the app the body already read, then whatever the connection says next."""
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def front_json_limits(config: FrontConfig) -> JsonLimits:
+    """The handler's JSON limits, with room for OIP_JSON_PIXEL_IMAGES images of pixels at the largest crop the
+    front serves (more go as the binary extension or over gRPC, which are not parsed as JSON)."""
+    largest = max((oip.element_count((3, m.crop, m.crop)) for m in config.models), default=0)
+    return limits_for_pixels(OIP_JSON_PIXEL_IMAGES * largest)
 
 
 async def _send_error(send, status: int, message: str) -> None:
@@ -88,7 +142,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
         model.enable_latency_logging = False
         server.register_model(model)
     app.add_exception_handler(ForwardedError, _forwarded_error_handler)
-    app.add_middleware(_Guard, max_request_bytes=config.max_request_bytes)
+    app.add_middleware(_Guard, max_request_bytes=config.max_request_bytes, json_limits=front_json_limits(config))
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
                       workers=1, grace_period=5)
     rest.config.host = config.address
