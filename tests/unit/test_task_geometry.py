@@ -10,7 +10,6 @@ from torchvision.models.detection.transform import GeneralizedRCNNTransform, res
 
 from tsvk.decode import EncodedImage
 from tsvk.settings import PreprocessSettings
-from tsvk.tasks.detect import paste_masks
 from tsvk.tasks.geometry import detector_resize, fit_within, map_boxes, original_size, resize_label_map
 from tsvk.tasks.rle import decode_mask, encode_mask, run_lengths
 
@@ -68,18 +67,6 @@ def test_rle_is_what_pycocotools_writes_and_reads(height, width, fill):
     assert np.array_equal(coco_mask.decode({"size": ours["size"], "counts": ours["counts"].encode()}), mask.numpy())
     assert torch.equal(decode_mask(ours), mask)
     assert sum(run_lengths(mask)) == height * width
-
-
-def test_instance_masks_are_pasted_inside_their_box_at_the_photos_size():
-    probabilities = torch.ones(2, 1, 28, 28)
-    boxes = torch.tensor([[10.0, 20.0, 50.0, 60.0], [100.0, 0.0, 120.0, 30.0]])
-    masks = paste_masks(probabilities, boxes, (80, 160), threshold=0.5)
-    assert masks.shape == (2, 80, 160)
-    for mask, (x1, y1, x2, y2) in zip(masks, boxes.int().tolist()):
-        ys, xs = torch.nonzero(mask, as_tuple=True)
-        assert xs.min() >= x1 - 1 and xs.max() <= x2 and ys.min() >= y1 - 1 and ys.max() <= y2  # torchvision pads a pixel
-        assert mask.sum() >= 0.8 * (x2 - x1) * (y2 - y1)
-    assert paste_masks(probabilities[:0], boxes[:0], (80, 160), 0.5).shape == (0, 80, 160)
 
 
 def test_detector_normalization_is_torchvisions_to_the_bit_and_leaves_the_photos_alone():

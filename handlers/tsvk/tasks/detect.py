@@ -4,7 +4,8 @@ boxes (and instance masks) mapped back to each ORIGINAL photo.
 The answer per image is a list of {label, score, box: [x1, y1, x2, y2]} in the photo's pixels (as
 displayed, EXIF orientation applied), best first, filtered by score and count (the archive's
 defaults, or the request's `score_threshold` and `max_detections` options). Mask R-CNN answers carry each
-instance mask as COCO RLE, pasted at the photo's size exactly as torchvision pastes them.
+instance mask as COCO RLE at the photo's size, pasted exactly as torchvision pastes them but one box at
+a time (tasks/masks.py), so memory follows the largest box, not the number of masks times the photo.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .base import Task
 from .detector_model import detections, set_score_threshold
 from .geometry import detector_resize, group_by_size, map_boxes, original_size
 from .params import number, whole
-from .rle import encode_mask
+from .masks import encode_masks
 
 BOX_DECIMALS = 2
 
@@ -95,17 +96,7 @@ class DetectTask(Task):
         answers = [{"label": label_for(self.labels, index), "score": round(score, 6), "box": [round(v, BOX_DECIMALS) for v in box]}
                    for index, score, box in zip(found["labels"][order].tolist(), scores[order].tolist(), boxes.tolist())]
         if self.settings.detect.masks and "masks" in found:
-            pasted = paste_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
-            for answer, mask in zip(answers, pasted):
-                answer["mask"] = encode_mask(mask)
+            encoded = encode_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
+            for answer, mask in zip(answers, encoded):
+                answer["mask"] = mask
         return answers
-
-
-def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, original: tuple[int, int], threshold: float) -> torch.Tensor:
-    """(K, 1, M, M) mask probabilities and their boxes in the photo's pixels -> (K, H, W) bool at the photo's
-    size, pasted as torchvision pastes them."""
-    from torchvision.models.detection.roi_heads import paste_masks_in_image
-
-    if masks.shape[0] == 0:
-        return torch.zeros((0, *original), dtype=torch.bool)
-    return paste_masks_in_image(masks.float(), boxes, original)[:, 0] >= threshold

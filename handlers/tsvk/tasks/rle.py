@@ -9,17 +9,49 @@ pycocotools' `frPyObjects`/`decode` accept as `{"size": [h, w], "counts": "..."}
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as nnf
 
 
 def run_lengths(mask: torch.Tensor) -> list[int]:
     """Alternating run lengths of a (H, W) bool mask read column by column, the first a run of zeros."""
-    flat = mask.t().reshape(-1).to(torch.int8)
-    if flat.numel() == 0:
+    return placed_run_lengths(mask, (0, 0), (int(mask.shape[0]), int(mask.shape[1])))
+
+
+def placed_run_lengths(part: torch.Tensor, corner: tuple[int, int], size: tuple[int, int], background: bool = False) -> list[int]:
+    """Run lengths of a (height, width) = `size` mask that is `background` everywhere but the (h, w) bool
+    `part` whose top-left pixel is at `corner` (top, left), without making the full-size mask: memory
+    and time follow the part's area, however large the image."""
+    height, width = size
+    if height * width == 0:
         return [0]
-    changes = torch.nonzero(flat[1:] != flat[:-1]).flatten() + 1
-    edges = torch.cat([torch.zeros(1, dtype=changes.dtype), changes, torch.tensor([flat.numel()], dtype=changes.dtype)])
+    changes = _changes(part ^ background, corner, height) if part.numel() else torch.zeros(0, dtype=torch.int64)
+    first_set = background ^ bool(changes.numel() and changes[0].item() == 0)
+    inner = changes[(changes > 0) & (changes < height * width)]  # a run ending with the image ends no earlier
+    edges = torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.tensor([height * width])])
     lengths = (edges[1:] - edges[:-1]).tolist()
-    return ([0] + lengths) if flat[0].item() else lengths
+    return ([0] + lengths) if first_set else lengths
+
+
+def _changes(differs: torch.Tensor, corner: tuple[int, int], height: int) -> torch.Tensor:
+    """Column-major positions in the whole image where a run of `differs` pixels starts or ends, ascending.
+
+    A row of zeros above and below the part ends every run in its own column, so each change found in the
+    padded part maps straight to the image: column `left + c`, row `top + r - 1`. Where the part spans
+    the image's height, a run ending at the bottom of one column and one starting at the top of the next
+    meet at the same position: one run in the image, so the pair is dropped."""
+    top, left = corner
+    padded = nnf.pad(differs.to(torch.int8), (0, 0, 1, 1))
+    flat = padded.t().reshape(-1)
+    steps = torch.nonzero(flat[1:] != flat[:-1]).flatten() + 1
+    rows = padded.shape[0]
+    positions = (left + steps // rows) * height + top + steps % rows - 1
+    repeated = positions[1:] == positions[:-1]
+    if not bool(repeated.any()):
+        return positions
+    joined = torch.zeros_like(positions, dtype=torch.bool)
+    joined[1:] |= repeated
+    joined[:-1] |= repeated
+    return positions[~joined]
 
 
 def compress_counts(counts: list[int]) -> str:
@@ -40,6 +72,12 @@ def encode_mask(mask: torch.Tensor) -> dict:
     """{"size": [height, width], "counts": compact string} of a (H, W) bool mask."""
     height, width = mask.shape[-2:]
     return {"size": [int(height), int(width)], "counts": compress_counts(run_lengths(mask.cpu()))}
+
+
+def encode_placed(part: torch.Tensor, corner: tuple[int, int], size: tuple[int, int], background: bool = False) -> dict:
+    """`encode_mask` of the image-sized mask that `placed_run_lengths` describes, never made."""
+    counts = placed_run_lengths(part.cpu(), corner, size, background)
+    return {"size": [int(size[0]), int(size[1])], "counts": compress_counts(counts)}
 
 
 def decode_counts(text: str) -> list[int]:
