@@ -3,7 +3,8 @@
 JPEGs of the batch are decoded in one nvJPEG call; other formats, and JPEGs that do not end with
 their End Of Image marker (truncated uploads: whether nvJPEG refuses them is not documented), are
 decoded on the CPU and uploaded. If the batched decode rejects the batch (one corrupt JPEG fails the
-whole call), each JPEG is retried alone so only the corrupt one fails.
+whole call), each JPEG is retried alone so only the corrupt one fails. A batch is decoded in chunks
+within `preprocess.max_batch_pixels` (base.py), so GPU memory holds one chunk's pixels at a time.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import torch
 from .. import features
 from ..decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
 from ..errors import BadRequest, RequestError
-from .base import PreprocessResult, Preprocessor
+from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
 
 
@@ -26,14 +27,8 @@ class CudaPreprocessor(Preprocessor):
         super().__init__(settings, device, dtype)
         self._normalize = Normalizer(settings, device, dtype)
 
-    def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
-        kept = sorted(decoded)
-        if not kept:
-            return PreprocessResult(None, kept, failed)
-        batch = resize_crop_stack([decoded[i] for i in kept], self.settings)
-        return PreprocessResult(self._normalize(batch), kept, failed)
-
+    def transform(self, images: list[torch.Tensor]) -> torch.Tensor:
+        return self._normalize(resize_crop_stack(images, self.settings))
 
     def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
         return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))

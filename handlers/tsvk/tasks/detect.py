@@ -22,7 +22,7 @@ from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import _as_batch
 from .base import Task
 from .detector_model import detections, set_score_threshold
-from .geometry import detector_resize, group_by_size, map_boxes, original_size
+from .geometry import detector_resize, map_boxes, original_size, same_size_slices
 from .params import number, whole
 from .masks import encode_masks
 
@@ -56,11 +56,12 @@ class DetectTask(Task):
         }
 
     def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = self.preprocessor.decode(images)
-        kept = sorted(decoded)
+        """Decoded and resized a chunk at a time (`Preprocessor.in_chunks`): only the resized inputs stay."""
+        parts, failed = self.preprocessor.in_chunks(images, self.resize_each)
+        kept = [index for indices, _ in parts for index in indices]
         if not kept:
             return PreprocessResult(None, kept, failed)
-        inputs = self.resize_each([decoded[i] for i in kept])
+        inputs = [tensor for _, tensors in parts for tensor in tensors]
         resized = [(int(x.shape[-2]), int(x.shape[-1])) for x in inputs]
         return PreprocessResult(DetectBatch(inputs, resized, [original_size(images[i]) for i in kept]), kept, failed)
 
@@ -72,9 +73,10 @@ class DetectTask(Task):
         return batch.to(torch.float32, copy=True).div_(255).sub_(self.mean).div_(self.std)
 
     def resize_each(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Normalized and resized per image, one call per distinct size; in input order."""
+        """Normalized and resized per image, one call per slice of same-size images (`same_size_slices`:
+        the float copy of a slice stays within its budget); in input order."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(images)
-        for indices in group_by_size(images).values():
+        for indices in same_size_slices(images):
             group = detector_resize(self.normalize(_as_batch([images[i] for i in indices])), self.settings.preprocess)
             group = group.to(self.model.input_dtype).contiguous()
             for slot, index in enumerate(indices):
