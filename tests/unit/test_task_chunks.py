@@ -154,3 +154,16 @@ def test_cvcuda_backend_transforms_a_chunk_at_a_time(monkeypatch, cuda, nvjpeg):
     segment = _task("segment", 2 * 160 * 120, CvCudaPreprocessor(_settings("segment", 2 * 160 * 120).preprocess, CPU))
     nvjpeg.calls.clear()
     assert segment.prepare(_jpegs()).kept == list(range(6)) and nvjpeg.calls == [(2, 0), (2, 0), (2, 0)]
+
+
+@pytest.mark.parametrize("task, option, value, message", [
+    ("detect", "max_detections", "1001", "max_detections must be a whole number from 1 to 1000"),
+    ("detect", "score_threshold", "0.01", "score_threshold must be a number from 0.05 to 1"),
+    ("segment", "label_map_max_side", "65537", "label_map_max_side must be a whole number from 0 to 65536"),
+])
+def test_options_that_would_grow_an_answer_are_refused_past_their_cap(task, option, value, message):
+    from tsvk.errors import BadRequest
+
+    with pytest.raises(BadRequest, match=message) as refused:
+        _task(task, 10**9).options({option: value})
+    assert refused.value.status == 400

@@ -82,3 +82,12 @@ def test_detector_normalization_is_torchvisions_to_the_bit_and_leaves_the_photos
     got = DetectTask.normalize(task, photos)
     assert torch.equal(got, torch.stack([transform.normalize(p.float() / 255) for p in photos]))
     assert torch.equal(photos, kept)
+
+
+def test_a_label_map_is_resized_in_uint8_to_the_same_pixels_as_through_float():
+    label_map = torch.randint(0, 21, (52, 75), generator=torch.Generator().manual_seed(0))  # argmax gives int64
+    bigger = resize_label_map(label_map, (500, 721))
+    reference = torch.nn.functional.interpolate(label_map[None, None].float(), size=[500, 721], mode="nearest-exact")[0, 0]
+    assert bigger.dtype == torch.uint8 and torch.equal(bigger.long(), reference.long())
+    wide = resize_label_map(label_map + 300, (60, 80))  # past 256 classes: through float, in the map's own type
+    assert wide.dtype == torch.int64 and int(wide.min()) >= 300

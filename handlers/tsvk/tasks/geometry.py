@@ -80,8 +80,13 @@ def fit_within(size: tuple[int, int], max_side: int) -> tuple[int, int]:
 
 
 def resize_label_map(label_map: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
-    """(H, W) class indices -> `size` by nearest neighbour: every pixel keeps a class the model gave."""
+    """(H, W) class indices -> `size` by nearest neighbour: every pixel keeps a class the model gave.
+
+    Fewer than 256 classes are resized as uint8 (the same pixels as through float, a quarter of the
+    memory: a 36 MP map takes 36 MB, not 144 MB of float and 288 MB of int64) and come back as uint8."""
     if tuple(label_map.shape) == tuple(size):
         return label_map
+    if label_map.numel() and int(label_map.max()) < 256 and int(label_map.min()) >= 0:
+        return nnf.interpolate(label_map.to(torch.uint8)[None, None], size=list(size), mode="nearest-exact")[0, 0]
     resized = nnf.interpolate(label_map[None, None].float(), size=list(size), mode="nearest-exact")
     return resized[0, 0].to(label_map.dtype)

@@ -92,7 +92,8 @@ def label_map_png(label_map: torch.Tensor) -> dict:
     pixels = label_map.cpu().numpy()
     from PIL import Image
 
-    image = Image.fromarray(pixels.astype(np.uint8)) if pixels.max(initial=0) < 256 else Image.fromarray(pixels.astype(np.uint16))
+    narrow = pixels.max(initial=0) < 256
+    image = Image.fromarray(pixels.astype(np.uint8 if narrow else np.uint16, copy=False))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=1)
     return {"format": "png", "width": int(pixels.shape[1]), "height": int(pixels.shape[0]),
