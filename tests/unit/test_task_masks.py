@@ -15,7 +15,7 @@ from tests.support import peak_memory
 from tsvk.settings import DetectSettings
 from tsvk.tasks.detect import DetectTask
 from tsvk.tasks.masks import encode_masks
-from tsvk.tasks.rle import decode_mask, encode_mask, placed_run_lengths, run_lengths
+from tsvk.tasks.rle import compress_counts, decode_counts, decode_mask, encode_mask, placed_run_lengths, run_lengths
 
 
 @st.composite
@@ -92,3 +92,11 @@ def test_many_masks_on_a_large_photo_stay_within_a_box_sized_budget():
         answers = DetectTask.describe(task, found, (400, 400), PHOTO, options)
     assert len(answers) == MASKS and all(a["mask"]["size"] == list(PHOTO) for a in answers)
     assert peak["mib"] < MASKS_PEAK_MIB, f"pasting {MASKS} masks on a {PHOTO} photo grew memory by {peak['mib']:.0f} MiB"
+
+
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(st.lists(st.integers(0, 2**26), min_size=1, max_size=300))
+def test_compact_counts_are_what_pycocotools_writes(counts):
+    reference = coco_mask.frPyObjects({"size": [sum(counts), 1], "counts": counts}, sum(counts), 1)
+    assert compress_counts(counts) == reference["counts"].decode("ascii")
+    assert decode_counts(compress_counts(counts)) == counts
