@@ -77,7 +77,7 @@ class PreprocessSettings:
     backend: str = "auto"
     strict: bool = False
     max_pixels: int = MAX_PIXELS
-    max_batch_pixels: int = MAX_BATCH_PIXELS  # larger CPU batches are decoded in chunks
+    max_batch_pixels: int = MAX_BATCH_PIXELS  # larger batches are decoded in chunks (every task and backend)
     # CPU: decode a JPEG over 4x `resize` at 1/2, 1/4 or 1/8 scale (libjpeg's DCT scaling), keeping
     # at least 2x `resize` for the antialiased resize: 3x faster on 12 MP photos (docs/handler.md).
     jpeg_dct_scaling: bool = True
