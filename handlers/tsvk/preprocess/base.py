@@ -21,6 +21,7 @@ from ..errors import RequestError
 from ..settings import PreprocessSettings
 
 Transformed = TypeVar("Transformed")
+Decoder = Callable[[Sequence[EncodedImage]], "tuple[dict[int, torch.Tensor], dict[int, RequestError]]"]
 
 
 @dataclass
@@ -55,10 +56,11 @@ class Preprocessor:
         return PreprocessResult(batch.to(self.device, non_blocking=True), kept, failed)
 
     def in_chunks(
-        self, images: Sequence[EncodedImage], transform: Callable[[list[torch.Tensor]], Transformed], decode=None
+        self, images: Sequence[EncodedImage], transform: Callable[[list[torch.Tensor]], Transformed], decode: Decoder | None = None
     ) -> tuple[list[tuple[list[int], Transformed]], dict[int, RequestError]]:
         """`transform` of each chunk's decoded images (in input order), with their input indices, and the
-        failures by input index. A chunk's pixels are let go before the next chunk is decoded."""
+        failures by input index. A chunk's pixels are let go before the next chunk is decoded.
+        `decode` is this backend's `decode` unless another is given (the classifier's wants CPU pixels on the CPU)."""
         parts: list[tuple[list[int], Transformed]] = []
         failed: dict[int, RequestError] = {}
         for chunk in pixel_budget_chunks(images, self.settings.max_batch_pixels, self.min_short_side):
