@@ -37,6 +37,7 @@ def masks_and_boxes(draw):
     return masks, boxes, (height, width), threshold
 
 
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")  # pycocotools 2.0 on numpy 2: its own __array__ call
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(masks_and_boxes())
 def test_masks_are_torchvisions_paste_to_the_pixel(case):
