@@ -95,7 +95,11 @@ DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
 
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
-MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one CPU batch may hold at once (~240 MB as RGB)
+MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one batch may hold at once, any task and backend (~240 MB as RGB)
+# Same-size photos a detector or segmenter resizes in one call, at most this many pixels together (a larger
+# photo alone): a detector normalizes in float32 before resizing, as torchvision does, so this bounds that
+# copy to ~190 MB beside the photo's own (a 36 MP photo alone: 430 MB); batches of ordinary photos stay one call.
+RESIZE_GROUP_PIXELS = 16_000_000
 # GPU memory CV-CUDA's object cache may keep per worker process (its own default: half the GPU). Resize outputs
 # change shape with every batch mix, so the cache fills with buffers never reused; a batch of 8 photos resized
 # to 256 holds ~5 MB, so this keeps dozens of shapes while two workers on one GPU cannot exhaust it.

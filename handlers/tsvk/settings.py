@@ -80,7 +80,7 @@ class PreprocessSettings:
     backend: str = "auto"
     strict: bool = False
     max_pixels: int = MAX_PIXELS
-    max_batch_pixels: int = MAX_BATCH_PIXELS  # larger CPU batches are decoded in chunks
+    max_batch_pixels: int = MAX_BATCH_PIXELS  # larger batches are decoded in chunks (every task and backend)
     cvcuda_cache_mb: int = CVCUDA_CACHE_MB  # cvcuda backend: the most GPU memory CV-CUDA's object cache keeps
     max_jpeg_scans: int = MAX_JPEG_SCANS  # a JPEG with more scans is refused before decoding (every backend)
     max_jpeg_scan_blocks: int = MAX_JPEG_SCAN_BLOCKS  # 8x8 blocks its scans visit in all (progressive: blocks x scans)

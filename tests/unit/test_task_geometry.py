@@ -10,7 +10,6 @@ from torchvision.models.detection.transform import GeneralizedRCNNTransform, res
 
 from tsvk.decode import EncodedImage
 from tsvk.settings import PreprocessSettings
-from tsvk.tasks.detect import paste_masks
 from tsvk.tasks.geometry import detector_resize, fit_within, map_boxes, original_size, resize_label_map
 from tsvk.tasks.rle import decode_mask, encode_mask, run_lengths
 
@@ -70,18 +69,6 @@ def test_rle_is_what_pycocotools_writes_and_reads(height, width, fill):
     assert sum(run_lengths(mask)) == height * width
 
 
-def test_instance_masks_are_pasted_inside_their_box_at_the_photos_size():
-    probabilities = torch.ones(2, 1, 28, 28)
-    boxes = torch.tensor([[10.0, 20.0, 50.0, 60.0], [100.0, 0.0, 120.0, 30.0]])
-    masks = paste_masks(probabilities, boxes, (80, 160), threshold=0.5)
-    assert masks.shape == (2, 80, 160)
-    for mask, (x1, y1, x2, y2) in zip(masks, boxes.int().tolist()):
-        ys, xs = torch.nonzero(mask, as_tuple=True)
-        assert xs.min() >= x1 - 1 and xs.max() <= x2 and ys.min() >= y1 - 1 and ys.max() <= y2  # torchvision pads a pixel
-        assert mask.sum() >= 0.8 * (x2 - x1) * (y2 - y1)
-    assert paste_masks(probabilities[:0], boxes[:0], (80, 160), 0.5).shape == (0, 80, 160)
-
-
 def test_detector_normalization_is_torchvisions_to_the_bit_and_leaves_the_photos_alone():
     import types
 
@@ -95,3 +82,12 @@ def test_detector_normalization_is_torchvisions_to_the_bit_and_leaves_the_photos
     got = DetectTask.normalize(task, photos)
     assert torch.equal(got, torch.stack([transform.normalize(p.float() / 255) for p in photos]))
     assert torch.equal(photos, kept)
+
+
+def test_a_label_map_is_resized_in_uint8_to_the_same_pixels_as_through_float():
+    label_map = torch.randint(0, 21, (52, 75), generator=torch.Generator().manual_seed(0))  # argmax gives int64
+    bigger = resize_label_map(label_map, (500, 721))
+    reference = torch.nn.functional.interpolate(label_map[None, None].float(), size=[500, 721], mode="nearest-exact")[0, 0]
+    assert bigger.dtype == torch.uint8 and torch.equal(bigger.long(), reference.long())
+    wide = resize_label_map(label_map + 300, (60, 80))  # past 256 classes: through float, in the map's own type
+    assert wide.dtype == torch.int64 and int(wide.min()) >= 300

@@ -2,18 +2,26 @@
 
 A backend turns the encoded images of one batch into one normalized NCHW tensor on the model's
 device. Images that fail to decode are reported per index instead of failing the batch.
+
+Every backend, for every task, decodes a batch in chunks whose decoded pixels stay within
+`preprocess.max_batch_pixels` (an image larger than that, but within `max_pixels`, is a chunk alone),
+and each chunk is transformed to the model's much smaller input before the next one is decoded: eight
+large PNGs never sit in memory at full size together, and batches of ordinary photos are one chunk.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from ..decode import EncodedImage
+from ..decode import EncodedImage, decoded_pixels
 from ..errors import RequestError
 from ..settings import PreprocessSettings
+
+Transformed = TypeVar("Transformed")
+Decoder = Callable[[Sequence[EncodedImage]], "tuple[dict[int, torch.Tensor], dict[int, RequestError]]"]
 
 
 @dataclass
@@ -26,10 +34,12 @@ class PreprocessResult:
 
 
 class Preprocessor:
-    """Base class: subclasses set `name` and implement `__call__` (the classifier's whole transform) and
-    `decode` (pixels only, for tasks whose transform is their own: detection, segmentation)."""
+    """Base class: subclasses set `name` and implement `decode` (pixels only) and `transform` (the
+    classifier's resize, crop and normalize of decoded images); tasks whose transform is their own
+    (detection, segmentation) pass it to `in_chunks`."""
 
     name = "base"
+    min_short_side = 0  # the CPU backend decodes large JPEGs at a reduced scale: counted at that scale
 
     def __init__(self, settings: PreprocessSettings, device: torch.device, dtype: torch.dtype = torch.float32):
         self.settings = settings
@@ -37,11 +47,61 @@ class Preprocessor:
         self.dtype = dtype
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
+        """The classifier's whole transform, a chunk at a time, as one batch on the model's device."""
+        parts, failed = self.in_chunks(images, self.transform, self.decode_for_transform)
+        kept = [index for indices, _ in parts for index in indices]
+        if not parts:
+            return PreprocessResult(None, kept, failed)
+        batch = parts[0][1] if len(parts) == 1 else torch.cat([part for _, part in parts])
+        return PreprocessResult(batch.to(self.device, non_blocking=True), kept, failed)
+
+    def in_chunks(
+        self, images: Sequence[EncodedImage], transform: Callable[[list[torch.Tensor]], Transformed], decode: Decoder | None = None
+    ) -> tuple[list[tuple[list[int], Transformed]], dict[int, RequestError]]:
+        """`transform` of each chunk's decoded images (in input order), with their input indices, and the
+        failures by input index. A chunk's pixels are let go before the next chunk is decoded.
+        `decode` is this backend's `decode` unless another is given (the classifier's wants CPU pixels on the CPU)."""
+        parts: list[tuple[list[int], Transformed]] = []
+        failed: dict[int, RequestError] = {}
+        for chunk in pixel_budget_chunks(images, self.settings.max_batch_pixels, self.min_short_side):
+            decoded, chunk_failed = (decode or self.decode)([images[i] for i in chunk])
+            failed.update({chunk[i]: err for i, err in chunk_failed.items()})
+            kept = sorted(decoded)
+            if kept:
+                parts.append(([chunk[i] for i in kept], transform([decoded[i] for i in kept])))
+            del decoded  # before the next chunk is decoded
+        return parts, failed
+
+    def transform(self, images: list[torch.Tensor]) -> torch.Tensor:
+        """Decoded RGB uint8 (3, H, W) images -> the classifier's normalized (N, 3, crop, crop) batch."""
         raise NotImplementedError
 
     def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
         """RGB uint8 (3, H, W) on this backend's device by input index (EXIF orientation applied), and the failures."""
         raise NotImplementedError
 
+    def decode_for_transform(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
+        """`decode`, where `transform` wants the pixels: on this backend's device unless a backend says otherwise."""
+        return self.decode(images)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, dtype={self.dtype})"
+
+
+def pixel_budget_chunks(images: Sequence[EncodedImage], budget: int, min_short_side: int = 0) -> list[list[int]]:
+    """Consecutive index groups whose decoded pixels add up to at most `budget` (an image larger than
+    the budget goes alone; the probe already refused anything over `max_pixels`)."""
+    return budget_slices([decoded_pixels(image, min_short_side) for image in images], budget)
+
+
+def budget_slices(costs: Sequence[int], budget: int) -> list[list[int]]:
+    """Consecutive index groups whose costs add up to at most `budget`; a cost over it goes alone."""
+    slices: list[list[int]] = []
+    used = budget + 1
+    for index, cost in enumerate(costs):
+        if used + cost > budget:
+            slices.append([])
+            used = 0
+        slices[-1].append(index)
+        used += cost
+    return slices

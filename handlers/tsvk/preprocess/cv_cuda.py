@@ -6,7 +6,8 @@ resize, antialias), then cropped, normalized and turned into NCHW float in one f
 straight into a tensor torch allocated (`cvcuda.crop_flip_normalize_reformat_into`).
 Every CV-CUDA call runs on torch's current stream, and every tensor is handed over as "already
 ordered" (`SameStream`), so nothing waits on the legacy default stream.
-`cvcuda` is reached only through `features.optional_module`, the seam unit tests fake.
+`cvcuda` is reached only through `features.optional_module`, the seam unit tests fake. A batch is
+decoded and transformed in chunks within `preprocess.max_batch_pixels` (base.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import torch
 
 from .. import features
 from ..decode import EncodedImage
-from .base import PreprocessResult, Preprocessor
+from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
 from .torch_cuda import decode_on_gpu
 
@@ -62,14 +63,10 @@ class CvCudaPreprocessor(Preprocessor):
         self._interp = _interp(self.cvcuda, settings.interpolation)
         self._fallback_normalize = Normalizer(settings, device, dtype)
 
-    def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
-        kept = sorted(decoded)
-        if not kept:
-            return PreprocessResult(None, kept, failed)
-        hwc = [decoded[i].permute(1, 2, 0).contiguous() for i in kept]  # CV-CUDA images are interleaved RGB
+    def transform(self, images: list[torch.Tensor]) -> torch.Tensor:
+        hwc = [image.permute(1, 2, 0).contiguous() for image in images]  # CV-CUDA images are interleaved RGB
         batch = self._resize_crop_normalize(hwc)
-        return PreprocessResult(batch if self.dtype == torch.float32 else batch.to(self.dtype), kept, failed)
+        return batch if self.dtype == torch.float32 else batch.to(self.dtype)
 
     def decode(self, images: Sequence[EncodedImage]):
         """Detection and segmentation transform with torch ops on the GPU: CV-CUDA adds nothing to nvJPEG there."""

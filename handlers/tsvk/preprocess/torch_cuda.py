@@ -8,6 +8,8 @@ nvJPEG refuses JPEGs libjpeg-turbo decodes (chroma subsampling it has no name fo
 so only a JPEG the CPU decoder refuses too is a 400, as on the CPU backend. A JPEG whose data is
 corrupt but complete decodes to whatever pixels the decoder makes of it on either side (libjpeg-turbo
 warns and goes on; nvJPEG's hardware decoder may not notice): the same answer as the CPU backend's.
+A batch is decoded in chunks within `preprocess.max_batch_pixels` (base.py), so GPU memory holds one
+chunk's pixels at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import torch
 from .. import features
 from ..decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
 from ..errors import RequestError
-from .base import PreprocessResult, Preprocessor
+from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
 
 log = logging.getLogger(__name__)
@@ -33,14 +35,8 @@ class CudaPreprocessor(Preprocessor):
         super().__init__(settings, device, dtype)
         self._normalize = Normalizer(settings, device, dtype)
 
-    def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
-        kept = sorted(decoded)
-        if not kept:
-            return PreprocessResult(None, kept, failed)
-        batch = resize_crop_stack([decoded[i] for i in kept], self.settings)
-        return PreprocessResult(self._normalize(batch), kept, failed)
-
+    def transform(self, images: list[torch.Tensor]) -> torch.Tensor:
+        return self._normalize(resize_crop_stack(images, self.settings))
 
     def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
         return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))

@@ -4,7 +4,8 @@ boxes (and instance masks) mapped back to each ORIGINAL photo.
 The answer per image is a list of {label, score, box: [x1, y1, x2, y2]} in the photo's pixels (as
 displayed, EXIF orientation applied), best first, filtered by score and count (the archive's
 defaults, or the request's `score_threshold` and `max_detections` options). Mask R-CNN answers carry each
-instance mask as COCO RLE, pasted at the photo's size exactly as torchvision pastes them.
+instance mask as COCO RLE at the photo's size, pasted exactly as torchvision pastes them but one box at
+a time (tasks/masks.py), so memory follows the largest box, not the number of masks times the photo.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import _as_batch
 from .base import Task
 from .detector_model import detections, set_score_threshold
-from .geometry import detector_resize, group_by_size, map_boxes, original_size
+from .geometry import detector_resize, map_boxes, original_size, same_size_slices
 from .params import number, whole
-from .rle import encode_mask
+from .masks import encode_masks
 
 BOX_DECIMALS = 2
 
@@ -55,11 +56,12 @@ class DetectTask(Task):
         }
 
     def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = self.preprocessor.decode(images)
-        kept = sorted(decoded)
+        """Decoded and resized a chunk at a time (`Preprocessor.in_chunks`): only the resized inputs stay."""
+        parts, failed = self.preprocessor.in_chunks(images, self.resize_each)
+        kept = [index for indices, _ in parts for index in indices]
         if not kept:
             return PreprocessResult(None, kept, failed)
-        inputs = self.resize_each([decoded[i] for i in kept])
+        inputs = [tensor for _, tensors in parts for tensor in tensors]
         resized = [(int(x.shape[-2]), int(x.shape[-1])) for x in inputs]
         return PreprocessResult(DetectBatch(inputs, resized, [original_size(images[i]) for i in kept]), kept, failed)
 
@@ -71,9 +73,10 @@ class DetectTask(Task):
         return batch.to(torch.float32, copy=True).div_(255).sub_(self.mean).div_(self.std)
 
     def resize_each(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Normalized and resized per image, one call per distinct size; in input order."""
+        """Normalized and resized per image, one call per slice of same-size images (`same_size_slices`:
+        the float copy of a slice stays within its budget); in input order."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(images)
-        for indices in group_by_size(images).values():
+        for indices in same_size_slices(images):
             group = detector_resize(self.normalize(_as_batch([images[i] for i in indices])), self.settings.preprocess)
             group = group.to(self.model.input_dtype).contiguous()
             for slot, index in enumerate(indices):
@@ -95,17 +98,7 @@ class DetectTask(Task):
         answers = [{"label": label_for(self.labels, index), "score": round(score, 6), "box": [round(v, BOX_DECIMALS) for v in box]}
                    for index, score, box in zip(found["labels"][order].tolist(), scores[order].tolist(), boxes.tolist())]
         if self.settings.detect.masks and "masks" in found:
-            pasted = paste_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
-            for answer, mask in zip(answers, pasted):
-                answer["mask"] = encode_mask(mask)
+            encoded = encode_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
+            for answer, mask in zip(answers, encoded):
+                answer["mask"] = mask
         return answers
-
-
-def paste_masks(masks: torch.Tensor, boxes: torch.Tensor, original: tuple[int, int], threshold: float) -> torch.Tensor:
-    """(K, 1, M, M) mask probabilities and their boxes in the photo's pixels -> (K, H, W) bool at the photo's
-    size, pasted as torchvision pastes them."""
-    from torchvision.models.detection.roi_heads import paste_masks_in_image
-
-    if masks.shape[0] == 0:
-        return torch.zeros((0, *original), dtype=torch.bool)
-    return paste_masks_in_image(masks.float(), boxes, original)[:, 0] >= threshold

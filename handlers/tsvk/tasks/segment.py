@@ -23,7 +23,7 @@ from ..postprocess import first_tensor
 from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, _as_batch
 from .base import Task
-from .geometry import fit_within, group_by_size, original_size, resize_label_map
+from .geometry import fit_within, group_by_size, original_size, resize_label_map, same_size_slices
 from .params import flag, whole
 
 FRACTION_DECIMALS = 6
@@ -53,15 +53,16 @@ class SegmentTask(Task):
         }
 
     def prepare(self, images: Sequence[EncodedImage]) -> PreprocessResult:
-        decoded, failed = self.preprocessor.decode(images)
-        kept = sorted(decoded)
+        """Decoded and resized (uint8) a chunk at a time (`Preprocessor.in_chunks`), then normalized by size."""
+        parts, failed = self.preprocessor.in_chunks(images, self.resize_each)
+        kept = [index for indices, _ in parts for index in indices]
         if not kept:
             return PreprocessResult(None, kept, failed)
-        groups = self.resize_groups([decoded[i] for i in kept])
+        groups = normalized_groups([tensor for _, tensors in parts for tensor in tensors], self.normalize)
         return PreprocessResult(SegmentBatch(groups, [original_size(images[i]) for i in kept]), kept, failed)
 
-    def resize_groups(self, images: list[torch.Tensor]) -> list[tuple[list[int], torch.Tensor]]:
-        return resize_groups(images, self.settings.preprocess, self.normalize)
+    def resize_each(self, images: list[torch.Tensor]) -> list[torch.Tensor]:
+        return segmenter_resize(images, self.settings.preprocess)
 
     def answer(self, batch: SegmentBatch, options: Sequence[dict]) -> list[Any]:
         label_maps: list[torch.Tensor | None] = [None] * len(batch.original)
@@ -91,7 +92,8 @@ def label_map_png(label_map: torch.Tensor) -> dict:
     pixels = label_map.cpu().numpy()
     from PIL import Image
 
-    image = Image.fromarray(pixels.astype(np.uint8)) if pixels.max(initial=0) < 256 else Image.fromarray(pixels.astype(np.uint16))
+    narrow = pixels.max(initial=0) < 256
+    image = Image.fromarray(pixels.astype(np.uint8 if narrow else np.uint16, copy=False))
     buffer = io.BytesIO()
     image.save(buffer, format="PNG", compress_level=1)
     return {"format": "png", "width": int(pixels.shape[1]), "height": int(pixels.shape[0]),
@@ -101,14 +103,22 @@ def label_map_png(label_map: torch.Tensor) -> dict:
 def resize_groups(images: list[torch.Tensor], settings, normalize: Normalizer) -> list[tuple[list[int], torch.Tensor]]:
     """Decoded images as a segmenter takes them: shorter side -> `resize` (longer side at most `max_size`),
     normalized, grouped by resulting size. int8 calibration prepares its photos with this too."""
-    by_size: dict[tuple[int, int], list[tuple[list[int], torch.Tensor]]] = {}
-    for indices in group_by_size(images).values():
+    return normalized_groups(segmenter_resize(images, settings), normalize)
+
+
+def segmenter_resize(images: list[torch.Tensor], settings) -> list[torch.Tensor]:
+    """uint8 (3, H, W) images -> uint8 (3, h, w), shorter side -> `resize` (longer side at most `max_size`),
+    resized before any float copy is made; one call per slice of same-size images (`same_size_slices`)."""
+    out: list[torch.Tensor] = [torch.empty(0)] * len(images)
+    for indices in same_size_slices(images):
         resized = F.resize(_as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
                            interpolation=INTERPOLATION_MODES[settings.interpolation], antialias=settings.antialias)
-        by_size.setdefault(tuple(resized.shape[-2:]), []).append((indices, resized))
-    groups = []
-    for parts in by_size.values():
-        slots = [index for indices, _ in parts for index in indices]
-        batch = parts[0][1] if len(parts) == 1 else torch.cat([tensor for _, tensor in parts])
-        groups.append((slots, normalize(batch).contiguous()))
-    return groups
+        for slot, index in enumerate(indices):
+            out[index] = resized[slot]
+    return out
+
+
+def normalized_groups(resized: list[torch.Tensor], normalize: Normalizer) -> list[tuple[list[int], torch.Tensor]]:
+    """Resized uint8 images -> (their indices, one normalized contiguous batch) per resulting size."""
+    return [(indices, normalize(_as_batch([resized[i] for i in indices])).contiguous())
+            for indices in group_by_size(resized).values()]
