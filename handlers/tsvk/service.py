@@ -37,6 +37,7 @@ from .postprocess import write_answer, write_error
 from .preprocess import BackendChoice, build_preprocessor
 from .settings import HandlerSettings
 from .tasks import Task, task_class
+from .tasks.geometry import check_resized_pixels
 from .threads import apply_threads, find_torchserve_config, read_properties, resolve_threads
 from .worker_starts import record_worker_start
 
@@ -190,7 +191,9 @@ class VisionService:
                              "classifiers only: send the image to /predictions")
         if payload.pixels is None:
             limits = self.settings.preprocess  # checked here, before any backend (CPU, nvJPEG, CV-CUDA) decodes
-            return probe(payload.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
+            image = probe(payload.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
+            check_resized_pixels(image, limits)
+            return image
         return torch.from_numpy(payload.pixels)
 
     def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:

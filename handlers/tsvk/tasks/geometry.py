@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as nnf
 
 from ..decode import EncodedImage
+from ..errors import ImageTooLarge
 from ..defaults import RESIZE_GROUP_PIXELS
 from ..preprocess.base import budget_slices
 from ..settings import PreprocessSettings
@@ -28,6 +29,32 @@ def original_size(image: EncodedImage) -> tuple[int, int]:
     if image.orientation in _SIDEWAYS:
         return image.width, image.height
     return image.height, image.width
+
+
+def resized_pixels(width: int, height: int, settings: PreprocessSettings) -> int:
+    """Pixels of the photo once its shorter side is resized to `resize` (the longer side capped at `max_size`
+    where set), before any crop: the size every task's transform makes in memory, in float for some."""
+    if settings.fixed_size:
+        return settings.fixed_size[0] * settings.fixed_size[1]
+    short, long = sorted((width, height))
+    scale = settings.resize / max(short, 1)
+    if settings.max_size:
+        scale = min(scale, settings.max_size / max(long, 1))
+    return max(1, round(short * scale)) * max(1, round(long * scale))
+
+
+def check_resized_pixels(image: EncodedImage, settings: PreprocessSettings) -> None:
+    """Refuse a photo whose resize would outgrow `max_pixels`, before it is decoded.
+
+    The header's pixel count bounds the decoded photo, not its resized copy: a shorter side of 1 pixel
+    resized to 256 makes a 4000x1 PNG of 92 bytes 1,024,000 x 256 pixels (814 MiB in the classifier's
+    CPU path). Only extreme aspect ratios get here (over 600:1 for a classifier's 256)."""
+    pixels = resized_pixels(image.width, image.height, settings)
+    if pixels > settings.max_pixels:
+        raise ImageTooLarge(
+            f"image is {image.width}x{image.height}; resizing its shorter side to {settings.resize} makes {pixels} "
+            f"pixels, over the limit of {settings.max_pixels} (preprocess.max_pixels): crop it to a less extreme aspect ratio"
+        )
 
 
 def group_by_size(images: Sequence[torch.Tensor]) -> dict[tuple[int, int], list[int]]:
