@@ -40,17 +40,20 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
 	@echo "Options (VAR=value; README.md, 'Commands and options', says which target takes which, and its default):"
 	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' README.md | sort -u | fmt -w 100 | sed 's/^/  /'
 
-setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)
+setup: $(VENV)/.tsvk-setup ## install the system packages (as root) and create or update the venv with pinned versions (idempotent)
 
-$(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml
-	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+system-deps: ## install the missing system packages (Java 17, bubblewrap, hey, jemalloc, python3-venv) as root, else print the apt-get line
+	@scripts/system-deps.sh
+
+$(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml scripts/system-deps.sh
+	@scripts/system-deps.sh
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
