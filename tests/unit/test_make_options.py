@@ -108,9 +108,10 @@ OPTIONS = [
 _PATHS = "paths: the Makefile works in the checkout (model_store/, build/, .tsvk/)"
 _BENCH_TUNING = "benchmark tuning beyond the everyday runs: `tsvk bench --help`"
 _ROBUSTNESS_TUNING = "the shape of the run beyond its size: `tsvk robustness --help`, `tsvk soak --help`"
+_QUIET = "progress lines show on a terminal only; --quiet silences them there too"
 CLI_ONLY = {
-    "archive": {"--model-store": _PATHS},
-    "compile": {"--output-dir": _PATHS},
+    "archive": {"--model-store": _PATHS, "--quiet": _QUIET},
+    "compile": {"--output-dir": _PATHS, "--quiet": _QUIET},
     "config": {
         "--model-store": _PATHS,
         "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
@@ -125,15 +126,15 @@ CLI_ONLY = {
         "--oip-grpc-port": "addresses and ports: see --inference-address",
     },
     "tune": {"--model-store": _PATHS, "--results-dir": _PATHS, "--work-dir": _PATHS,
-             "--window-s": "the load window is sized from the budget; `tsvk tune --help`"},
-    "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed"},
+             "--window-s": "the load window is sized from the budget; `tsvk tune --help`", "--quiet": _QUIET},
+    "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed", "--quiet": _QUIET},
     "stop": {"--run-dir": _PATHS},
     "predict": {"--run-dir": _PATHS},
     "draw": {"--run-dir": _PATHS},
-    "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
+    "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS, "--quiet": _QUIET},
     "bench": {flag: _BENCH_TUNING for flag in (
         "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--fast-backend", "--fast-precision",
-        "--ours-workers", "--tuned-config", "--vcpus",
+        "--ours-workers", "--tuned-config", "--vcpus", "--quiet",
         "--warmup", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
@@ -141,10 +142,10 @@ CLI_ONLY = {
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
-        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir")},
+        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet")},
     "soak": {flag: _ROBUSTNESS_TUNING for flag in (
         "--model-store", "--load", "--malformed", "--capacity-seconds", "--warmup-minutes", "--workers", "--seed", "--output-dir",
-        "--work-dir")},
+        "--work-dir", "--quiet")},
 }
 # Make variables that are not options of a tsvk command.
 MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST"}
