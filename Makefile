@@ -49,7 +49,7 @@ help: ## list the targets and their options
 
 setup: $(VENV)/.tsvk-setup ## install the system packages (as root) and create or update the venv with pinned versions (idempotent)
 
-system-deps: ## install the missing system packages (Java 17, bubblewrap, hey, jemalloc, python3-venv) as root, else print the apt-get line
+system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, jemalloc, Python venv and headers) as root, else print the apt-get line
 	@scripts/system-deps.sh
 
 $(VENV)/.tsvk-setup: requirements.txt setup.cfg pyproject.toml scripts/system-deps.sh
@@ -78,6 +78,9 @@ serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
+
+status: ## what the TorchServe `make serve` started is doing: models, workers, ports, key file, OIP front, memory, uptime
+	@test -x $(TSVK) && $(TSVK) status || echo "nothing runs: tsvk is not set up yet (make setup)"
 
 predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
 	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))

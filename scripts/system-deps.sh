@@ -9,12 +9,15 @@ set -euo pipefail
 
 has_java17() { java -version 2>&1 | grep -qE 'version "(1[7-9]|[2-9][0-9])'; }
 has_venv() { "${SYSTEM_PYTHON:-python3}" -c 'import ensurepip, venv' 2>/dev/null; }
+has_python_headers() { "${SYSTEM_PYTHON:-python3}" -c 'import os, sysconfig; assert os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h"))' 2>/dev/null; }
 has_jemalloc() { /sbin/ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so\.2'; }
 
 # package            check                       why
 PACKAGES=(
   "openjdk-17-jre-headless|has_java17|TorchServe's frontend runs on Java 17+"
   "python3-venv|has_venv|make setup builds .venv with python3 -m venv"
+  "g++|command -v g++|AOTInductor (the default backend) compiles the model with a C++ compiler"
+  "python3-dev|has_python_headers|torch's Inductor includes Python.h when it compiles"
   "bubblewrap|command -v bwrap|tests/helm run the chart's pod spec in a sandbox"
   "hey|command -v hey|the load generator of tsvk robustness (overload burst)"
   "libjemalloc2|has_jemalloc|the workers' malloc with tsvk serve --allocator jemalloc|auto"
@@ -33,7 +36,7 @@ if [[ "${1:-}" == --check ]]; then
   exit 1
 fi
 if ! command -v apt-get >/dev/null; then
-  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, bubblewrap, hey, jemalloc, Python's venv)" >&2
+  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, jemalloc)" >&2
   exit 1
 fi
 if [[ $(id -u) -eq 0 ]]; then
