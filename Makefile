@@ -82,6 +82,9 @@ stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other
 status: ## what the TorchServe `make serve` started is doing: models, workers, ports, key file, OIP front, memory, uptime
 	@test -x $(TSVK) && $(TSVK) status || echo "nothing runs: tsvk is not set up yet (make setup)"
 
+doctor: setup ## check a TorchServe config (CONFIG, default the generated one) and the archives it serves: one line per problem, with its fix
+	$(TSVK) doctor $(CONFIG)
+
 predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
 	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))
 

@@ -76,15 +76,17 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     with progress.step(f"compile with {backend.name}", f"{backend.name} on {request.device}, {request.precision}, "
                                                        f"batches 1..{request.max_batch}"):
         compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
-    with progress.step("load the artifact back", "the worker's loader"):
+    with progress.step("load the artifact back", "the worker's loader") as loading:
         compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
+        load_seconds = loading.elapsed()
     with progress.step("verify against eager", f"the artifact and the eager model at batch 1 and {request.max_batch}"):
         report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
         raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
     seconds = time.perf_counter() - started
-    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
+    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos,
+                         {**(compile_facts or {}), "load_seconds": round(load_seconds, 2)})
     return BuildResult(resolved, artifact, settings, report, seconds)
 
 
@@ -211,7 +213,7 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
             "weights": resolved.weights,
             "verification": report.to_dict(),
             **({"calibration": photos.provenance} if photos else {}),
-            **({"compile": compile_facts} if compile_facts else {}),
+            "compile": compile_facts,  # load_seconds: loading the artifact back, what a worker does at start
             "build_seconds": round(seconds, 1),
             "built_with": _versions(request),
         },

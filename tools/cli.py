@@ -435,6 +435,12 @@ def _register_status(commands) -> None:
     register(commands)
 
 
+def _register_doctor(commands) -> None:
+    from .doctor import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side, and the preprocessing, "
                                       "compile and pinning benchmarks (`tsvk bench --help`)")
@@ -445,7 +451,7 @@ PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness"
 
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
                _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw,
-               _register_status]
+               _register_status, _register_doctor]
 
 
 def _exit_on_sigterm(signum, frame) -> None:

@@ -129,6 +129,9 @@ CLI_ONLY = {
              "--window-s": "the load window is sized from the budget; `tsvk tune --help`", "--quiet": _QUIET},
     "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed", "--quiet": _QUIET},
     "stop": {"--run-dir": _PATHS},
+    "status": {"--run-dir": _PATHS, "--json": "for scripts, which call tsvk directly"},
+    "doctor": {"--json": "for scripts, which call tsvk directly", "--vcpus": "checks against another machine's vCPUs: "
+               "`tsvk doctor --help`"},
     "predict": {"--run-dir": _PATHS},
     "draw": {"--run-dir": _PATHS},
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS, "--quiet": _QUIET},
