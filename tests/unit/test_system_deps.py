@@ -44,7 +44,8 @@ def _bare_path(tmp_path: Path) -> Path:
 def _run(tmp_path: Path, *args: str, user: int | None = None) -> subprocess.CompletedProcess:
     env = {"PATH": str(_bare_path(tmp_path)), "SYSTEM_PYTHON": "python-that-is-not-there"}
     prefix = [shutil.which("setpriv"), f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
-    return subprocess.run([*prefix, shutil.which("bash"), str(SCRIPT), *args], env=env, capture_output=True, text=True, timeout=30)
+    script = shutil.copy(SCRIPT, tmp_path / SCRIPT.name)  # readable by the other user wherever the checkout lives
+    return subprocess.run([*prefix, shutil.which("bash"), str(script), *args], env=env, capture_output=True, text=True, timeout=30)
 
 
 def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
