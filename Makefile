@@ -1,8 +1,8 @@
 # TorchServe Vision Kit. `make help` lists the targets; variables in CAPITALS are their options.
-# Each target runs one `tsvk` command and each option becomes one of its flags (README.md, "Commands
-# and options"). An option left empty is not passed, so `tsvk` decides: its defaults are written once,
-# in handlers/tsvk/defaults.py. tests/unit/test_make_options.py checks the Makefile, the CLI and the
-# README's option tables against each other.
+# Each target runs one `tsvk` command and each option becomes one of its flags (docs/commands.md).
+# An option left empty is not passed, so `tsvk` decides: its defaults are written once, in
+# handlers/tsvk/defaults.py. tests/unit/test_make_options.py checks the Makefile, the CLI and the
+# option tables of docs/commands.md against each other.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -44,8 +44,8 @@ bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
-	@echo "Options (VAR=value; README.md, 'Commands and options', says which target takes which, and its default):"
-	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' README.md | sort -u | fmt -w 100 | sed 's/^/  /'
+	@echo "Options (VAR=value; docs/commands.md says which target takes which, and its default):"
+	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' docs/commands.md | sort -u | fmt -w 100 | sed 's/^/  /'
 
 setup: $(VENV)/.tsvk-setup ## install the system packages (as root) and create or update the venv with pinned versions (idempotent)
 
