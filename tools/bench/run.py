@@ -155,6 +155,7 @@ def benchmark_module(name: str):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] and argv[0] in BENCHMARKS:
+        progress.configure(f"bench {argv[0]}", quiet=False)  # their builds show progress on a terminal
         return benchmark_module(argv[0]).main(argv[1:])
     args = build_parser().parse_args(argv)
     progress.configure("bench", args.quiet)
