@@ -170,3 +170,8 @@ def test_foreign_archives_missing_their_handler_or_requirements(generated, store
 def test_a_missing_config_is_a_usage_error(tmp_path, capsys):
     assert tsvk(["doctor", str(tmp_path / "nope.properties")]) == 2
     assert "not found" in capsys.readouterr().err
+
+
+def test_the_job_queue_is_held_to_twice_the_clients_tsvk_config_accepts(generated):
+    assert problems(edited(generated, {"job_queue_size": "5000000"})) == ["warning: job_queue_size=5000000 is outside 2..2000000"]
+    assert problems(edited(generated, {"job_queue_size": "1000000"})) == []

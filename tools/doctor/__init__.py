@@ -114,7 +114,8 @@ def _load_models(props: Properties, store: Path | None, given: dict[str, Archive
     """Model names `load_models` starts: `all` (every archive), or name=file.mar / file.mar entries."""
     value = (props.get("load_models") or "").strip()
     if value == "all":
-        return list(given) or sorted(p.stem for p in store.glob("*.mar")) if store and store.is_dir() else list(given)
+        in_store = sorted(p.stem for p in store.glob("*.mar")) if store and store.is_dir() else []
+        return list(given) or in_store
     names = []
     for item in filter(None, (part.strip() for part in value.split(","))):
         name, _, file = item.partition("=")

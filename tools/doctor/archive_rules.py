@@ -25,7 +25,7 @@ from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
 from ..archive_info import MODEL_CONFIG_NAME
 from ..serving_config import batch_problem
 from . import torchserve as ts
-from .config_rules import Context, ServedModel, _true
+from .config_rules import Context, ServedModel, is_true
 from .findings import ERROR, WARNING, Finding
 
 MANIFEST = "MAR-INF/MANIFEST.json"
@@ -205,4 +205,4 @@ def _installed(distribution: str) -> bool:
 
 
 def install_deps(ctx: Context) -> bool:
-    return _true(ctx.props.get("install_py_dep_per_model", "false"))
+    return is_true(ctx.props.get("install_py_dep_per_model", "false"))

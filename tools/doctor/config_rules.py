@@ -61,7 +61,7 @@ def unknown_keys(ctx: Context) -> list[Finding]:
 
 def exposure(ctx: Context) -> list[Finding]:
     props, findings = ctx.props, []
-    registration = _true(props.get("enable_model_api", "false"))
+    registration = is_true(props.get("enable_model_api", "false"))
     management = props.get("management_address", ts.DEFAULT_ADDRESSES["management_address"])
     if not _local(management):
         severity, why = (ERROR, f"model registration is on, so {REGISTRATION_RISK}") if registration else (
@@ -89,11 +89,11 @@ def exposure(ctx: Context) -> list[Finding]:
 
 def auth(ctx: Context) -> list[Finding]:
     props, findings = ctx.props, []
-    if _true(props.get("disable_token_authorization", "false")):
+    if is_true(props.get("disable_token_authorization", "false")):
         findings.append(Finding(WARNING, props.where("disable_token_authorization"), "token authorization is off",
                                 "any client that reaches a port can infer and, on the management port, manage",
                                 f"disable_token_authorization=false (`{ctx.fix_command}` keeps it on; `tsvk serve` renews the keys)"))
-    if _true(props.get("enable_envvars_config", "false")):
+    if is_true(props.get("enable_envvars_config", "false")):
         findings.append(Finding(WARNING, props.where("enable_envvars_config"), "TS_* environment variables override this file",
                                 "what runs is no longer what the file says (a stray TS_MANAGEMENT_ADDRESS exposes management)",
                                 "enable_envvars_config=false"))
@@ -102,9 +102,10 @@ def auth(ctx: Context) -> list[Finding]:
 
 def limits(ctx: Context) -> list[Finding]:
     props, findings = ctx.props, []
-    checks = [("max_request_size", "max_request_mb", 2**20, "MiB"), ("job_queue_size", "concurrency", 0.5, "clients"),
-              ("default_response_timeout", "response_timeout_s", 1, "s"), ("default_startup_timeout", "response_timeout_s", 1, "s")]
-    for key, bound, scale, unit in checks:
+    # key, the limits.py range it falls in, and how many of the key's units one unit of that range is
+    checks = [("max_request_size", "max_request_mb", 2**20), ("job_queue_size", "concurrency", 2),
+              ("default_response_timeout", "response_timeout_s", 1), ("default_startup_timeout", "response_timeout_s", 1)]
+    for key, bound, scale in checks:
         findings += _number_problems(props, key, props.get(key), bound, scale)
     for model in ctx.models:
         for field_name, bound in (("batchSize", "batch"), ("maxBatchDelay", "max_batch_delay_ms"), ("responseTimeout", "response_timeout_s"),
@@ -173,7 +174,7 @@ def _number_problems(props: Properties, name: str, raw, bound: str, scale: float
     return []
 
 
-def _true(value: str | None) -> bool:
+def is_true(value: str | None) -> bool:
     return str(value).strip().lower() == "true"
 
 
