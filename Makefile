@@ -1,8 +1,8 @@
 # TorchServe Vision Kit. `make help` lists the targets; variables in CAPITALS are their options.
-# Each target runs one `tsvk` command and each option becomes one of its flags (README.md, "Commands
-# and options"). An option left empty is not passed, so `tsvk` decides: its defaults are written once,
-# in handlers/tsvk/defaults.py. tests/unit/test_make_options.py checks the Makefile, the CLI and the
-# README's option tables against each other.
+# Each target runs one `tsvk` command and each option becomes one of its flags (docs/commands.md).
+# An option left empty is not passed, so `tsvk` decides: its defaults are written once, in
+# handlers/tsvk/defaults.py. tests/unit/test_make_options.py checks the Makefile, the CLI and the
+# option tables of docs/commands.md against each other.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help
 
@@ -40,21 +40,25 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
-	@echo "Options (VAR=value; README.md, 'Commands and options', says which target takes which, and its default):"
-	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' README.md | sort -u | fmt -w 100 | sed 's/^/  /'
+	@echo "Options (VAR=value; docs/commands.md says which target takes which, and its default):"
+	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' docs/commands.md | sort -u | fmt -w 100 | sed 's/^/  /'
 
-setup: $(VENV)/.tsvk-setup ## create or update the venv with pinned versions (idempotent)
+setup: $(VENV)/.tsvk-setup ## install the system packages (as root) and create or update the venv with pinned versions (idempotent)
 
 $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
+system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, jemalloc, Python venv and headers) as root, else print the apt-get line
+	@scripts/system-deps.sh
+
 # the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java
-$(VENV)/.tsvk-python: requirements.txt setup.cfg pyproject.toml
+$(VENV)/.tsvk-python: requirements.txt setup.cfg pyproject.toml scripts/system-deps.sh
+	@scripts/system-deps.sh
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
 	$(PYTHON) -m pip install -q -r requirements.txt
@@ -79,6 +83,12 @@ serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop || true
+
+status: ## what the TorchServe `make serve` started is doing: models, workers, ports, key file, OIP front, memory, uptime
+	@test -x $(TSVK) && $(TSVK) status || echo "nothing runs: tsvk is not set up yet (make setup)"
+
+doctor: setup ## check a TorchServe config (CONFIG, default the generated one) and the archives it serves: one line per problem, with its fix
+	$(TSVK) doctor $(CONFIG)
 
 predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running server (MODEL, PREDICT_PROTOCOL)
 	$(TSVK) predict $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--protocol,$(PREDICT_PROTOCOL))

@@ -18,6 +18,7 @@ import yaml
 import tsvk
 from tsvk.settings import SETTINGS_KEY
 
+from . import progress
 from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
 from .build import BuildRequest, BuildResult, build
 from .errors import UsageError
@@ -50,7 +51,7 @@ def build_archive(request: BuildRequest, model_store: Path, force: bool = False)
         result = build(request, work / "artifact")
         handler, package = handler_sources(result.settings.task)
         stage = _stage(work / "stage", result, handler, package, request)
-        with atomic_path(target, force=force) as tmp_mar:
+        with atomic_path(target, force=force) as tmp_mar, progress.step("pack the .mar", "torch-model-archiver"):
             _run_model_archiver(request.model, result.artifact, handler, stage, work / "export")
             shutil.move(str(work / "export" / f"{request.model}.mar"), tmp_mar)
     return target, result

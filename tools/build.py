@@ -17,6 +17,7 @@ from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_o
 
 from .backends import CompileTarget, check_target, check_task, get_backend, prepare_model
 from .calibration import Photos, int8_photos
+from . import progress
 from .errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model
 from .verify import Tolerance, VerificationReport, verify_artifact
@@ -60,10 +61,12 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     check_target(backend, request.device, request.precision)
     check_task(backend, task)
     request = _clamp_suggested_batch(request)
-    resolved = resolve_model(request.model, request.weights, request.custom, request.task)
+    with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
+        resolved = resolve_model(request.model, request.weights, request.custom, request.task)
     check_int8_task(resolved.task, backend.name, request)
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
-    photos = _photos(request, resolved, preprocess)
+    with progress.step("prepare photos", "decoding the calibration photos"):
+        photos = _photos(request, resolved, preprocess)
     target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
                            calibration=photos.calibration.batch if photos else None, task=resolved.task,
                            size=example_size(preprocess), max_side=preprocess.max_size)
@@ -72,14 +75,20 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     artifact_settings = ArtifactSettings(file=artifact.name, format=backend.name, device=request.device,
                                          precision=request.precision, max_batch=request.max_batch, source=resolved.source,
                                          **built_on(request.device))
-    compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
-    compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
-    report = _verify(compiled, eager_fp32, target, request, photos, resolved)
+    with progress.step(f"compile with {backend.name}", f"{backend.name} on {request.device}, {request.precision}, "
+                                                       f"batches 1..{request.max_batch}"):
+        compile_facts = _compile(backend, prepare_model(copy.deepcopy(eager_fp32), target), target, artifact, request)
+    with progress.step("load the artifact back", "the worker's loader") as loading:
+        compiled = _load_back(artifact_settings, artifact, target, resolved, request.custom)
+        load_seconds = loading.elapsed()
+    with progress.step("verify against eager", f"the artifact and the eager model at batch 1 and {request.max_batch}"):
+        report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
         raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
     seconds = time.perf_counter() - started
-    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos, compile_facts)
+    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos,
+                         {**(compile_facts or {}), "load_seconds": round(load_seconds, 2)})
     return BuildResult(resolved, artifact, settings, report, seconds)
 
 
@@ -216,7 +225,7 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
             "weights": resolved.weights,
             "verification": report.to_dict(),
             **({"calibration": photos.provenance} if photos else {}),
-            **({"compile": compile_facts} if compile_facts else {}),
+            "compile": compile_facts,  # load_seconds: loading the artifact back, what a worker does at start
             "build_seconds": round(seconds, 1),
             "built_with": _versions(request),
         },

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tsvk import defaults
 
+from . import progress
 from .allocator import add_allocator_argument, describe as describe_allocator
 from .errors import UsageError
 
@@ -86,6 +87,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for register in _REGISTRARS:
         register(commands)
+    for name in PROGRESS_COMMANDS:
+        progress.add_quiet_argument(commands.choices[name])
     return parser
 
 
@@ -314,12 +317,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.protocol == "oip" and not oip:
         raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
     print(describe_allocator(args.allocator))
-    run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
+    with progress.step("start TorchServe", f"its frontend (Java) on {args.config}"):
+        run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
-        run.wait_ready(timeout=args.timeout)
+        with progress.step("load the models", f"every model READY (at most {args.timeout} s; log: {args.run_dir}/logs)"):
+            run.wait_ready(timeout=args.timeout)
         if oip:
-            _start_front(run)
+            with progress.step("start the Open Inference Protocol front", "its REST and gRPC ports"):
+                _start_front(run)
     except UsageError:
         run.stop()
         raise
@@ -423,13 +429,29 @@ def _register_tune(commands) -> None:
     register(commands)
 
 
+def _register_status(commands) -> None:
+    from .status import register
+
+    register(commands)
+
+
+def _register_doctor(commands) -> None:
+    from .doctor import register
+
+    register(commands)
+
+
 def _register_bench(commands) -> None:
     commands.add_parser("bench", help="benchmark every way of serving the model, side by side, and the preprocessing, "
                                       "compile and pinning benchmarks (`tsvk bench --help`)")
 
 
+# The commands with long steps: each shows its progress on a terminal and takes --quiet.
+PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak")
+
 _REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw]
+               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw,
+               _register_status, _register_doctor]
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -444,6 +466,7 @@ def main(argv: list[str] | None = None) -> int:
         return bench_main(argv[1:])
     args = build_parser().parse_args(argv)
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # run `finally` blocks: servers we started get stopped
+    progress.configure(args.command, getattr(args, "quiet", False))
     try:
         return args.func(args)
     except UsageError as err:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from tsvk import defaults
 
+from . import progress
 from .archive import build_archive, handler_sources
 from .archive_info import handler_differences, read_archive_settings
 from .build import BuildRequest
@@ -100,7 +101,8 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
     print("[demo] 3/4 start TorchServe and wait for the model")
     run = start_torchserve(config, run_dir)
     try:
-        run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
+        with progress.step("load the model", f"{served} READY (at most {defaults.READY_TIMEOUT_S} s)"):
+            run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
         print(f"[demo] 4/4 classify {image} with {served}")
         print(predict(run_dir, image, served))
     finally:

@@ -106,7 +106,7 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
     workers = _workers(request, gpus, names, archives, max(1, vcpus // len(names)))
     batches = {name: request.batch or _suggested(archives.get(name)).batch_size for name in names}
     problems = [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
-    problems += [p for p in (_batch_problem(name, batches[name], archives.get(name)) for name in names) if p]
+    problems += [p for p in (batch_problem(name, batches[name], archives.get(name)) for name in names) if p]
     problems += _vcpu_problems(sum(workers.values()), vcpus, len(names))
     if problems:
         raise UsageError("; ".join(problems))
@@ -131,7 +131,7 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
     base = plan_serving(replace(request, workers=None, batch=None, max_batch_delay_ms=None, models=tuple(choices)))
     models = tuple(_chosen(m, choices[m.name]) for m in base.models)
     problems = [p for c in choices.values() for name in ("workers", "batch", "max_batch_delay_ms") if (p := bound_problem(name, getattr(c, name)))]
-    problems += [p for m in models if (p := _batch_problem(m.name, m.batch, _archive_settings(request, m.name)))]
+    problems += [p for m in models if (p := batch_problem(m.name, m.batch, _archive_settings(request, m.name)))]
     threads = sum(m.workers * m.intra_op_threads for m in models)
     if threads > base.vcpus:
         problems.append(f"workers x intra-op threads, summed over the models, is {threads}: more than the {base.vcpus} vCPUs")
@@ -252,7 +252,8 @@ def _unknown_model_message(name: str, available: dict, store: Path) -> str:
     return f"unknown model {name!r}: no {name}.mar in {store} (available: {', '.join(available)}){hint}"
 
 
-def _batch_problem(name: str, batch: int, settings: HandlerSettings | None) -> str | None:
+def batch_problem(name: str, batch: int, settings: HandlerSettings | None) -> str | None:
+    """Why `batch` cannot be served from `name`'s archive (above its compiled max batch), or None."""
     if settings is None or batch <= settings.artifact.max_batch:
         return None
     return (f"--batch {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "

@@ -1,7 +1,7 @@
 """Every default of tsvk, written once.
 
 The settings schema, `tsvk` and its benchmarks read their defaults from here; the Makefile leaves
-its variables empty so that `tsvk` decides, and tests check that the README and the Helm chart say
+its variables empty so that `tsvk` decides, and tests check that docs/commands.md and the Helm chart say
 the same. The package ships inside every archive, so this module imports nothing.
 """
 

@@ -1,15 +1,15 @@
-"""The Makefile, the `tsvk` CLI and the README's option tables agree.
+"""The Makefile, the `tsvk` CLI and the option tables of docs/commands.md agree.
 
 OPTIONS is the one table: each row says which Make variable becomes which `tsvk` flag for which
-targets. A new option (or target) is a row here, a `$(call opt,...)` in the Makefile and a row in the
-README; each check below then covers it:
+targets. A new option (or target) is a row here, a `$(call opt,...)` in the Makefile and a row in
+docs/commands.md; each check below then covers it:
 - `make -n` of every target turns each of its variables into its flag with the value given, and passes
   none of them when they are empty (so `tsvk`, not Make, holds the defaults);
 - every command line the Makefile runs parses with the real `tsvk` parser, and every flag of that
   command is in the table or in CLI_ONLY with a reason;
 - every variable the Makefile uses is in the table or in MAKE_ONLY;
-- every target is in the README's targets table, and each option table of the README lists exactly the
-  variables and flags of the targets in its heading, with `tsvk`'s defaults.
+- every target is in the targets table of docs/commands.md, and each option table there lists exactly
+  the variables and flags of the targets in its heading, with `tsvk`'s defaults.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = ROOT / "Makefile"
 HELM_MK = ROOT / "k8s" / "helm.mk"
 README = ROOT / "README.md"
+COMMANDS = ROOT / "docs" / "commands.md"  # the targets table and one option table per group of targets
 
 
 @dataclass(frozen=True)
@@ -108,9 +109,10 @@ OPTIONS = [
 _PATHS = "paths: the Makefile works in the checkout (model_store/, build/, .tsvk/)"
 _BENCH_TUNING = "benchmark tuning beyond the everyday runs: `tsvk bench --help`"
 _ROBUSTNESS_TUNING = "the shape of the run beyond its size: `tsvk robustness --help`, `tsvk soak --help`"
+_QUIET = "progress lines show on a terminal only; --quiet silences them there too"
 CLI_ONLY = {
-    "archive": {"--model-store": _PATHS},
-    "compile": {"--output-dir": _PATHS},
+    "archive": {"--model-store": _PATHS, "--quiet": _QUIET},
+    "compile": {"--output-dir": _PATHS, "--quiet": _QUIET},
     "config": {
         "--model-store": _PATHS,
         "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
@@ -125,15 +127,18 @@ CLI_ONLY = {
         "--oip-grpc-port": "addresses and ports: see --inference-address",
     },
     "tune": {"--model-store": _PATHS, "--results-dir": _PATHS, "--work-dir": _PATHS,
-             "--window-s": "the load window is sized from the budget; `tsvk tune --help`"},
-    "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed"},
+             "--window-s": "the load window is sized from the budget; `tsvk tune --help`", "--quiet": _QUIET},
+    "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed", "--quiet": _QUIET},
     "stop": {"--run-dir": _PATHS},
+    "status": {"--run-dir": _PATHS, "--json": "for scripts, which call tsvk directly"},
+    "doctor": {"--json": "for scripts, which call tsvk directly", "--vcpus": "checks against another machine's vCPUs: "
+               "`tsvk doctor --help`"},
     "predict": {"--run-dir": _PATHS},
     "draw": {"--run-dir": _PATHS},
-    "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS},
+    "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS, "--quiet": _QUIET},
     "bench": {flag: _BENCH_TUNING for flag in (
         "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--fast-backend", "--fast-precision",
-        "--ours-workers", "--tuned-config", "--vcpus",
+        "--ours-workers", "--tuned-config", "--vcpus", "--quiet",
         "--warmup", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
@@ -141,10 +146,10 @@ CLI_ONLY = {
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
-        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir")},
+        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet")},
     "soak": {flag: _ROBUSTNESS_TUNING for flag in (
         "--model-store", "--load", "--malformed", "--capacity-seconds", "--warmup-minutes", "--workers", "--seed", "--output-dir",
-        "--work-dir")},
+        "--work-dir", "--quiet")},
 }
 # Make variables that are not options of a tsvk command.
 MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST"}
@@ -263,10 +268,10 @@ def test_every_make_variable_is_an_option_or_make_only():
     assert not (_variables() - used), f"OPTIONS the Makefile never uses: {sorted(_variables() - used)}"
 
 
-def _readme_tables() -> dict[tuple[str, ...], list[list[str]]]:
-    """Each option table of the README, keyed by the make targets its heading names: rows of cells."""
+def _option_tables() -> dict[tuple[str, ...], list[list[str]]]:
+    """Each option table of docs/commands.md, keyed by the make targets its heading names: rows of cells."""
     tables: dict[tuple[str, ...], list[list[str]]] = {}
-    for section in re.split(r"^### ", README.read_text(), flags=re.MULTILINE)[1:]:
+    for section in re.split(r"^## ", COMMANDS.read_text(), flags=re.MULTILINE)[1:]:
         heading, _, body = section.partition("\n")
         targets = tuple(re.findall(r"`make ([a-z-]+)`", heading))
         rows = [[c.strip() for c in line.strip().strip("|").split("|")] for line in body.splitlines() if line.startswith("| `")]
@@ -279,25 +284,25 @@ def _code(cell: str) -> list[str]:
     return re.findall(r"`([^`]+)`", cell)
 
 
-def test_readme_lists_every_target():
+def test_the_commands_page_lists_every_target():
     listed = set()
-    for line in README.read_text().splitlines():
+    for line in COMMANDS.read_text().splitlines():
         if line.startswith("| `make "):
             listed |= set(re.findall(r"`make ([a-z-]+)`", line.split("|")[1]))
     targets = set(_make_targets()) | set(_help_targets(HELM_MK))
-    assert targets - {"help"} <= listed, f"targets missing from the README's targets table: {sorted(targets - listed - {'help'})}"
-    assert listed <= targets, f"the README's targets table names targets that do not exist: {sorted(listed - targets)}"
+    assert targets - {"help"} <= listed, f"targets missing from the targets table of docs/commands.md: {sorted(targets - listed - {'help'})}"
+    assert listed <= targets, f"the targets table of docs/commands.md names targets that do not exist: {sorted(listed - targets)}"
 
 
-def test_every_target_with_options_has_a_readme_option_table():
-    documented = {t for targets in _readme_tables() for t in targets}
+def test_every_target_with_options_has_an_option_table():
+    documented = {t for targets in _option_tables() for t in targets}
     undocumented = {t for o in OPTIONS for t in o.target_list} - documented
-    assert not undocumented, f"targets whose options no README table lists: {sorted(undocumented)}"
+    assert not undocumented, f"targets whose options no table of docs/commands.md lists: {sorted(undocumented)}"
 
 
-@pytest.mark.parametrize("targets", sorted(_readme_tables()), ids=" ".join)
-def test_readme_option_table_lists_the_variables_and_flags_of_its_targets(targets):
-    rows = _readme_tables()[targets]
+@pytest.mark.parametrize("targets", sorted(_option_tables()), ids=" ".join)
+def test_option_table_lists_the_variables_and_flags_of_its_targets(targets):
+    rows = _option_tables()[targets]
     documented = {_code(row[0])[0].removesuffix("=1"): set(_code(row[1])) for row in rows}
     expected: dict[str, set[str]] = {}
     for option in (o for t in targets for o in _rows(t)):
@@ -305,10 +310,10 @@ def test_readme_option_table_lists_the_variables_and_flags_of_its_targets(target
     assert documented == expected
 
 
-@pytest.mark.parametrize("targets", sorted(_readme_tables()), ids=" ".join)
-def test_readme_defaults_are_tsvks(make, targets):
+@pytest.mark.parametrize("targets", sorted(_option_tables()), ids=" ".join)
+def test_documented_defaults_are_tsvks(make, targets):
     """A default written as one code span is the flag's default in every command of the table's targets."""
-    for row in _readme_tables()[targets]:
+    for row in _option_tables()[targets]:
         variable, default = _code(row[0])[0].removesuffix("=1"), row[-1]
         if not re.fullmatch(r"`[^`]+`", default):
             continue
@@ -318,13 +323,13 @@ def test_readme_defaults_are_tsvks(make, targets):
                 for option in (o for o in _rows(target) if o.variable == variable):
                     action = _flags(parser)[option.flag]
                     said = action.type(default.strip("`")) if action.type else default.strip("`")
-                    assert said == action.default, f"README: {variable} defaults to {default}; `tsvk {name} {option.flag}`: {action.default}"
+                    assert said == action.default, f"docs/commands.md: {variable} defaults to {default}; `tsvk {name} {option.flag}`: {action.default}"
 
 
 def test_the_quick_benchmark_takes_as_long_everywhere():
     from tsvk_tools.bench.options import QUICK
 
-    for path in (README, ROOT / "docs" / "benchmarks.md", MAKEFILE):
+    for path in (README, COMMANDS, ROOT / "docs" / "benchmarks.md", MAKEFILE):
         for said in re.findall(r"(?:QUICK=1|--quick)[^\n]*?about ([\d-]+) min", path.read_text()):
             assert said == str(QUICK.minutes), f"{path.name} says the quick run takes about {said} minutes; QUICK says {QUICK.minutes}"
     assert f"about {QUICK.minutes} min" in bench_run.build_parser().format_help()

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from .. import progress
 from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .sampler import TreeSampler, leftover, window_stats
@@ -62,9 +63,11 @@ def prepare(options: BenchOptions, started: datetime | None = None, log=print) -
             systems.append(system)
     log(f"bench: {options.model} on {options.device}, {len(systems)} system(s), {ctx.vcpus} vCPUs; "
         "preparing weights, archives and photos")
-    ctx.photos
+    with progress.step("prepare photos", "decoding the benchmark photos"):
+        ctx.photos
     for system in systems:
-        system.prepare(ctx)
+        with progress.step(f"prepare {system.name}", "its weights and archives (built once, then cached)"):
+            system.prepare(ctx)
     return ctx, systems
 
 
@@ -123,21 +126,25 @@ def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:
 
 
 def _self_timed(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
-    measured = system.run(ctx, variant)
+    with progress.step(f"measure {system.name}", "its own timed run"):
+        measured = system.run(ctx, variant)
     return measured, (began, time.monotonic())
 
 
 def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
     options = ctx.options
     images = [photo.jpeg for photo in ctx.photos]
-    deployment = system.start(ctx, variant)
+    with progress.step(f"start {system.name}", "the server to answer"):
+        deployment = system.start(ctx, variant)
     ready_s = time.monotonic() - began
     try:
         warmup = options.warmup_requests
-        warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        with progress.step(f"warm up {system.name}", f"{warmup} requests"):
+            warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
         before = deployment.profile() if deployment.profile else None
         load_start = time.monotonic()
-        records = run_closed_loop(deployment.target, images, options.jobs, options.concurrency)
+        with progress.step(f"measure {system.name}", f"{options.jobs} requests from {options.concurrency} clients"):
+            records = run_closed_loop(deployment.target, images, options.jobs, options.concurrency)
         load_end = time.monotonic()
         after = deployment.profile() if deployment.profile else None
     finally:

@@ -21,6 +21,7 @@ from pathlib import Path
 from tsvk import defaults
 from tsvk.settings import PRECISIONS
 
+from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
 from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
@@ -57,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     others = "; ".join(f"tsvk bench {name}: {what}" for name, (_, what) in BENCHMARKS.items())
     p = argparse.ArgumentParser(prog="tsvk bench", description="Benchmark every way of serving one image classifier on this machine.",
                                 epilog=f"Narrower benchmarks, each with its own --help: {others}.")
+    progress.add_quiet_argument(p)
     p.add_argument("--quick", action="store_true",
                    help=f"small run (about {QUICK.minutes} min on 2 cores once its archives are built): {QUICK.model}, {QUICK.jobs} jobs")
     p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
@@ -153,8 +155,10 @@ def benchmark_module(name: str):
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] and argv[0] in BENCHMARKS:
+        progress.configure(f"bench {argv[0]}", quiet=False)  # their builds show progress on a terminal
         return benchmark_module(argv[0]).main(argv[1:])
     args = build_parser().parse_args(argv)
+    progress.configure("bench", args.quiet)
     if args.render:
         return render_existing(args.render, args.tag or "")
     try:

@@ -10,6 +10,7 @@ from pathlib import Path
 from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
+from .. import progress
 from ..errors import UsageError
 from . import auth, parts
 from .report import RESULTS_DIR, write
@@ -67,7 +68,8 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None) 
 def _timed(name: str, part) -> dict:
     print(f"robustness: {name} ...", flush=True)
     began = datetime.now(timezone.utc)
-    figures = part()
+    with progress.step(name, "the checks of this part"):
+        figures = part()
     figures["seconds_total"] = round((datetime.now(timezone.utc) - began).total_seconds(), 1)
     failed = [check for check, ok in figures.get("checks", {}).items() if not ok]
     print(f"robustness: {name} done in {figures['seconds_total']} s{'; FAILED: ' + ', '.join(failed) if failed else ''}", flush=True)

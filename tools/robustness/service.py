@@ -10,6 +10,7 @@ from typing import Iterator
 
 from tsvk import defaults
 
+from .. import progress
 from ..images import jpeg_bytes, photo_array
 from ..keys import start_key_renewer
 from ..ports import free_ports
@@ -52,10 +53,12 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         text = config.read_text()
         config.write_text("\n".join(f"token_expiration_min={spec.token_expiration_min:g}" if line.startswith("token_expiration_min=")
                                     else line for line in text.splitlines()) + "\n")
-    run = start_torchserve(config, spec.work_dir / "run", env=spec.env, allocator=spec.allocator)
+    with progress.step("start TorchServe", "its frontend (Java)"):
+        run = start_torchserve(config, spec.work_dir / "run", env=spec.env, allocator=spec.allocator)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
-        run.wait_ready(timeout=600)
+        with progress.step("load the model", f"{spec.model} READY"):
+            run.wait_ready(timeout=600)
         model = plan.models[0]
         yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo())
     finally:

@@ -18,6 +18,7 @@ from typing import Callable
 
 import requests
 
+from .. import progress
 from ..bench.loadgen import HttpTarget, RequestRecord, run_closed_loop
 from ..bench.sampler import TreeSampler, window_stats
 from ..bench.stats import latency_summary
@@ -98,13 +99,16 @@ def measure_candidate(bench: Bench, number: int, candidate: Candidate, stop_rule
 def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadline: float, sampler: TreeSampler) -> Measurement:
     config = folder / "config.properties"
     write_plan(candidate_plan(bench, candidate), config)
-    run = start_torchserve(config, folder / "run")
+    with progress.step(f"candidate {number}: start TorchServe", "its frontend (Java)"):
+        run = start_torchserve(config, folder / "run")
     try:
-        run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
+        with progress.step(f"candidate {number}: load the models", "every model READY"):
+            run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
         load_end = deadline - STOP_MARGIN_S
         if load_end - time.monotonic() < 2 * MIN_WINDOW_S:
             return Measurement(error="cut at the deadline")
-        return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
+        with progress.step(f"candidate {number}: measure", f"{candidate.describe()} under load"):
+            return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
     finally:
         run.stop()
 

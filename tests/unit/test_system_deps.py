@@ -1,0 +1,80 @@
+"""scripts/system-deps.sh: the one list of system packages, and what a user without root is told.
+
+`make setup` and .ci/run both run the script, so what CI needs is what the README's two commands
+install. Without root (and without sudo) it must stop at once with the single line to run.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.fixture
+def bare_dir():
+    """A directory any user can use (pytest's tmp_path is private to root when the tests run as root)."""
+    with tempfile.TemporaryDirectory(prefix="tsvk-system-deps-") as name:
+        path = Path(name)
+        path.chmod(0o777)
+        yield path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "scripts" / "system-deps.sh"
+TOOLS = ("bash", "env", "id", "grep", "sed", "cat")  # what the script itself runs; nothing it checks for
+
+
+def _bare_path(tmp_path: Path) -> Path:
+    """A PATH holding only the shell tools the script uses: java, hey, bwrap, sudo and python3 look missing."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in TOOLS:
+        (bin_dir / tool).symlink_to(shutil.which(tool))
+    apt_get = bin_dir / "apt-get"  # present, as on Debian, and records any call
+    apt_get.write_text(f"#!{shutil.which('bash')}\necho \"$@\" >> {tmp_path}/apt-get-calls\n")
+    apt_get.chmod(0o755)
+    return bin_dir
+
+
+def _run(tmp_path: Path, *args: str, user: int | None = None) -> subprocess.CompletedProcess:
+    env = {"PATH": str(_bare_path(tmp_path)), "SYSTEM_PYTHON": "python-that-is-not-there"}
+    prefix = [shutil.which("setpriv"), f"--reuid={user}", f"--regid={user}", "--clear-groups"] if user is not None else []
+    script = shutil.copy(SCRIPT, tmp_path / SCRIPT.name)  # readable by the other user wherever the checkout lives
+    return subprocess.run([*prefix, shutil.which("bash"), str(script), *args], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
+    result = _run(bare_dir, "--check")
+    assert result.returncode == 1
+    assert not (bare_dir / "apt-get-calls").exists()
+    for package in ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev", "bubblewrap", "hey"):
+        assert package in result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="switches to the user nobody: needs root and setpriv")
+def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir):
+    started = time.monotonic()
+    result = _run(bare_dir, user=65534)  # nobody
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    install_lines = [line.strip() for line in result.stderr.splitlines() if "apt-get install" in line]
+    assert install_lines == ["apt-get install -y openjdk-17-jre-headless python3-venv g++ python3-dev bubblewrap hey"
+                             + (" libjemalloc2" if "libjemalloc2" in result.stderr else "")]
+    assert result.stderr.startswith("tsvk needs system packages")
+    assert elapsed < 1.0, f"took {elapsed:.2f} s"
+    assert not (bare_dir / "apt-get-calls").exists()
+
+
+def test_make_setup_and_ci_use_the_one_list():
+    makefile = (ROOT / "Makefile").read_text()
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "scripts/system-deps.sh" in makefile and "scripts/system-deps.sh" in ci
+    for package in ("openjdk-17-jre-headless", "bubblewrap", "libjemalloc2", "apt-get"):
+        assert package not in ci, f".ci/run names {package} itself instead of leaving it to scripts/system-deps.sh"
+    setup_recipe = makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split("\n\n", 1)[0]
+    assert "scripts/system-deps.sh" in setup_recipe.splitlines()[1], "the system packages come before the venv"
