@@ -76,5 +76,6 @@ def test_make_setup_and_ci_use_the_one_list():
     assert "scripts/system-deps.sh" in makefile and "scripts/system-deps.sh" in ci
     for package in ("openjdk-17-jre-headless", "bubblewrap", "libjemalloc2", "apt-get"):
         assert package not in ci, f".ci/run names {package} itself instead of leaving it to scripts/system-deps.sh"
-    setup_recipe = makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split("\n\n", 1)[0]
-    assert "scripts/system-deps.sh" in setup_recipe.splitlines()[1], "the system packages come before the venv"
+    assert makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split()[0] == "$(VENV)/.tsvk-python"  # setup builds the venv first
+    venv_recipe = makefile.split("$(VENV)/.tsvk-python:", 1)[1].split("\n\n", 1)[0]
+    assert "scripts/system-deps.sh" in venv_recipe.splitlines()[1], "the system packages come before the venv"
