@@ -14,6 +14,7 @@ from pathlib import Path
 from tsvk import defaults
 
 from .allocator import add_allocator_argument, describe as describe_allocator
+from .drain import add_drain_timeout_argument, describe_drain
 from .errors import UsageError
 
 
@@ -320,8 +321,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         run.wait_ready(timeout=args.timeout)
         if oip:
             _start_front(run)
-    except UsageError:
-        run.stop()
+    except BaseException:  # a failed readiness check, Ctrl-C, SIGTERM: nothing we started stays behind
+        run.stop(drain_timeout=0)
         raise
     print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
     if oip:
@@ -350,8 +351,9 @@ def _front_addresses(run) -> tuple[str, str]:
 
 
 def _register_stop(commands) -> None:
-    p = commands.add_parser("stop", help="stop the TorchServe that `tsvk serve` started (and no other)")
+    p = commands.add_parser("stop", help="drain and stop the TorchServe that `tsvk serve` started (and no other)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    add_drain_timeout_argument(p)
     p.set_defaults(func=cmd_stop)
 
 
@@ -362,8 +364,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if run is None:
         print(f"no TorchServe started from {args.run_dir} is running")
         return 0
-    run.stop()
-    print(f"stopped TorchServe (pid {run.pid})")
+    report = run.stop(drain_timeout=args.drain_timeout)
+    print(f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}")
     return 0
 
 
@@ -383,6 +385,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     print(predict(args.run_dir, args.image, args.model, args.protocol))
     return 0
+
+
+def _register_run_container(commands) -> None:
+    from .container import register
+
+    register(commands)
 
 
 def _register_keys(commands) -> None:
@@ -428,8 +436,8 @@ def _register_bench(commands) -> None:
                                       "compile and pinning benchmarks (`tsvk bench --help`)")
 
 
-_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw]
+_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_run_container,
+               _register_predict, _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw]
 
 
 def _exit_on_sigterm(signum, frame) -> None:
@@ -449,6 +457,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"tsvk {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

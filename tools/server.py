@@ -27,6 +27,7 @@ from tsvk import defaults
 from tsvk.threads import read_properties
 
 from .allocator import allocator_env
+from .drain import AccessLog, DrainReport, frontend_pid, wait_until_idle
 from .errors import PortTaken, UsageError
 from .keys import KEY_FILE
 
@@ -123,23 +124,29 @@ class TorchServeRun:
                 text += [f"--- {log.name}"] + log.read_text(errors="replace").splitlines()[-lines:]
         return "\n".join(text)
 
-    def stop(self, timeout: float = 60) -> None:
-        """SIGTERM our process session (frontend, workers, key renewer); SIGKILL only what is still ours
-        and still running after `timeout`. Nothing is signalled once the pid is no longer ours."""
+    def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
+        """Drain, then stop (tools/drain.py): the OIP front first, then TorchServe once every request it has
+        taken in is answered (at most `drain_timeout` s); then SIGTERM to our process session, and SIGKILL to
+        what is still ours and running `kill_timeout` s later (after the drain nothing in flight depends on
+        TorchServe's own slow shutdown). Nothing is signalled once the pid is no longer ours."""
         from .keys import stop_key_renewer
         from .oip.process import stop_front
 
-        stop_key_renewer(self.run_dir)
-        stop_front(self.run_dir)
+        stop_front(self.run_dir, timeout=max(drain_timeout, 1))
+        report = None
+        if self.owned() and frontend_pid(self.pid) is not None:
+            report = wait_until_idle(AccessLog(self.run_dir / "logs"), self.url("metrics"), drain_timeout)
         if self.owned():
             signal_group(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + kill_timeout
         while time.monotonic() < deadline and self.session_alive():
-            time.sleep(0.5)
+            time.sleep(0.1)
         if self.session_alive() and self.owned():
             signal_group(self.pid, signal.SIGKILL)
+        stop_key_renewer(self.run_dir)
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
         (self.run_dir / KEY_FILE).unlink(missing_ok=True)
+        return report
 
     def session_alive(self) -> bool:
         if self.process is not None:
