@@ -58,7 +58,7 @@ def cmd_run_container(args: argparse.Namespace) -> int:
     stop = _Stop()
     for sig in (*_DRAIN_SIGNALS, signal.SIGQUIT):
         signal.signal(sig, stop.on_signal)
-    run = start_torchserve(args.config, args.run_dir)
+    run = start_torchserve(args.config, args.run_dir, env=workers_pythonpath())
     for sig in _FORWARDED:
         signal.signal(sig, lambda signum, frame: _forward(run, signum))
     print(f"TorchServe started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
@@ -77,6 +77,14 @@ def cmd_run_container(args: argparse.Namespace) -> int:
     # Everything we started is stopped and reaped: exit now. The interpreter's own teardown takes seconds here,
     # which a pod's grace period would otherwise pay.
     os._exit(0 if stop.requested else 1)
+
+
+def workers_pythonpath() -> dict[str, str]:
+    """PYTHONPATH for TorchServe without the folder this entrypoint was imported from (the image's /opt/tsvk):
+    workers import the handler packed in each archive, never an installed copy."""
+    own = str(Path(__file__).resolve().parents[1])
+    kept = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and str(Path(entry).resolve()) != own]
+    return {"PYTHONPATH": os.pathsep.join(kept)}
 
 
 def become_subreaper() -> None:
