@@ -51,8 +51,9 @@ def capacity(url: str, body: bytes, headers: dict[str, str], concurrency: int = 
 
 
 def measure_drain(url: str, body: bytes, rate: float, stop: Callable[[], object], headers: dict[str, str] | None = None,
-                  warmup_s: float = 5.0, after_s: float = 1.0) -> dict:
-    """Send `rate` requests/s to `url`; call `stop()` after `warmup_s`; report what was accepted, answered, lost."""
+                  warmup_s: float = 5.0, after_s: float = 1.0, gone: Callable[[], bool] | None = None) -> dict:
+    """Send `rate` requests/s to `url`; call `stop()` after `warmup_s`; report what was accepted, answered, lost.
+    `gone()` says when the server's processes have all exited (exit_s); without it, when `stop()` returns."""
     outcomes: list[Outcome] = []
     stop_times: dict[str, float] = {}
     # A connection per request: a refused connect then means "not taken in", and no request is ever written
@@ -68,10 +69,22 @@ def measure_drain(url: str, body: bytes, rate: float, stop: Callable[[], object]
 
     def stopper() -> None:
         stop_times["began"] = time.monotonic()
-        stop()
-        stop_times["returned"] = time.monotonic()
+        try:
+            stop()
+        finally:  # a stop that fails still ends the sending; the caller sees its exception in the thread's log
+            stop_times["returned"] = time.monotonic()
+
+    def watch_exit() -> None:
+        while "began" not in stop_times:
+            time.sleep(0.02)
+        while not gone():
+            time.sleep(0.05)
+        stop_times["gone"] = time.monotonic()
 
     start, stop_thread = time.monotonic(), threading.Thread(target=stopper)
+    watcher = threading.Thread(target=watch_exit, daemon=True)
+    if gone is not None:
+        watcher.start()
     with ThreadPoolExecutor(SENDERS) as pool:
         for i in range(10**9):
             due = start + i / rate
@@ -84,10 +97,14 @@ def measure_drain(url: str, body: bytes, rate: float, stop: Callable[[], object]
             outcomes.append(outcome)
             pool.submit(send, outcome)
     stop_thread.join()
-    return drain_report(outcomes, stop_times["began"], stop_times["returned"], rate)
+    if gone is not None:
+        watcher.join(timeout=60)
+    stop_times.setdefault("gone", stop_times["returned"])
+    return drain_report(outcomes, stop_times, rate)
 
 
-def drain_report(outcomes: list[Outcome], began: float, returned: float, rate: float) -> dict:
+def drain_report(outcomes: list[Outcome], stop_times: dict[str, float], rate: float) -> dict:
+    began = stop_times["began"]
     before = [o for o in outcomes if o.sent_at < began]
     after = [o for o in outcomes if o.sent_at >= began]
     answered_after = [o for o in after if o.status is not None]
@@ -104,6 +121,6 @@ def drain_report(outcomes: list[Outcome], began: float, returned: float, rate: f
         "refused_after_stop_began": len(refused), "cut_after_stop_began": len(after) - len(answered_after) - len(refused),
         "statuses": statuses,
         "server_errors": sum(1 for o in outcomes if o.status is not None and o.status >= 500),
-        "exit_s": round(returned - began, 2), "lost_examples": sorted({o.error for o in lost})[:3],
+        "exit_s": round(stop_times["gone"] - began, 2), "stop_returned_s": round(stop_times["returned"] - began, 2), "lost_examples": sorted({o.error for o in lost})[:3],
         "unanswered_after_examples": sorted({o.error for o in after if o.status is None})[:3],
     }
