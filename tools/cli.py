@@ -15,6 +15,7 @@ from tsvk import defaults
 
 from . import progress
 from .allocator import add_allocator_argument, describe as describe_allocator
+from .drain import add_drain_timeout_argument, describe_drain
 from .errors import UsageError
 
 
@@ -326,8 +327,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if oip:
             with progress.step("start the Open Inference Protocol front", "its REST and gRPC ports"):
                 _start_front(run)
-    except UsageError:
-        run.stop()
+    except BaseException:  # a failed readiness check, Ctrl-C, SIGTERM: nothing we started stays behind
+        run.stop(drain_timeout=0)
         raise
     print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
     if oip:
@@ -356,8 +357,9 @@ def _front_addresses(run) -> tuple[str, str]:
 
 
 def _register_stop(commands) -> None:
-    p = commands.add_parser("stop", help="stop the TorchServe that `tsvk serve` started (and no other)")
+    p = commands.add_parser("stop", help="drain and stop the TorchServe that `tsvk serve` started (and no other)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
+    add_drain_timeout_argument(p)
     p.set_defaults(func=cmd_stop)
 
 
@@ -368,8 +370,8 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if run is None:
         print(f"no TorchServe started from {args.run_dir} is running")
         return 0
-    run.stop()
-    print(f"stopped TorchServe (pid {run.pid})")
+    report = run.stop(drain_timeout=args.drain_timeout)
+    print(f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}")
     return 0
 
 
@@ -389,6 +391,12 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
     print(predict(args.run_dir, args.image, args.model, args.protocol))
     return 0
+
+
+def _register_run_container(commands) -> None:
+    from .container import register
+
+    register(commands)
 
 
 def _register_keys(commands) -> None:
@@ -449,8 +457,8 @@ def _register_bench(commands) -> None:
 # The commands with long steps: each shows its progress on a terminal and takes --quiet.
 PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak")
 
-_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_predict,
-               _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw,
+_REGISTRARS = [_register_bench, _register_compile, _register_archive, _register_config, _register_serve, _register_stop, _register_run_container,
+               _register_predict, _register_keys, _register_robustness, _register_gpu_check, _register_demo, _register_tune, _register_draw,
                _register_status, _register_doctor]
 
 
@@ -472,6 +480,8 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"tsvk {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        return 128 + signal.SIGINT
 
 
 if __name__ == "__main__":

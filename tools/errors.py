@@ -7,3 +7,7 @@ class UsageError(Exception):
 
 class WeightsUnavailable(UsageError):
     """Pretrained weights cannot be downloaded here (no network, a proxy, a hash mismatch)."""
+
+
+class PortTaken(UsageError):
+    """A port of the config was taken by another process before TorchServe could bind it."""

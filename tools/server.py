@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -26,10 +27,21 @@ from tsvk import defaults
 from tsvk.threads import read_properties
 
 from .allocator import allocator_env
-from .errors import UsageError
+from .drain import AccessLog, DrainReport, frontend_pid, wait_until_idle
+from .errors import PortTaken, UsageError
 from .keys import KEY_FILE
 
 PID_FILE = "torchserve.pid"
+# TorchServe's frontend talks to each worker over the Unix socket <java.io.tmpdir>/.ts.sock.<port>, the port
+# up to 5 digits; Linux refuses a socket path longer than 107 bytes (sun_path holds 108 with its NUL).
+WORKER_SOCKET_NAME = ".ts.sock.65535"
+UNIX_SOCKET_PATH_MAX = 107
+# TorchServe 0.12 writes key_file.json into its working directory with the process's umask and only then
+# narrows it to 0600 (TokenAuthorization.generateKeyFile): the run dir is owner-only and TorchServe starts
+# with this umask, so the keys, logs and unpacked archives are never readable by other users, not even briefly.
+PRIVATE_UMASK = 0o077
+BIND_FAILURE = "Address already in use"  # what the JVM logs when a port of the config is taken
+_FAILED_ADDRESS = re.compile(r"Failed to bind to address:? (\S+)")  # and the address it names (REST and gRPC)
 # Command-line words of a TorchServe frontend or one of its workers: what may remain in our group.
 _TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", "model_service_worker", "torchserve")
 
@@ -41,6 +53,7 @@ class TorchServeRun:
     pid: int
     process: subprocess.Popen | None = field(default=None, repr=False)  # set when started by this process
     started_at: float | None = None  # the leader's start time (psutil), which a reused pid cannot match
+    stdout_offset: int = 0  # where this start's output begins in logs/stdout.log (earlier runs append there too)
 
     @property
     def properties(self) -> dict[str, str]:
@@ -79,11 +92,29 @@ class TorchServeRun:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
-                raise UsageError(f"TorchServe exited during start-up; see {self.run_dir / 'logs'}:\n{self.log_tail()}")
+                raise self._start_failure()
             if _ping_ok(self) and all(_model_ready(self, m) for m in models):
                 return
             time.sleep(1)
         raise UsageError(f"TorchServe not ready after {timeout:.0f} s; see {self.run_dir / 'logs'}:\n{self.log_tail()}")
+
+    def _start_failure(self) -> UsageError:
+        """Why TorchServe exited during start-up: a port taken since it was chosen, said as such, or its log."""
+        logs = self.run_dir / "logs"
+        output = self.stdout_since_start()
+        if BIND_FAILURE in output:
+            address = _FAILED_ADDRESS.search(output)
+            return PortTaken(f"TorchServe could not bind {address.group(1) if address else 'a port'} of {self.config}: another "
+                             f"process holds it ({BIND_FAILURE}); free it or choose another port, then start again; see {logs}")
+        return UsageError(f"TorchServe exited during start-up; see {logs}:\n{self.log_tail()}")
+
+    def stdout_since_start(self) -> str:
+        try:
+            with open(self.run_dir / "logs" / "stdout.log", "rb") as out:
+                out.seek(self.stdout_offset)
+                return out.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def log_tail(self, lines: int = 25) -> str:
         logs = sorted((self.run_dir / "logs").glob("*.log"))
@@ -93,23 +124,29 @@ class TorchServeRun:
                 text += [f"--- {log.name}"] + log.read_text(errors="replace").splitlines()[-lines:]
         return "\n".join(text)
 
-    def stop(self, timeout: float = 60) -> None:
-        """SIGTERM our process session (frontend, workers, key renewer); SIGKILL only what is still ours
-        and still running after `timeout`. Nothing is signalled once the pid is no longer ours."""
+    def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
+        """Drain, then stop (tools/drain.py): the OIP front first, then TorchServe once every request it has
+        taken in is answered (at most `drain_timeout` s); then SIGTERM to our process session, and SIGKILL to
+        what is still ours and running `kill_timeout` s later (after the drain nothing in flight depends on
+        TorchServe's own slow shutdown). Nothing is signalled once the pid is no longer ours."""
         from .keys import stop_key_renewer
         from .oip.process import stop_front
 
-        stop_key_renewer(self.run_dir)
-        stop_front(self.run_dir)
+        stop_front(self.run_dir, timeout=max(drain_timeout, 1))
+        report = None
+        if self.owned() and frontend_pid(self.pid) is not None:
+            report = wait_until_idle(AccessLog(self.run_dir / "logs"), self.url("metrics"), drain_timeout)
         if self.owned():
             signal_group(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + kill_timeout
         while time.monotonic() < deadline and self.session_alive():
-            time.sleep(0.5)
+            time.sleep(0.1)
         if self.session_alive() and self.owned():
             signal_group(self.pid, signal.SIGKILL)
+        stop_key_renewer(self.run_dir)
         (self.run_dir / PID_FILE).unlink(missing_ok=True)
         (self.run_dir / KEY_FILE).unlink(missing_ok=True)
+        return report
 
     def session_alive(self) -> bool:
         if self.process is not None:
@@ -131,16 +168,37 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
     running = find_running(run_dir)
     if running is not None:
         raise UsageError(f"a TorchServe started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
+    check_worker_socket_path(run_dir)
+    make_private_dir(run_dir)
     for sub in ("tmp", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     with open(run_dir / "logs" / "stdout.log", "ab") as stdout:
+        stdout_offset = stdout.tell()
         process = subprocess.Popen(
             [_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
             cwd=run_dir, env=_server_env(run_dir, {**allocator_env(allocator), **(env or {})}), start_new_session=True, stdout=stdout, stderr=subprocess.STDOUT,
+            umask=PRIVATE_UMASK,
         )
     started_at = process_start_time(process.pid)
     (run_dir / PID_FILE).write_text(f"{process.pid}\n{config}\n{started_at or ''}\n")
-    return TorchServeRun(run_dir, config, process.pid, process, started_at)
+    return TorchServeRun(run_dir, config, process.pid, process, started_at, stdout_offset)
+
+
+def make_private_dir(path: Path) -> None:
+    """Create `path` (and parents) with its last part readable by its owner only; an existing one of ours
+    is narrowed to that (one of another user's is left alone: TorchServe then fails on it, saying so)."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.stat().st_uid == os.getuid():
+        path.chmod(0o700)
+
+
+def check_worker_socket_path(run_dir: Path) -> None:
+    """Refuse a run dir whose workers' socket paths would pass Linux's limit (TorchServe would fail obscurely)."""
+    longest = Path(run_dir) / "tmp" / WORKER_SOCKET_NAME
+    if len(os.fsencode(longest)) > UNIX_SOCKET_PATH_MAX:
+        raise UsageError(f"--run-dir {run_dir} is too deep: TorchServe's worker sockets ({longest}) would be "
+                         f"{len(os.fsencode(longest))} bytes; Unix sockets allow at most {UNIX_SOCKET_PATH_MAX}. "
+                         "Choose a shorter --run-dir")
 
 
 def find_running(run_dir: Path) -> TorchServeRun | None:

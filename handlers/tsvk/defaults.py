@@ -88,6 +88,10 @@ MODEL_STORE = "model_store"
 CONFIG = "configs/generated.properties"
 RUN_DIR = ".tsvk/run"  # the TorchServe that `tsvk serve` starts: its logs, pid and key file
 READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
+# How long a stop (`tsvk stop`, the container's SIGTERM) waits for the requests TorchServe has taken in to be
+# answered before it stops TorchServe anyway; the chart's terminationGracePeriodSeconds follows it.
+DRAIN_TIMEOUT_S = 30
+STOP_GRACE_S = 3  # after the drain, how long TorchServe may take to exit before it is killed (nothing is in flight then)
 
 # What `tsvk predict` and `tsvk demo` classify when no image is named.
 IMAGE = "skimage:chelsea"

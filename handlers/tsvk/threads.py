@@ -13,6 +13,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from .properties import read_properties
 from .settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
@@ -79,22 +80,6 @@ def find_torchserve_config(pid: int | None = None) -> Path | None:
             return config if config.is_absolute() else Path(f"/proc/{pid}/cwd") / config
         pid = _parent_pid(pid)
     return None
-
-
-def read_properties(path: Path) -> dict[str, str]:
-    """Java .properties subset TorchServe configs use: key=value lines, # and ! comments."""
-    properties: dict[str, str] = {}
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as err:
-        log.warning("cannot read TorchServe config %s: %s", path, err)
-        return properties
-    for line in lines:
-        line = line.strip()
-        if line and line[0] not in "#!" and "=" in line:
-            key, _, value = line.partition("=")
-            properties[key.strip()] = value.strip()
-    return properties
 
 
 def _cmdline(pid: int) -> list[str]:

@@ -81,9 +81,8 @@ def test_autoscaler_bounds_are_ordered(render_error):
     assert "maxReplicas (1) must be at least" in render_error({"autoscaling": {"minReplicas": 3, "maxReplicas": 1}})
 
 
-def test_pre_stop_sleep_fits_in_the_grace_period(render_error):
-    error = render_error({"preStopSleepSeconds": 60, "terminationGracePeriodSeconds": 30})
-    assert "preStopSleepSeconds (60) must be shorter than terminationGracePeriodSeconds (30)" in error
+def test_the_grace_period_is_no_longer_a_value_of_its_own(render_error):
+    assert "terminationGracePeriodSeconds" in render_error({"terminationGracePeriodSeconds": 30})  # it follows the drain
 
 
 def test_existing_claim_needs_a_name(render_error):

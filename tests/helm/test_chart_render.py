@@ -214,7 +214,7 @@ def test_pods_run_as_non_root_with_a_read_only_root(scenario):
         assert context["allowPrivilegeEscalation"] is False
         assert context["capabilities"]["drop"] == ["ALL"]
     mounts = {m["mountPath"]: m["name"] for m in rendered.server()["volumeMounts"]}
-    for writable in ("/tmp", "/home/model-server/logs", "/home/model-server/tmp"):
+    for writable in ("/tmp", "/home/model-server/run", "/home/model-server/run/logs", "/home/model-server/run/tmp"):
         assert "emptyDir" in volumes[mounts[writable]], writable
 
 
@@ -383,3 +383,27 @@ def test_set_file_config_reaches_the_config_map(render, tmp_path):
     )
     assert rendered.one("ConfigMap")["data"]["config.properties"].strip() == generated.read_text().strip()
     assert rendered.server()["resources"]["limits"]["cpu"] == "8"
+
+
+def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain(render):
+    """SIGTERM goes to `tsvk run-container` (tools/container.py), which drains for drainTimeoutSeconds;
+    SIGKILL comes only after the preStop sleep, the drain and room for TorchServe to exit."""
+    from tsvk import defaults
+
+    for values, drain, grace in (({}, defaults.DRAIN_TIMEOUT_S, 10 + defaults.DRAIN_TIMEOUT_S + 10),
+                                 ({"drainTimeoutSeconds": 90, "preStopSleepSeconds": 5}, 90, 105)):
+        rendered = render(values)
+        server = rendered.server()
+        assert server["command"] == ["python", "-m", "tsvk_tools.cli", "run-container"]
+        args = server["args"]
+        assert args[args.index("--drain-timeout") + 1] == str(drain)
+        assert args[args.index("--config") + 1] == "/etc/tsvk/config.properties"
+        assert rendered.pod_spec()["terminationGracePeriodSeconds"] == grace
+        assert grace > values.get("preStopSleepSeconds", 10) + drain + defaults.STOP_GRACE_S
+
+
+def test_the_run_dir_holds_what_torchserve_writes_and_fits_the_worker_sockets(render):
+    from tsvk_tools.server import check_worker_socket_path
+
+    args = render({}).server()["args"]
+    check_worker_socket_path(Path(args[args.index("--run-dir") + 1]))

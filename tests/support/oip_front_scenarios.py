@@ -8,6 +8,7 @@ tritonclient uses; so tests/unit/test_oip_front.py runs each in a process of its
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 from aiohttp import web
@@ -130,3 +131,27 @@ def failure_of(values: list, url: str | None = None) -> dict:
         return {"status": 200, "message": ""}
 
     return _run(scenario)
+
+
+def serve_front_beside_fake_torchserve(rest_port: int, grpc_port: int, run_dir: str) -> None:
+    """The real front (tools/oip/server.py) on `rest_port`, forwarding to a FakeTorchServe; until SIGTERM."""
+    import threading
+
+    from tsvk_tools.oip.config import FrontConfig
+    from tsvk_tools.oip.server import serve
+
+    started, holder = threading.Event(), {}
+
+    def fake_in_its_own_loop() -> None:
+        async def keep() -> None:
+            async with FakeTorchServe() as torchserve:
+                holder["url"] = torchserve.url
+                started.set()
+                await asyncio.Event().wait()
+        asyncio.run(keep())
+
+    threading.Thread(target=fake_in_its_own_loop, daemon=True).start()
+    started.wait(10)
+    config = FrontConfig(torchserve_url=holder["url"], address="127.0.0.1", rest_port=rest_port, grpc_port=grpc_port,
+                         max_images=4, max_request_bytes=2**20, models=(ModelTensors("tiny", 32, 2, 10.0),))
+    serve(config, Path(run_dir))

@@ -111,6 +111,8 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
     (("serve",), "--run-dir", Path(defaults.RUN_DIR)),
     (("serve",), "--timeout", defaults.READY_TIMEOUT_S),
     (("stop",), "--run-dir", Path(defaults.RUN_DIR)),
+    (("stop",), "--drain-timeout", defaults.DRAIN_TIMEOUT_S),
+    (("run-container",), "--drain-timeout", defaults.DRAIN_TIMEOUT_S),
     (("predict",), "--image", defaults.IMAGE),
     (("predict",), "--run-dir", Path(defaults.RUN_DIR)),
     (("keys",), "--run-dir", Path(defaults.RUN_DIR)),

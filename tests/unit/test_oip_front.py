@@ -7,9 +7,17 @@ SDK, whose protobuf messages clash with tritonclient's, which other tests load i
 from __future__ import annotations
 
 import base64
+import json
 import multiprocessing
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
 
 import pytest
+
+from tsvk_tools.ports import free_ports
 
 
 def _in_a_process(name: str, *args):
@@ -54,3 +62,65 @@ def test_a_bad_image_fails_the_request_with_the_handler_code_and_which_image():
 def test_torchserve_gone_is_a_503_saying_so():
     failure = _in_a_process("failure_of", [b"\xff\xd8fine"], "http://127.0.0.1:9")
     assert failure["status"] == 503 and failure["message"].startswith("torchserve_unreachable")
+
+
+@pytest.fixture(scope="module")
+def front_url(tmp_path_factory):
+    """The real front, over HTTP, beside a fake TorchServe (tests/support/oip_front_scenarios.py)."""
+    rest, grpc = free_ports(2)
+    code = ("import sys; from tests.support.oip_front_scenarios import serve_front_beside_fake_torchserve as s; "
+            "s(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])")
+    front = subprocess.Popen([sys.executable, "-c", code, str(rest), str(grpc), str(tmp_path_factory.mktemp("front"))])
+    url = f"http://127.0.0.1:{rest}"
+    try:
+        deadline = time.monotonic() + 60
+        while _post(f"{url}/v2/health/ready", None, {})[0] != 200:
+            assert front.poll() is None and time.monotonic() < deadline, "the front did not come up"
+            time.sleep(0.3)
+        yield url
+    finally:
+        front.terminate()
+        front.wait(30)
+
+
+def _post(url: str, body: bytes | None, headers: dict[str, str]) -> tuple[int, dict]:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST" if body is not None else "GET")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as err:
+        return err.code, json.loads(err.read() or b"{}")
+    except (urllib.error.URLError, OSError):
+        return 0, {}
+
+
+def _binary_request(element: bytes, claimed_length: int) -> tuple[bytes, bytes]:
+    """(JSON header, whole body) of one BYTES element in the binary extension, its length prefix `claimed_length`."""
+    tensor = claimed_length.to_bytes(4, "little") + element
+    header = json.dumps({"inputs": [{"name": "images", "shape": [1], "datatype": "BYTES",
+                                     "parameters": {"binary_data_size": len(tensor)}}]}).encode()
+    return header, header + tensor
+
+
+BINARY_HEADER, BINARY_BODY = _binary_request(JPEG, len(JPEG))
+
+
+@pytest.mark.parametrize("length", ["abc", "-5", "0", str(len(BINARY_BODY) + 1), "1e3", "9" * 5000, " "])
+def test_a_malformed_binary_header_length_is_a_400_saying_what_is_allowed(front_url, length):
+    status, body = _post(f"{front_url}/v2/models/tiny/infer", BINARY_BODY,
+                         {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": length})
+    assert status == 400
+    assert "Inference-Header-Content-Length must be a whole number of bytes" in body["error"]
+
+
+def test_a_well_formed_binary_request_still_reaches_torchserve(front_url):
+    status, body = _post(f"{front_url}/v2/models/tiny/infer", BINARY_BODY,
+                         {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(BINARY_HEADER))})
+    assert status == 200 and body["model_name"] == "tiny"
+
+
+def test_a_bytes_element_longer_than_its_tensor_is_a_400(front_url):
+    header, body = _binary_request(JPEG, len(JPEG) + 100)
+    status, answer = _post(f"{front_url}/v2/models/tiny/infer", body,
+                           {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
+    assert status == 400 and "length prefixes" in answer["error"]

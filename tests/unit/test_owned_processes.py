@@ -38,7 +38,7 @@ def test_a_pid_file_naming_someone_elses_process_is_stale_and_nothing_is_signall
         assert find_running(tmp_path) is None
         assert not (tmp_path / PID_FILE).exists()
         run = TorchServeRun(tmp_path, tmp_path / "c.properties", child.pid, started_at=started - 1000)
-        run.stop(timeout=0.5)
+        run.stop(drain_timeout=0, kill_timeout=0.5)
         assert child.poll() is None and psutil.pid_exists(child.pid)  # still alive: never signalled
     finally:
         child.kill()
@@ -63,7 +63,7 @@ def test_stop_terminates_our_own_group_and_sends_no_sigkill_once_it_is_gone(tmp_
 
     real = server.signal_group
     monkeypatch.setattr(server, "signal_group", lambda pid, sig: (sent.append(sig), real(pid, sig)))
-    run.stop(timeout=10)
+    run.stop(kill_timeout=10)
     assert child.poll() is not None
     assert [int(s) for s in sent] == [15]  # SIGTERM only: the group was gone before any SIGKILL
 

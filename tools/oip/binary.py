@@ -8,19 +8,27 @@ such bodies here instead, into the SDK's own request objects with the bytes kept
 
 from __future__ import annotations
 
+import struct
+
 import numpy as np
 import orjson
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferRequest, RequestedOutput, deserialize_bytes_tensor
 from kserve.utils.numpy_codec import to_np_dtype
 
+HEADER_LENGTH_NAME = "Inference-Header-Content-Length"
 
-def request_from_binary(body: bytes, json_length: int, model_name: str) -> InferRequest:
-    """The request whose JSON header is the first `json_length` bytes, binary tensors following in input order."""
+
+def request_from_binary(body: bytes, header_length_text: str, model_name: str) -> InferRequest:
+    """The request whose JSON header is the first Inference-Header-Content-Length bytes (`header_length_text`,
+    as the client sent it), binary tensors following in input order."""
+    json_length = header_length(header_length_text, len(body))
     try:
         header = orjson.loads(body[:json_length])
     except orjson.JSONDecodeError as err:
         raise InvalidInput(f"bad_request: the JSON header of the request does not parse: {err}") from None
+    if not isinstance(header, dict):
+        raise InvalidInput("bad_request: the JSON header of the request must be an object")
     inputs, offset = [], json_length
     for entry in header.get("inputs") or []:
         tensor, offset = _input(entry, body, offset)
@@ -28,6 +36,16 @@ def request_from_binary(body: bytes, json_length: int, model_name: str) -> Infer
     outputs = [RequestedOutput(name=o["name"], parameters=o.get("parameters")) for o in header.get("outputs") or []]
     return InferRequest(model_name=model_name, infer_inputs=inputs, request_id=header.get("id"),
                         parameters=header.get("parameters"), request_outputs=outputs or None)
+
+
+def header_length(text: str, body_length: int) -> int:
+    """The JSON header's length: a whole number of bytes, at most the body's; anything else is the client's error."""
+    digits = str(text).strip()
+    length = int(digits) if digits.isascii() and digits.isdigit() and len(digits) <= 20 else -1
+    if not 0 < length <= body_length:
+        raise InvalidInput(f"bad_request: {HEADER_LENGTH_NAME} must be a whole number of bytes from 1 to the body's "
+                           f"{body_length}, got {str(text)[:40]!r}")
+    return length
 
 
 def _input(entry: dict, body: bytes, offset: int) -> tuple[InferInput, int]:
@@ -47,7 +65,11 @@ def _input(entry: dict, body: bytes, offset: int) -> tuple[InferInput, int]:
 
 def _values(tensor: InferInput, raw: bytes):
     if tensor.datatype == "BYTES":
-        return list(deserialize_bytes_tensor(raw))
+        try:
+            return list(deserialize_bytes_tensor(raw))
+        except struct.error:
+            raise InvalidInput(f"bad_tensor: input {tensor.name!r}: its elements' 4-byte length prefixes run past its "
+                               f"{len(raw)} bytes") from None
     dtype = to_np_dtype(tensor.datatype)
     if dtype is None or len(raw) % np.dtype(dtype).itemsize:
         raise InvalidInput(f"bad_tensor: input {tensor.name!r}: {len(raw)} bytes are not a whole number of {tensor.datatype} values")

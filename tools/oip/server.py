@@ -191,7 +191,7 @@ def _torchserve_dataplane(registry, health):
 
             json_length = (headers or {}).get(INFERENCE_CONTENT_LENGTH_HEADER)
             if isinstance(body, bytes) and json_length is not None:
-                return request_from_binary(body, int(json_length), model_name)
+                return request_from_binary(body, json_length, model_name)
             return super().decode_inference_request(body, headers, model_name)
 
     return TorchServeDataPlane()

@@ -1,6 +1,12 @@
 """A burst through `hey` (rakyll/hey, Debian package `hey`): an established Go load generator whose
 per-request CSV (`-o csv`) gives each answer's status and time, so the refused requests' latency is
-measured by a client that is not itself the bottleneck (400 Python threads on 2 cores would be)."""
+measured by a client that is not itself the bottleneck (400 Python threads on 2 cores would be).
+
+hey takes headers only on its command line, where any local user sees them (`ps`). So the inference key
+it is given is replaced through TorchServe's token API as soon as the burst ends, whatever its outcome:
+the key that was visible is dead before anyone could use it for more than the burst's few seconds.
+(hey cannot read headers from a file or the environment; a proxy adding the header would be a second
+client in the measured path.)"""
 
 from __future__ import annotations
 
@@ -13,7 +19,8 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..keys import current_key
+from ..keys import current_key, renew_keys
+from ..server import find_running
 from .client import Answer, Target
 
 
@@ -34,10 +41,22 @@ def burst(target: Target, body: bytes, requests: int, timeout_s: int = 120) -> l
                    "-t", str(timeout_s), "-o", "csv", "-H", f"X-Request-Start: t={time.time():.6f}"]
         if key:
             command += ["-H", f"Authorization: Bearer {key}"]
-        done = subprocess.run([*command, target.url], capture_output=True, text=True, timeout=timeout_s + 60)
+        try:
+            done = subprocess.run([*command, target.url], capture_output=True, text=True, timeout=timeout_s + 60)
+        finally:
+            if key:
+                retire_inference_key(target.run_dir)
     if done.returncode != 0:
         raise UsageError(f"hey failed ({done.returncode}): {done.stderr.strip()[:300]}")
     return parse_csv(done.stdout)
+
+
+def retire_inference_key(run_dir: Path) -> None:
+    """Replace the inference key now (the management API's /token), so one seen on a command line is dead."""
+    run = find_running(run_dir)
+    if run is None:
+        raise UsageError(f"no TorchServe started from {run_dir} is running: the inference key hey was given cannot be replaced")
+    renew_keys(run.run_dir, run.url("management"), kinds=("inference",))
 
 
 def parse_csv(text: str) -> list[Answer]:

@@ -1,0 +1,123 @@
+"""Stopping under load loses nothing that was taken in, with a real TorchServe and a model that takes 40 ms a
+batch: `tsvk stop` and a SIGTERM to the container entrypoint drain at about 70% of the measured capacity
+(tools/robustness/drain.py), and `tsvk serve` interrupted during its readiness check leaves nothing running."""
+
+from __future__ import annotations
+
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import requests
+from PIL import Image
+
+from tests.support.torchserve import isolated_env
+from tsvk_tools.cli import main as tsvk
+from tsvk_tools.ports import serving_on_free_ports
+from tsvk_tools.robustness.drain import capacity, measure_drain
+from tsvk_tools.server import find_running, start_torchserve
+from tsvk_tools.serving_config import write_config
+
+pytestmark = pytest.mark.integration
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+DRAIN_TIMEOUT_S = 10
+LOAD_SHARE = 0.7
+STARTUP_S = 10  # `tsvk` itself starts in ~6 s here (its parser imports torch) before the drain begins
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    store = tmp_path_factory.mktemp("store")
+    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
+                 "--model-factory", "SlowTinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
+                 "--weights", "none", "--max-batch", "4", "--model-store", str(store)]) == 0
+    return store
+
+
+@pytest.fixture
+def config(store, tmp_path) -> Path:
+    path = tmp_path / "config.properties"
+    write_config(serving_on_free_ports(models=("tiny",), model_store=store, vcpus=1, workers=1, batch=4,
+                                       max_batch_delay_ms=20, auth=False), path)
+    return path
+
+
+def _photo() -> bytes:
+    out = io.BytesIO()
+    Image.new("RGB", (64, 48), (30, 200, 30)).save(out, "JPEG")
+    return out.getvalue()
+
+
+def _url(run) -> str:
+    return f"{run.url('inference')}/predictions/tiny"
+
+
+def _assert_drained(report: dict) -> None:
+    assert report["sent_before_stop"] > 50 and report["lost"] == 0, report
+    assert report["server_errors"] == 0, report
+    assert report["exit_s"] <= DRAIN_TIMEOUT_S + 5 + STARTUP_S, report
+
+
+def test_tsvk_stop_under_load_answers_every_request_taken_in(config, tmp_path):
+    run = start_torchserve(config, tmp_path / "run", env=isolated_env())
+    try:
+        run.wait_ready(timeout=180)
+        rate = LOAD_SHARE * capacity(_url(run), _photo(), {})
+        stop = [sys.executable, "-m", "tsvk_tools.cli", "stop", "--run-dir", str(run.run_dir), "--drain-timeout", str(DRAIN_TIMEOUT_S)]
+        report = measure_drain(_url(run), _photo(), rate, lambda: subprocess.run(stop, check=True, timeout=120),
+                               gone=lambda: not run.session_alive())
+    finally:
+        run.stop(drain_timeout=0)
+    _assert_drained(report)
+    assert not run.session_alive()
+
+
+def test_sigterm_to_the_container_entrypoint_drains_reaps_and_exits_0(config, tmp_path):
+    init = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "run-container", "--config", str(config), "--run-dir",
+                             str(tmp_path / "run"), "--drain-timeout", str(DRAIN_TIMEOUT_S)], start_new_session=True)
+    try:
+        run = _wait_for(lambda: find_running(tmp_path / "run"), 60)
+        run.wait_ready(timeout=180)
+        rate = LOAD_SHARE * capacity(_url(run), _photo(), {})
+        report = measure_drain(_url(run), _photo(), rate, lambda: (init.send_signal(signal.SIGTERM), init.wait(60)),
+                               gone=lambda: init.poll() is not None)
+    finally:
+        if init.poll() is None:
+            os.killpg(init.pid, signal.SIGKILL)
+            init.wait()
+    _assert_drained(report)
+    assert init.returncode == 0
+    assert not [p for p in psutil.process_iter() if _in_group(p, init.pid)], "the entrypoint left processes behind"
+
+
+def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(config, tmp_path):
+    run_dir = tmp_path / "run"
+    serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)])
+    run = _wait_for(lambda: find_running(run_dir), 60)
+    serve.send_signal(signal.SIGINT)  # Ctrl-C while the workers are still loading
+    assert serve.wait(60) != 0
+    assert _wait_for(lambda: not run.session_alive(), 30), "TorchServe kept running after tsvk serve was interrupted"
+
+
+def _wait_for(check, timeout_s: float):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.1)
+    return None
+
+
+def _in_group(process: psutil.Process, group: int) -> bool:
+    try:
+        return os.getpgid(process.pid) == group and process.status() != psutil.STATUS_ZOMBIE
+    except (OSError, psutil.Error):
+        return False

@@ -1,0 +1,111 @@
+"""`tsvk run-container`: the image's PID 1. Starts TorchServe (and the OIP front when asked), reaps every
+orphan the container's processes leave, and on SIGTERM or SIGINT drains and stops (tools/drain.py) before
+exiting, so that a pod deletion or rollout answers the requests TorchServe has taken in.
+
+A PID 1 gets no default signal actions from the kernel: `torchserve --foreground` as PID 1 ignored
+SIGTERM, and every stop waited out the grace period and ended in SIGKILL. Here SIGTERM and SIGINT start the
+drain, a second one (or SIGQUIT) stops at once; SIGHUP, SIGUSR1 and SIGUSR2 are passed on to TorchServe.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from tsvk.threads import read_properties
+
+from .drain import add_drain_timeout_argument, describe_drain
+from .oip.config import is_oip_config
+from .oip.process import start_front
+from .server import TorchServeRun, signal_group, start_torchserve
+
+_DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+_FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+_POLL_S = 0.2
+_PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
+
+
+class _Stop:
+    """What the signals asked for: nothing yet, a drain, or an immediate stop."""
+
+    def __init__(self):
+        self.requested, self.at_once = False, False
+
+    def on_signal(self, signum, frame) -> None:
+        self.at_once = self.requested or signum == signal.SIGQUIT
+        self.requested = True
+
+
+def register(commands) -> None:
+    p = commands.add_parser("run-container", help="a container's PID 1: start TorchServe, reap orphans, and on SIGTERM "
+                                                  "drain (answer what was taken in) and stop")
+    p.add_argument("--config", type=Path, default=Path("/etc/tsvk/config.properties"))
+    p.add_argument("--run-dir", type=Path, default=Path("/home/model-server/run"),
+                   help="writable: TorchServe's working dir (key file), logs and temp dir (default /home/model-server/run)")
+    p.add_argument("--front", action="store_true", help="also start the OIP front when the config serves the Open Inference "
+                                                        "Protocol (the chart runs it as a container of its own instead)")
+    add_drain_timeout_argument(p)
+    p.set_defaults(func=cmd_run_container)
+
+
+def cmd_run_container(args: argparse.Namespace) -> int:
+    become_subreaper()
+    stop = _Stop()
+    for sig in (*_DRAIN_SIGNALS, signal.SIGQUIT):
+        signal.signal(sig, stop.on_signal)
+    run = start_torchserve(args.config, args.run_dir, env=workers_pythonpath())
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, frame: _forward(run, signum))
+    print(f"TorchServe started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
+    if args.front and is_oip_config(read_properties(args.config)):
+        start_front(args.config, args.run_dir)
+    while not stop.requested and run.alive():
+        reap_orphans()
+        time.sleep(_POLL_S)
+    if not stop.requested:
+        print(f"TorchServe exited by itself; see {run.run_dir / 'logs'}", file=sys.stderr, flush=True)
+    began = time.monotonic()
+    report = run.stop(drain_timeout=0 if stop.at_once or not stop.requested else args.drain_timeout)
+    reap_orphans()
+    print(f"stopped in {time.monotonic() - began:.1f} s: {describe_drain(report)}", flush=True)
+    sys.stderr.flush()
+    # Everything we started is stopped and reaped: exit now. The interpreter's own teardown takes seconds here,
+    # which a pod's grace period would otherwise pay.
+    os._exit(0 if stop.requested else 1)
+
+
+def workers_pythonpath() -> dict[str, str]:
+    """PYTHONPATH for TorchServe without the folder this entrypoint was imported from (the image's /opt/tsvk):
+    workers import the handler packed in each archive, never an installed copy."""
+    own = str(Path(__file__).resolve().parents[1])
+    kept = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and str(Path(entry).resolve()) != own]
+    return {"PYTHONPATH": os.pathsep.join(kept)}
+
+
+def become_subreaper() -> None:
+    """Outside a PID namespace (tests, a plain `docker run --init`-less host run) orphans re-parent to us too."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
+def reap_orphans() -> None:
+    """Collect every exited child, our own or one re-parented to PID 1, so none stays a zombie."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _forward(run: TorchServeRun, signum: int) -> None:
+    if run.owned():
+        signal_group(run.pid, signum)
