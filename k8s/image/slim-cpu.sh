@@ -1,7 +1,8 @@
 #!/bin/sh
-# Run inside the image build after pip install: records what PyPI's torch build brings for CUDA, and on
-# the CPU variant removes what only a GPU process opens; then `pip check`, whose only tolerated complaint
-# is the CPU image's missing triton. Usage: slim-cpu.sh cpu|gpu REPORT_FILE
+# Run inside the image build after each pip install: records what PyPI's torch build brings for CUDA,
+# and on the CPU variant removes what only a GPU process opens (again after a later install brought
+# triton back); then `pip check`, tolerating only the complaints named below. Appends to REPORT_FILE.
+# Usage: slim-cpu.sh cpu|gpu REPORT_FILE
 set -eu
 variant="$1"
 report="$2"
@@ -15,11 +16,11 @@ megabytes() { du -sm "$@" 2>/dev/null | awk '{s += $1} END {print s + 0}'; }
     echo "CUDA libraries (nvidia/, cuda/) MB: $(megabytes "$site/nvidia" "$site/cuda")"
     echo "triton MB: $(megabytes "$site/triton")"
     echo "cuDNN engine libraries MB: $(megabytes "$site"/nvidia/cudnn/lib/libcudnn_*.so.9)"
-} > "$report"
+} >> "$report"
 
 if [ "$variant" = cpu ]; then
     # triton compiles GPU kernels; torch imports it only when it is present and a GPU asks for it.
-    python -m pip uninstall --yes --quiet triton
+    if python -m pip show --quiet triton >/dev/null 2>&1; then python -m pip uninstall --yes --quiet triton; fi
     # libcudnn.so.9 (kept: torch links it) opens these only to run a convolution on a GPU.
     rm -f "$site"/nvidia/cudnn/lib/libcudnn_*.so.9
     echo "removed (cpu): triton, cuDNN engine libraries" >> "$report"

@@ -148,7 +148,8 @@ def test_image_runs_as_the_charts_high_numeric_user_and_carries_oci_labels():
 def test_cpu_image_leaves_out_only_what_a_gpu_process_opens():
     """triton and cuDNN's engine libraries go; libraries torch links (cudart, libcudnn.so.9) stay."""
     script = (IMAGE / "slim-cpu.sh").read_text()
-    removals = [line.strip() for line in script.splitlines() if re.match(r"\s*(rm |python -m pip uninstall)", line)]
+    removals = [re.search(r"(rm |python -m pip uninstall).*?(;|$)", line).group(0).rstrip(";")
+                for line in script.splitlines() if re.search(r"^\s*rm |pip uninstall", line)]
     assert removals == ['python -m pip uninstall --yes --quiet triton',
                         'rm -f "$site"/nvidia/cudnn/lib/libcudnn_*.so.9']
     # pip check may only complain of kserve's two pins below ours, and on the CPU image of triton.
@@ -246,7 +247,7 @@ def test_kserve_is_installed_without_dependencies_at_the_version_make_setup_inst
     dockerfile = (IMAGE / "Dockerfile").read_text()
     assert re.search(r"pip install --no-index --find-links \S+ --no-deps -r /tmp/tsvk/requirements-no-deps.txt", dockerfile)
     # pip check runs after kserve comes in, allowing only its two pins below ours (slim-cpu.sh).
-    assert dockerfile.index("requirements-no-deps.txt;") < dockerfile.index("slim-cpu.sh \"${VARIANT}\"")
+    assert dockerfile.rindex("requirements-no-deps.txt;") < dockerfile.rindex("slim-cpu.sh \"${VARIANT}\"")
 
 
 def _closure(pins: dict[str, Requirement]) -> set[str]:
