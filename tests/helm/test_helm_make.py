@@ -13,7 +13,7 @@ pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
 TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image",
-           "image-gpu", "kube-check")
+           "image-gpu", "kube-check", "chart-scan")
 HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 
