@@ -14,9 +14,11 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
+
 from ..errors import UsageError
 from ..images import image_bytes
-from . import drain, load, pod as podlib
+from . import checks, drain, load, pod as podlib
 from .chart import REPO, render
 from .check import check_variant, image_values, podman_gateway, serve_directory, start_host_baseline, variants
 from .results import write_results
@@ -52,7 +54,16 @@ def machine() -> dict:
     return {"cpu": model, "vcpus": os.cpu_count(), "podman": podlib.podman("--version").stdout.strip()}
 
 
-def make_bench(args, host_url: str | None, photo: bytes):
+def host_worker_rss_mb(pid: int | None) -> list[float]:
+    """Resident memory of each worker of the TorchServe this run started on the host, in MB."""
+    if pid is None:
+        return []
+    children = psutil.Process(pid).children(recursive=True)
+    workers = [p for p in children if "model_service_worker" in " ".join(p.cmdline())]
+    return [round(p.memory_info().rss / 2**20, 1) for p in workers]
+
+
+def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = None):
     """The default variant's extra: throughput through the pod vs `make serve`, then the drain."""
     def bench(pod, address, rendered):
         if host_url is None:
@@ -66,7 +77,8 @@ def make_bench(args, host_url: str | None, photo: bytes):
         medians = {k: statistics.median(r["throughput_ips"] or 0 for r in v) for k, v in rounds.items()}
         ratio = round(medians["pod"] / medians["make serve"], 3) if medians["make serve"] else None
         result = {"throughput": {"rounds": rounds, "median_ips": medians, "pod_vs_make_serve": ratio,
-                                 "goal": 0.95, "seconds": args.seconds, "concurrency": args.concurrency}}
+                                 "goal": 0.95, "seconds": args.seconds, "concurrency": args.concurrency},
+                  "worker_rss_mb": {"pod": checks.worker_rss_mb(pod), "make serve": host_worker_rss_mb(host_pid)}}
         result["drain"] = drain.measure(pod, rendered, pod_url, photo, rate=args.load * medians["pod"])
         return result
     return bench
@@ -89,7 +101,7 @@ def run(args) -> dict:
     try:
         for name in args.variants.split(","):
             rendered = render(chosen[name], args.build_dir, image_values(args.image, digest))
-            bench = make_bench(args, host[1] if host and name == "default" else None, photo)
+            bench = make_bench(args, host[1] if host and name == "default" else None, photo, host[0].pid if host else None)
             print(f"[kube-check] {name}: playing {rendered.deployment['metadata']['name']}", flush=True)
             report["variants"][name] = check_variant(rendered, archive, photo, args.model, args.build_dir, bench)
             print_variant(name, report["variants"][name])
@@ -109,6 +121,8 @@ def print_variant(name: str, result: dict) -> None:
         t = result["throughput"]
         print(f"[kube-check] {name}: throughput pod {t['median_ips']['pod']} img/s, make serve "
               f"{t['median_ips']['make serve']} img/s: {t['pod_vs_make_serve']}x (goal >= {t['goal']})")
+    if "worker_rss_mb" in result:
+        print(f"[kube-check] {name}: worker RSS MB: {result['worker_rss_mb']}")
     if "drain" in result:
         d = result["drain"]
         print(f"[kube-check] {name}: stop under load {'PASS' if d['ok'] else 'FAIL'}: exit {d['exit_s']} s, "
