@@ -93,7 +93,11 @@ def run(args) -> dict:
     photo = image_bytes(args.photo)
     digest = podlib.image_digest(args.image)
     gateway = podman_gateway()
-    server, port = serve_directory(archive.parent, gateway)
+    try:
+        server, port = serve_directory(archive.parent, gateway)
+    except OSError:  # the bridge comes up with the first container on the network
+        podlib.podman("run", "--rm", "--network", "podman", args.image, "true")
+        server, port = serve_directory(archive.parent, gateway)
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     chosen = variants(f"http://{gateway}:{port}/{archive.name}", f"{gateway}/32", port, args.model, sha256)
     host = None if args.no_bench else start_host_baseline(archive, args.build_dir, args.model)
