@@ -93,11 +93,8 @@ def run(args) -> dict:
     photo = image_bytes(args.photo)
     digest = podlib.image_digest(args.image)
     gateway = podman_gateway()
-    try:
-        server, port = serve_directory(archive.parent, gateway)
-    except OSError:  # the bridge comes up with the first container on the network
-        podlib.podman("run", "--rm", "--network", "podman", args.image, "true")
-        server, port = serve_directory(archive.parent, gateway)
+    podlib.keep_bridge_up(args.image)
+    server, port = serve_directory(archive.parent, gateway)
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     chosen = variants(f"http://{gateway}:{port}/{archive.name}", f"{gateway}/32", port, args.model, sha256)
     host = None if args.no_bench else start_host_baseline(archive, args.build_dir, args.model)
@@ -111,6 +108,7 @@ def run(args) -> dict:
             print_variant(name, report["variants"][name])
     finally:
         server.shutdown()
+        podlib.let_bridge_down()
         if host:
             host[0].stop()
     return report

@@ -7,6 +7,7 @@ cluster uses (Services, the PVC, NetworkPolicies, ...).
 
 from __future__ import annotations
 
+import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,6 +18,7 @@ from ..errors import UsageError
 
 REPO = Path(__file__).resolve().parents[2]
 TEST_HOOK = "helm.sh/hook"
+PODMAN_INIT_TYPE = "io.podman.annotations.init.container.type"
 
 
 @dataclass(frozen=True)
@@ -69,8 +71,13 @@ class Rendered:
         return {key.strip(): value.strip() for key, value in pairs}
 
     def server_manifest(self) -> str:
-        """What `podman kube play` runs for the server: its ConfigMap and Deployment."""
-        return yaml.safe_dump_all(self.of_kind("ConfigMap") + [self.deployment], sort_keys=False)
+        """What `podman kube play` runs for the server: its ConfigMap and Deployment. podman 4.3 removes a
+        finished init container while it may still count as running, and then fails the pod; keeping
+        init containers (its "always" type) avoids that and changes nothing else."""
+        deployment = json.loads(json.dumps(self.deployment))
+        if deployment["spec"]["template"]["spec"].get("initContainers"):  # podman reads the Deployment's own
+            deployment["metadata"].setdefault("annotations", {})[PODMAN_INIT_TYPE] = "always"
+        return yaml.safe_dump_all(self.of_kind("ConfigMap") + [deployment], sort_keys=False)
 
 
 def render(variant: Variant, build_dir: Path, helm_set: list[str]) -> Rendered:

@@ -17,6 +17,9 @@ from ..errors import UsageError
 
 PODMAN = "podman"
 POD_PREFIX = "tsvk-kube-"
+# podman takes its bridge (and the gateway address the download variant's archives are served on)
+# down with the last container on it: this one holds it up while kube-check runs.
+BRIDGE_KEEPER = f"{POD_PREFIX}bridge"
 
 
 def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
@@ -80,7 +83,12 @@ def play(manifest: Path, workload: str) -> Pod:
     earlier one of ours; podman names a Deployment's pod <name>-pod-0 and a container <pod>-<name>."""
     for pod in pods_of(_ours(workload)):
         pod.remove()
-    podman("kube", "play", "--network", "podman", str(manifest), timeout=300)
+    try:
+        podman("kube", "play", "--network", "podman", str(manifest), timeout=300)
+    except UsageError:
+        for pod in pods_of(workload):
+            pod.remove()
+        raise
     found = pods_of(workload)
     if len(found) != 1:
         raise UsageError(f"podman kube play {manifest} started {len(found)} pods named {workload}*, expected 1")
@@ -124,3 +132,12 @@ def image_digest(image: str) -> str:
 
 def image_exists(image: str) -> bool:
     return podman("image", "exists", image, check=False).returncode == 0
+
+
+def keep_bridge_up(image: str) -> None:
+    podman("rm", "--force", BRIDGE_KEEPER, check=False)
+    podman("run", "--detach", "--name", BRIDGE_KEEPER, "--network", "podman", "--read-only", image, "sleep", "infinity")
+
+
+def let_bridge_down() -> None:
+    podman("rm", "--force", "--time", "0", BRIDGE_KEEPER, check=False)
