@@ -157,6 +157,8 @@ def check_variant(rendered: Rendered, archive: Path, photo: bytes, model: str, b
         pod.remove()
         if volume:
             podlib.remove_volume(volume)
+        for configmap in rendered.of_kind("ConfigMap"):  # podman keeps each ConfigMap as a volume of its name
+            podlib.remove_volume(configmap["metadata"]["name"])
 
 
 def ask_pod(pod, address: str, rendered: Rendered, photo: bytes, model: str, build_dir: Path) -> list[checks.Check]:
