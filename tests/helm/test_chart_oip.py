@@ -114,7 +114,7 @@ def test_front_container_is_locked_down_and_sized_apart(oip):
 
 
 def test_network_policy_admits_the_oip_ports_from_the_inference_peers(oip):
-    (rule,) = oip.one("NetworkPolicy")["spec"]["ingress"]
+    (rule,) = oip.one("NetworkPolicy", "-tsvk")["spec"]["ingress"]
     assert rule["ports"] == [{"port": name, "protocol": "TCP"} for name in ("inference", "oip-rest", "oip-grpc")]
     assert {"podSelector": {}} in rule["from"]
 
@@ -142,8 +142,8 @@ def _without_oip_additions(rendered) -> list[dict]:
         elif doc["kind"] == "Service":
             doc["spec"]["ports"] = [p for p in doc["spec"]["ports"] if not p["name"].startswith("oip-")]
         elif doc["kind"] == "NetworkPolicy":
-            for rule in doc["spec"]["ingress"]:
-                rule["ports"] = [p for p in rule["ports"] if not p["port"].startswith("oip-")]
+            for rule in doc["spec"].get("ingress", []) + doc["spec"].get("egress", []):
+                rule["ports"] = [p for p in rule["ports"] if not str(p["port"]).startswith("oip-")]
         elif doc["kind"] == "Pod":
             container = doc["spec"]["containers"][0]
             container["env"] = [e for e in container["env"] if e["name"] != "OIP_URL"]

@@ -103,7 +103,7 @@ def test_selectors_agree_and_select_only_server_pods(scenario):
     if rendered.has("PodDisruptionBudget"):
         assert rendered.one("PodDisruptionBudget")["spec"]["selector"]["matchLabels"] == SERVER_SELECTOR
     if rendered.has("NetworkPolicy"):
-        assert rendered.one("NetworkPolicy")["spec"]["podSelector"]["matchLabels"] == SERVER_SELECTOR
+        assert rendered.one("NetworkPolicy", "-tsvk")["spec"]["podSelector"]["matchLabels"] == SERVER_SELECTOR
     if rendered.has("HorizontalPodAutoscaler"):
         target = rendered.one("HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]
         assert (target["kind"], target["name"]) == ("Deployment", deployment["metadata"]["name"])
@@ -205,7 +205,9 @@ def test_pods_run_as_non_root_with_a_read_only_root(scenario):
     _, rendered = scenario
     spec = rendered.pod_spec()
     assert spec["securityContext"]["runAsNonRoot"] is True
-    assert spec["securityContext"]["runAsUser"] == 1000
+    # The image's model-server user: UID and GID 10000, above any user of the node itself.
+    assert (spec["securityContext"]["runAsUser"], spec["securityContext"]["runAsGroup"]) == (10000, 10000)
+    assert spec["securityContext"]["fsGroup"] == 10000
     assert spec["automountServiceAccountToken"] is False
     volumes = {v["name"]: v for v in spec["volumes"]}
     for container in spec["containers"] + spec.get("initContainers", []):
@@ -257,7 +259,9 @@ def test_init_container_downloads_and_checks_sha256(render):
     init = render(SCENARIOS["download"]).pod_spec()["initContainers"]
     assert [c["name"] for c in init] == ["fetch-archives"]
     fetch = init[0]
-    assert fetch["image"] == "curlimages/curl:8.11.1"
+    # The chart's own image (curl and sha256sum are in it): no second image to trust.
+    assert fetch["image"] == render(SCENARIOS["download"]).server()["image"]
+    assert fetch["imagePullPolicy"] == render(SCENARIOS["download"]).server()["imagePullPolicy"]
     script = fetch["command"][2]
     assert "sha256sum -c" in script and "exit 1" in script
     assert fetch["args"] == [
@@ -271,12 +275,12 @@ def test_init_container_downloads_and_checks_sha256(render):
 
 
 def test_network_policy_admits_only_the_listed_peers(render):
-    default = render().one("NetworkPolicy")["spec"]
-    assert default["policyTypes"] == ["Ingress"]
+    default = render().one("NetworkPolicy", "-tsvk")["spec"]
+    assert default["policyTypes"] == ["Ingress", "Egress"]
     assert [rule["ports"] for rule in default["ingress"]] == [[{"port": "inference", "protocol": "TCP"}]]
     assert {"podSelector": {}} in default["ingress"][0]["from"]
 
-    strict = render(SCENARIOS["network-policy-peers"]).one("NetworkPolicy")["spec"]["ingress"]
+    strict = render(SCENARIOS["network-policy-peers"]).one("NetworkPolicy", "-tsvk")["spec"]["ingress"]
     inference, management = strict
     assert {"podSelector": {}} not in inference["from"]
     assert {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "ingress-nginx"}}} in inference["from"]
@@ -288,7 +292,7 @@ def test_network_policy_admits_only_the_listed_peers(render):
     test_pod_peer = inference["from"][0]["podSelector"]["matchLabels"]
     assert test_pod_peer.items() <= test_pod_labels.items(), "helm test must still reach the pods"
 
-    monitored = render(SCENARIOS["monitoring"]).one("NetworkPolicy")["spec"]["ingress"]
+    monitored = render(SCENARIOS["monitoring"]).one("NetworkPolicy", "-tsvk")["spec"]["ingress"]
     assert monitored[1]["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert not render(SCENARIOS["network-policy-off-fixed-replicas"]).has("NetworkPolicy")
 

@@ -12,7 +12,8 @@ from tests.support.helm import REPO, default_config, default_values
 pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
-TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image")
+TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image",
+           "image-gpu", "kube-check", "chart-scan")
 HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 
@@ -61,11 +62,20 @@ def test_protocol_oip_generates_an_oip_config_and_sets_the_chart_switch(make):
     assert "--protocol" not in plain and "protocol=" not in plain, "empty: tsvk config and the chart decide"
 
 
-def test_image_is_built_from_the_repository_root(make):
-    commands = dry_run(make, "image", "IMAGE_REPOSITORY=registry.example.com/tsvk")
-    for variant in ("cpu", "gpu"):
-        assert (f"build -f k8s/image/Dockerfile --build-arg VARIANT={variant} "
-                f"-t registry.example.com/tsvk:0.12.0-{variant} .") in commands
+@pytest.mark.parametrize("target, variant, base", [("image", "cpu", "debian:bookworm-slim"),
+                                                   ("image-gpu", "gpu", "nvidia/cuda:13.0.1-runtime-ubuntu22.04")])
+def test_image_is_built_from_the_repository_root_on_its_base(make, target, variant, base):
+    commands = dry_run(make, target, "IMAGE_REPOSITORY=registry.example.com/tsvk", "DOCKER=podman")
+    assert re.search(rf"podman build -f k8s/image/Dockerfile .*--build-arg VARIANT={variant} --build-arg BASE={re.escape(base)} "
+                     rf".*-t registry.example.com/tsvk:0.12.0-{variant} \.$", commands, re.MULTILINE), commands
+
+
+def test_image_base_and_build_ca_are_options(make):
+    commands = dry_run(make, "image", "DOCKER=podman", "BASE=localhost/tsvk-kube-base:bookworm", "BUILD_CA=/etc/ssl/ca.pem")
+    assert "--build-arg BASE=localhost/tsvk-kube-base:bookworm" in commands
+    # pip inside the build trusts the proxy's CA through a mounted file, never one baked into a layer.
+    assert "--volume /etc/ssl/ca.pem:/etc/tsvk-build-ca.pem:ro --build-arg PIP_CERT=/etc/tsvk-build-ca.pem" in commands
+    assert "--volume" not in dry_run(make, "image", "DOCKER=podman")
 
 
 def test_cpu_only_template_turns_the_gpu_off(make):
@@ -77,7 +87,7 @@ def test_deploy_is_an_idempotent_upgrade_install(make):
     assert "upgrade --install tsvk k8s/tsvk --namespace vision --create-namespace" in commands
 
 
-def test_image_fails_clearly_without_a_docker_engine(make):
+def test_image_fails_clearly_without_a_container_engine(make):
     result = subprocess.run(
         [make, "--no-print-directory", "-f", str(HELM_MK), "image", "DOCKER=/bin/false"],
         cwd=REPO,
@@ -86,7 +96,7 @@ def test_image_fails_clearly_without_a_docker_engine(make):
         check=False,
     )
     assert result.returncode != 0
-    assert "no Docker engine" in result.stderr
+    assert "no container engine answers" in result.stderr and "docker or podman" in result.stderr
     assert "docker build" not in result.stdout
 
 

@@ -102,20 +102,60 @@ def test_gpu_image_adds_cvcuda_and_a_torch_tensorrt_built_for_the_pinned_torch()
     pinned_version(gpu["cvcuda-cu13"])
 
 
-def test_dockerfile_builds_on_the_pinned_torchserve_for_both_variants():
+def _arg(dockerfile: str, name: str) -> str:
+    return re.search(rf"^ARG {name}=(\S+)$", dockerfile, re.MULTILINE).group(1)
+
+
+def test_dockerfile_builds_from_a_plain_base_with_the_distributions_java_and_python():
+    """Debian's Java 17 and Python 3.11, PyPI's packages: no archived TorchServe image, no second Python."""
     dockerfile = (IMAGE / "Dockerfile").read_text()
-    torchserve = pinned_version(project_requirements()["torchserve"])
-    assert f"ARG TORCHSERVE_VERSION={torchserve}" in dockerfile
-    assert "FROM pytorch/torchserve:${TORCHSERVE_VERSION}-${VARIANT}" in dockerfile
-    assert re.search(r"^\s+cpu\) .*\bTORCH_INDEX_URL_CPU\b", dockerfile, re.MULTILINE)
-    assert re.search(r"^\s+gpu\) .*requirements-gpu\.txt", dockerfile, re.MULTILINE)
-    assert "COPY k8s/image/requirements.txt k8s/image/requirements-gpu.txt k8s/image/requirements-no-deps.txt" in dockerfile
-    assert re.search(r"^USER model-server$", dockerfile, re.MULTILINE), "the image must end as the non-root user"
-    # The project is tested on Python 3.11 (setup.cfg classifier); the base image's 3.9 cannot run torch 2.14.
+    assert _arg(dockerfile, "BASE") == "debian:bookworm-slim"
+    assert re.search(r"^FROM \$\{BASE\}$", dockerfile, re.MULTILINE)
+    for gone in ("pytorch/torchserve", "deadsnakes", "download.pytorch.org", "extra-index-url"):
+        assert gone not in dockerfile, gone
+    install = re.search(r"apt-get install[^;]*;", dockerfile).group(0)
+    assert "openjdk-17-jre-headless" in install and '"${PYTHON}" "${PYTHON}-venv"' in install
     tested_pythons = re.findall(r"Programming Language :: Python :: (3\.\d+)", (REPO / "setup.cfg").read_text())
-    python = re.search(r"^ARG PYTHON_VERSION=(\S+)$", dockerfile, re.MULTILINE).group(1)
-    assert python in tested_pythons, f"image Python {python}, project tested on {tested_pythons}"
-    assert '"python${PYTHON_VERSION}" -m venv /home/venv' in dockerfile
+    assert _arg(dockerfile, "PYTHON").removeprefix("python") in tested_pythons
+    assert '"${PYTHON}" -m venv /opt/venv' in dockerfile
+    # Every download names PyPI; every install takes only what was downloaded.
+    downloads = re.findall(r"pip download ([^;]*);", dockerfile)
+    installs = re.findall(r"pip install ([^;]*);", dockerfile)
+    assert len(downloads) == 2 and all("--index-url https://pypi.org/simple " in d for d in downloads)
+    assert all("--no-index" in i for i in installs if "requirements" in i)
+    assert "--mount=type=cache" in dockerfile, "downloads are kept between builds"
+
+
+def test_gpu_image_starts_from_an_nvidia_cuda_runtime_base_with_python_3_11():
+    helm_mk = (REPO / "k8s" / "helm.mk").read_text()
+    gpu_base = re.search(r"^GPU_BASE \?= (\S+)$", helm_mk, re.MULTILINE).group(1)
+    assert gpu_base.startswith("nvidia/cuda:") and "-runtime-" in gpu_base
+    assert re.search(r"--build-arg VARIANT=gpu --build-arg BASE=\$\(GPU_BASE\) --build-arg PYTHON=python3\.11", helm_mk)
+
+
+def test_image_runs_as_the_charts_high_numeric_user_and_carries_oci_labels():
+    dockerfile = (IMAGE / "Dockerfile").read_text()
+    uid, gid = int(_arg(dockerfile, "UID")), int(_arg(dockerfile, "GID"))
+    assert uid >= 10000 and gid >= 10000
+    assert re.search(r"^USER \$\{UID\}:\$\{GID\}$", dockerfile, re.MULTILINE), "the image must end as the non-root user"
+    context = yaml.safe_load((CHART / "values.yaml").read_text())["podSecurityContext"]
+    assert (context["runAsUser"], context["runAsGroup"], context["fsGroup"]) == (uid, gid, gid)
+    for label in ("title", "description", "version", "revision", "source", "licenses", "base.name"):
+        assert f"org.opencontainers.image.{label}=" in dockerfile, label
+    assert _arg(dockerfile, "VERSION") == pinned_version(project_requirements()["torchserve"])
+
+
+def test_cpu_image_leaves_out_only_what_a_gpu_process_opens():
+    """triton and cuDNN's engine libraries go; libraries torch links (cudart, libcudnn.so.9) stay."""
+    script = (IMAGE / "slim-cpu.sh").read_text()
+    removals = [re.search(r"(rm |python -m pip uninstall).*?(;|$)", line).group(0).rstrip(";")
+                for line in script.splitlines() if re.search(r"^\s*rm |pip uninstall", line)]
+    assert removals == ['python -m pip uninstall --yes --quiet triton',
+                        'rm -f "$site"/nvidia/cudnn/lib/libcudnn_*.so.9']
+    # pip check may only complain of kserve's two pins below ours, and on the CPU image of triton.
+    allowed = re.findall(r"has requirement \(([a-z|-]+)\)", script)
+    assert allowed == ["|".join(sorted(KSERVE_PINS_BELOW_OURS))]
+    assert "requires triton, which is not installed" in script
 
 
 def test_chart_image_tags_follow_the_torchserve_version():
@@ -205,9 +245,9 @@ def test_kserve_is_installed_without_dependencies_at_the_version_make_setup_inst
     setup = re.search(r"pip install .*--no-deps (kserve==\S+)", (REPO / "Makefile").read_text()).group(1)
     assert str(kserve) == setup, f"image {kserve}, make setup {setup}"
     dockerfile = (IMAGE / "Dockerfile").read_text()
-    assert "pip install --no-cache-dir --no-deps -r /tmp/tsvk/requirements-no-deps.txt" in dockerfile
-    # pip check runs before kserve comes in: its two conflicting pins would fail it on purpose.
-    assert dockerfile.index("pip check") < dockerfile.index("requirements-no-deps.txt;")
+    assert re.search(r"pip install --no-index --find-links \S+ --no-deps -r /tmp/tsvk/requirements-no-deps.txt", dockerfile)
+    # pip check runs after kserve comes in, allowing only its two pins below ours (slim-cpu.sh).
+    assert dockerfile.rindex("requirements-no-deps.txt;") < dockerfile.rindex("slim-cpu.sh \"${VARIANT}\"")
 
 
 def _closure(pins: dict[str, Requirement]) -> set[str]:
@@ -291,7 +331,9 @@ def test_build_context_sends_what_the_recipe_copies_and_nothing_else():
                     "benchmarks/results/run.json", "tools/__pycache__/cli.cpython-311.pyc"):
         assert not _dockerignore_keeps(outside, patterns), f".dockerignore sends {outside} to the daemon"
     helm_mk = (REPO / "k8s" / "helm.mk").read_text()
-    assert helm_mk.count("build -f k8s/image/Dockerfile --build-arg VARIANT=") == 2 and helm_mk.count("$(TORCHSERVE_VERSION)-cpu .\n") == 1
+    assert helm_mk.count("build -f k8s/image/Dockerfile ") == 1, "one build command for both images"
+    builds = re.findall(r"^\t\$\(image_build\) --build-arg VARIANT=(\w+) .* \.$", helm_mk, re.MULTILINE)
+    assert builds == ["cpu", "gpu"], "each image is built from the repository root"
 
 
 def test_the_copied_sources_install_a_front_that_runs(tmp_path):

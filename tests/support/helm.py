@@ -122,7 +122,7 @@ def config_without(*keys: str) -> str:
 def dockerfile_copies() -> list[tuple[list[str], str]]:
     """(sources, destination) of every COPY of the image recipe."""
     copies = []
-    for line in DOCKERFILE.read_text().splitlines():
+    for line in DOCKERFILE.read_text().replace("\\\n", " ").splitlines():  # continued lines joined
         if line.startswith("COPY "):
             *sources, destination = line.split()[1:]
             copies.append((sources, destination))

@@ -88,6 +88,29 @@ TorchServe image: the tag defaults to "<appVersion>-cpu" or "<appVersion>-gpu" f
 {{- end }}
 
 {{/*
+The egress rule to networkPolicy.dnsTo on port 53 (UDP and TCP), as a one-item list; nothing when empty.
+*/}}
+{{- define "tsvk.dnsEgress" -}}
+{{- with .Values.networkPolicy.dnsTo -}}
+- ports:
+    - port: 53
+      protocol: UDP
+    - port: 53
+      protocol: TCP
+  to:
+    {{- toYaml . | nindent 4 }}
+{{- end }}
+{{- end }}
+
+{{/*
+The image's pull policy: image.pullPolicy, or when empty IfNotPresent for an image pinned by digest
+(it cannot change) and Always for a tag (which can be pushed again).
+*/}}
+{{- define "tsvk.imagePullPolicy" -}}
+{{- .Values.image.pullPolicy | default (ternary "IfNotPresent" "Always" (ne .Values.image.digest "")) }}
+{{- end }}
+
+{{/*
 One value of torchserve.configProperties, "" when the key is absent.
 Usage: include "tsvk.property" (list $ "inference_address")
 */}}

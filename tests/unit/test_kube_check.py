@@ -1,0 +1,107 @@
+"""kube-check's own logic, without podman: how it reads the rendered chart, judges a stop under load,
+names the local image and records its results."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tsvk_tools.errors import UsageError
+from tsvk_tools.kube import drain
+from tsvk_tools.kube.check import image_values, local_repository
+from tsvk_tools.kube.load import OpenLoop, Sent
+from tsvk_tools.kube.pod import _ours
+from tsvk_tools.kube.probes import port_number
+from tsvk_tools.kube.results import LATEST, write_results
+
+SIGTERM_AT = 100.0
+
+
+def sent(started: float, outcome: str, status: int = 200) -> Sent:
+    return Sent(started, started + 0.5, status, outcome)
+
+
+@pytest.mark.parametrize("container, timeout", [
+    ({"env": [{"name": "TSVK_DRAIN_TIMEOUT_S", "value": "30"}]}, 30),
+    ({"command": ["tsvk-entrypoint"], "args": ["--drain-timeout=45", "--", "torchserve"]}, 45),
+    ({"command": ["tsvk-entrypoint", "--drain-timeout", "20"]}, 20),
+    ({"command": ["torchserve"], "args": ["--start", "--foreground"]}, None),
+    ({"env": [{"name": "DRAIN_MODE", "value": "fast"}]}, None),
+])
+def test_drain_timeout_is_read_from_the_rendered_container(container, timeout):
+    assert drain.drain_timeout_s(container) == timeout
+
+
+def test_a_stop_that_answers_everything_accepted_in_time_passes():
+    records = [sent(90, "answered"), sent(99.9, "answered"), sent(101, "refused", 0), sent(102, "failed", 503)]
+    result = drain.summarize(records, SIGTERM_AT, exit_s=12.0, timeout=30, grace=60, rate=7.0, first="tsvk-entrypoint",
+                             states={"torchserve": {"ExitCode": 0}})
+    assert result["ok"], result["problems"]
+    assert result["sent_before_sigterm"] == {"answered": 2}
+    assert result["sent_after_sigterm"] == {"refused": 1, "failed": 1}
+
+
+@pytest.mark.parametrize("record", [sent(99, "lost", 0), sent(99, "failed", 503), sent(101, "failed", 500), sent(101, "lost", 0)])
+def test_an_accepted_request_left_unanswered_fails_the_stop(record):
+    result = drain.summarize([sent(90, "answered"), record], SIGTERM_AT, 5.0, 30, 60, 7.0, "x", {"torchserve": {"ExitCode": 0}})
+    assert not result["ok"] and "not answered" in result["problems"][0]
+
+
+def test_a_stop_slower_than_the_drain_timeout_plus_margin_or_killed_fails():
+    slow = drain.summarize([sent(90, "answered")], SIGTERM_AT, 35.1, 30, 60, 7.0, "x", {"torchserve": {"ExitCode": 0}})
+    assert not slow["ok"] and "over the drain timeout + 5 s (35 s)" in slow["problems"][0]
+    killed = drain.summarize([sent(90, "answered")], SIGTERM_AT, 10, 30, 60, 7.0, "x", {"torchserve": {"ExitCode": 137}})
+    assert not killed["ok"] and "SIGKILLed" in killed["problems"][0]
+
+
+def test_without_a_draining_entrypoint_the_failure_says_what_is_missing():
+    result = drain.summarize([sent(90, "answered")], SIGTERM_AT, 1.0, None, 60, 7.0,
+                             "/opt/venv/bin/python /opt/venv/bin/torchserve --start", {"torchserve": {"ExitCode": 0}})
+    assert not result["ok"]
+    assert "names no drain timeout" in result["problems"][0] and "torchserve --start" in result["problems"][0]
+    assert "draining entrypoint" in result["problems"][0]
+
+
+@pytest.mark.parametrize("image, expected", [
+    ("tsvk/torchserve:0.12.0-cpu", ("localhost/tsvk/torchserve", "0.12.0-cpu")),
+    ("localhost/tsvk/torchserve:0.12.0-cpu", ("localhost/tsvk/torchserve", "0.12.0-cpu")),
+    ("registry.example.com:5000/ml/tsvk:1", ("registry.example.com:5000/ml/tsvk", "1")),
+])
+def test_a_local_image_is_named_as_podman_stores_it(image, expected):
+    assert local_repository(image) == expected
+
+
+def test_the_chart_is_pointed_at_the_image_by_digest():
+    flags = image_values("tsvk/torchserve:0.12.0-cpu", "sha256:" + "1" * 64)
+    assert flags == ["--set", "image.repository=localhost/tsvk/torchserve", "--set", "image.tag=0.12.0-cpu",
+                     "--set", "image.digest=sha256:" + "1" * 64]
+
+
+def test_only_pods_and_volumes_named_for_kube_check_are_touched():
+    assert _ours("tsvk-kube-default-pod-0") == "tsvk-kube-default-pod-0"
+    with pytest.raises(UsageError, match="only touches"):
+        _ours("tsvk-newcomer-rootpath")
+
+
+def test_probe_ports_resolve_by_name_or_number():
+    container = {"name": "torchserve", "ports": [{"name": "inference", "containerPort": 8080}]}
+    assert port_number(container, "inference") == 8080
+    assert port_number(container, 9000) == 9000
+    with pytest.raises(UsageError, match="no port named 'oip-rest'"):
+        port_number(container, "oip-rest")
+
+
+def test_open_loop_refuses_a_rate_that_is_not_positive():
+    with pytest.raises(ValueError, match="rate must be > 0"):
+        OpenLoop("http://127.0.0.1:1/", b"", 0)
+
+
+def test_results_are_one_dated_file_and_a_link_to_the_latest(tmp_path):
+    first = write_results({"passed": True}, tmp_path, started=0)
+    second = write_results({"passed": False}, tmp_path, started=3600)
+    assert (first.name, second.name) == ("19700101T000000Z-kube-check.json", "19700101T010000Z-kube-check.json")
+    latest = tmp_path / LATEST
+    assert latest.is_symlink() and latest.readlink().name == second.name, "a pointer, not a copy"
+    assert json.loads(latest.read_text()) == {"date": "1970-01-01T01:00:00Z", "passed": False}
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, second.name, LATEST])

@@ -1,0 +1,95 @@
+"""Load for kube-check: closed-loop throughput (tools/bench/loadgen.py), and an open loop at a fixed rate
+that keeps sending while the pod is stopped, recording what became of each request.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import requests
+
+from ..bench.loadgen import HttpTarget, run_closed_loop, summarize_records
+
+OPEN_LOOP_THREADS = 64
+
+
+def throughput(url: str, photo: bytes, seconds: float, concurrency: int) -> dict:
+    """Images per second of `concurrency` clients for `seconds`, after a short warm-up."""
+    target = HttpTarget(url, make_body=lambda image: image, content_type="image/jpeg")
+    run_closed_loop(target, [photo], total=concurrency * 2, concurrency=concurrency)
+    records = run_closed_loop(target, [photo], total=10**9, concurrency=concurrency, until=time.monotonic() + seconds)
+    summary = summarize_records(records)
+    summary.pop("top1", None)
+    return summary
+
+
+@dataclass(frozen=True)
+class Sent:
+    """One request of the open loop: when it was sent and what became of it."""
+
+    started: float
+    finished: float
+    status: int  # 0: no HTTP answer
+    outcome: str  # answered | refused (never connected) | lost (connected, no answer) | failed (an error status)
+    error: str = ""
+
+
+def send_fresh(url: str, photo: bytes, timeout_s: float) -> Sent:
+    """One request on a connection of its own, so a refused connection and a lost request differ."""
+    started = time.monotonic()
+    try:
+        response = requests.post(url, data=photo, timeout=timeout_s,
+                                 headers={"Content-Type": "image/jpeg", "Connection": "close"})
+    except requests.ConnectionError as err:
+        text = str(err)
+        refused = "Connection refused" in text or "No route to host" in text
+        return Sent(started, time.monotonic(), 0, "refused" if refused else "lost", text[:200])
+    except requests.RequestException as err:
+        return Sent(started, time.monotonic(), 0, "lost", f"{type(err).__name__}: {err}"[:200])
+    outcome = "answered" if response.status_code == 200 else "failed"
+    return Sent(started, time.monotonic(), response.status_code, outcome, "" if outcome == "answered" else response.text[:200])
+
+
+class OpenLoop:
+    """Requests at a fixed rate from a pool of threads until stopped; each request's fate is kept."""
+
+    def __init__(self, url: str, photo: bytes, rate: float, timeout_s: float = 120):
+        if rate <= 0:
+            raise ValueError(f"rate must be > 0 requests/s, got {rate}")
+        self.url, self.photo, self.interval, self.timeout_s = url, photo, 1.0 / rate, timeout_s
+        self.records: list[Sent] = []
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._next = time.monotonic()
+        self._threads = [threading.Thread(target=self._client, daemon=True) for _ in range(OPEN_LOOP_THREADS)]
+
+    def start(self) -> "OpenLoop":
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def _ticket(self) -> float | None:
+        """The time this thread's next request is due, or None once stopped."""
+        with self._lock:
+            if self._stop.is_set():
+                return None
+            due, self._next = self._next, max(self._next + self.interval, time.monotonic() - self.interval)
+            return due
+
+    def _client(self) -> None:
+        while (due := self._ticket()) is not None:
+            time.sleep(max(0.0, due - time.monotonic()))
+            if self._stop.is_set():
+                return
+            record = send_fresh(self.url, self.photo, self.timeout_s)
+            with self._lock:
+                self.records.append(record)
+
+    def stop(self) -> list[Sent]:
+        """Send nothing more; wait for the requests in flight to end."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(self.timeout_s + 5)
+        return sorted(self.records, key=lambda r: r.started)

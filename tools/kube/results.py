@@ -1,0 +1,28 @@
+"""kube-check's record: one dated file per run, and kube-check-latest.json, a link to the newest."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+LATEST = "kube-check-latest.json"
+
+
+def write_results(report: dict, directory: Path, started: float) -> Path:
+    """<UTC stamp>-kube-check.json, written whole before the latest link moves to it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(started))
+    report = {"date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)), **report}
+    path = directory / f"{stamp}-kube-check.json"
+    part = path.with_suffix(".json.part")
+    part.write_text(json.dumps(report, indent=2) + "\n")
+    part.replace(path)
+    link = directory / LATEST
+    tmp_link = directory / f".{LATEST}.part"
+    if tmp_link.is_symlink() or tmp_link.exists():
+        tmp_link.unlink()
+    os.symlink(path.name, tmp_link)
+    tmp_link.replace(link)
+    return path
