@@ -109,3 +109,16 @@ def reap_orphans() -> None:
 def _forward(run: TorchServeRun, signum: int) -> None:
     if run.owned():
         signal_group(run.pid, signum)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m tsvk_tools.container`: the same command without the rest of the CLI, whose build, bench and
+    robustness commands import packages (hypothesis among them) that the serving image does not carry."""
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.container")
+    register(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["run-container", *(sys.argv[1:] if argv is None else argv)])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

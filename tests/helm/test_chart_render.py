@@ -398,7 +398,7 @@ def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain
                                  ({"drainTimeoutSeconds": 90, "preStopSleepSeconds": 5}, 90, 105)):
         rendered = render(values)
         server = rendered.server()
-        assert server["command"] == ["python", "-m", "tsvk_tools.cli", "run-container"]
+        assert server["command"] == ["python", "-m", "tsvk_tools.container"]
         args = server["args"]
         assert args[args.index("--drain-timeout") + 1] == str(drain)
         assert args[args.index("--config") + 1] == "/etc/tsvk/config.properties"
