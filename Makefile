@@ -82,7 +82,7 @@ serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and
 	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR))
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
-	@test -x $(TSVK) && $(TSVK) stop || true
+	@test -x $(TSVK) && $(TSVK) stop $(call opt,--drain-timeout,$(DRAIN_TIMEOUT)) || true
 
 status: ## what the TorchServe `make serve` started is doing: models, workers, ports, key file, OIP front, memory, uptime
 	@test -x $(TSVK) && $(TSVK) status || echo "nothing runs: tsvk is not set up yet (make setup)"
