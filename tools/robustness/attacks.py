@@ -218,10 +218,10 @@ def malformed_binary_headers(image: bytes) -> Iterator[Attack]:
         yield binary_extension("malformed binary header", image, size=size)
 
 
-def json_expansion() -> Iterator[Attack]:
-    """`[[],[],...]` just under the request limit: each byte pair a Python list when parsed."""
+def json_expansion(size: int = EXPANSION_BYTES) -> Iterator[Attack]:
+    """`[[],[],...]` of `size` bytes (just under the request limit): every 3 bytes a list when parsed."""
     def body(prefix: bytes, suffix: bytes) -> Callable[[], bytes]:
-        return lambda: prefix + b"[]," * ((EXPANSION_BYTES - len(prefix) - len(suffix)) // 3) + b"[]" + suffix
+        return lambda: prefix + b"[]," * ((size - len(prefix) - len(suffix) - 2) // 3) + b"[]" + suffix
 
     for transport, prefix, suffix in ((PREDICTIONS, b"[", b"]"), (PREDICTIONS, b'{"image":[', b"]}"),
                                       (PREDICTIONS, b'{"inputs":[{"name":"images","datatype":"BYTES","shape":[1],"data":[', b"]}]}"),

@@ -11,7 +11,10 @@ from typing import Iterator
 from tsvk import defaults
 
 from ..images import jpeg_bytes, photo_array
+from ..archive_info import read_archive_settings
 from ..keys import start_key_renewer
+from ..oip.config import read_front_config
+from ..oip.process import front_urls, start_front, wait_front_ready
 from ..ports import free_ports
 from ..server import start_torchserve
 from ..serving_config import ServingRequest, write_config
@@ -30,15 +33,18 @@ class ServiceSpec:
     token_expiration_min: float | None = None  # None: the generator's default; fractions for tests of expiry
     env: dict[str, str] | None = None
     allocator: str = defaults.ALLOCATOR
+    other_models: tuple[str, ...] = ()  # served beside `model` (a detector, a segmenter): attacked by the hostile classes
+    oip: bool = False  # also start the Open Inference Protocol front (REST and gRPC) on free localhost ports
 
 
 def serving_request(spec: ServiceSpec) -> ServingRequest:
-    inference, management, metrics, grpc_inference, grpc_management = free_ports(5)
+    inference, management, metrics, grpc_inference, grpc_management, oip_rest, oip_grpc = free_ports(7)
     return ServingRequest(
-        vcpus=spec.vcpus, workers=spec.workers, models=(spec.model,), model_store=spec.model_store, auth=True,
+        vcpus=spec.vcpus, workers=spec.workers, models=(spec.model, *spec.other_models), model_store=spec.model_store, auth=True,
         concurrency=QUEUE_CLIENTS, inference_address=f"http://127.0.0.1:{inference}",
         management_address=f"http://127.0.0.1:{management}", metrics_address=f"http://127.0.0.1:{metrics}",
         grpc_inference_port=grpc_inference, grpc_management_port=grpc_management,
+        protocol="oip" if spec.oip else defaults.PROTOCOL, oip_address="127.0.0.1", oip_rest_port=oip_rest, oip_grpc_port=oip_grpc,
     )
 
 
@@ -56,10 +62,21 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=600)
+        front = _start_front(run, spec.env) if spec.oip else None
         model = plan.models[0]
-        yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo())
+        tasks = {name: read_archive_settings(spec.model_store / f"{name}.mar").task for name in (spec.model, *spec.other_models)}
+        yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo(), tasks, front,
+                      {m.name: m.batch for m in plan.models})
     finally:
         run.stop()
+
+
+def _start_front(run, env: dict[str, str] | None) -> tuple[str, str]:
+    """The OIP front on the run's config, ready: its REST base URL and gRPC target."""
+    start_front(run.config, run.run_dir, env=env)
+    config = read_front_config(run.config)
+    wait_front_ready(config, run.run_dir)
+    return front_urls(config)
 
 
 def real_photo() -> bytes:
