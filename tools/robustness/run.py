@@ -12,6 +12,7 @@ from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
 from ..errors import UsageError
+from ..fsutil import atomic_path
 from . import auth, checks, hostile, parts
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
@@ -132,18 +133,22 @@ def _timed(name: str, part) -> dict:
 SOURCES_SUFFIX = ".sources"  # beside an archive built here: the digest of the handler sources it packs
 
 
+TASK_BACKEND = "eager"  # the attacks aim at decoding, options and answers, not the compiled graph: built in seconds
+
+
 def ensure_task_archive(store: Path, builder: str) -> str:
     """A detector's or segmenter's archive with seeded decisive weights (boxes and masks appear, so
-    their cost is attacked too); its name."""
+    their cost is attacked too), on the eager backend; its name."""
     store.mkdir(parents=True, exist_ok=True)
     weights = store / f"{builder}.weights.pt"
     if not weights.is_file():
-        decisive_weights(builder, weights, std=None if "rcnn" in builder else 1.0)
-    ensure_archive(store, builder, str(weights))
+        with atomic_path(weights) as partial:  # an interrupted save must not be taken for the weights next time
+            decisive_weights(builder, partial, std=None if "rcnn" in builder else 1.0)
+    ensure_archive(store, builder, str(weights), backend=TASK_BACKEND)
     return builder
 
 
-def ensure_archive(store: Path, model: str, weights: str = "none") -> Path:
+def ensure_archive(store: Path, model: str, weights: str = "none", backend: str | None = None) -> Path:
     """The store holding `<model>.mar`: as given, or built here from torchvision with random weights
     (speed and robustness do not depend on the weights' values). An archive built here earlier is
     built again once the handler's sources have changed, so a run never measures yesterday's handler;
@@ -162,7 +167,7 @@ def ensure_archive(store: Path, model: str, weights: str = "none") -> Path:
 
     why = "the handler changed since it was built" if archive.is_file() else f"weights: {weights}"
     print(f"robustness: building {archive} ({why})", flush=True)
-    build_archive(BuildRequest(model=model, weights=weights), store, force=archive.is_file())
+    build_archive(BuildRequest(model=model, weights=weights, backend=backend), store, force=archive.is_file())
     stamp.write_text(digest)
     return store
 
