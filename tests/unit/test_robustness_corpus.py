@@ -154,9 +154,10 @@ def test_per_class_figures_count_what_was_sent_and_answered(monkeypatch):
     monkeypatch.setattr(hostile, "WorkerMeter", _FakeMeter)
     monkeypatch.setattr(hostile.watch, "worker_pids", lambda run, model: {7})
     figures = hostile.attack_class(service, "m", [attacks.Attack("k", PREDICTIONS, body=b"x")] * 3,
-                                   {"signature": (200, ("cat",)), "worker_s_per_request": 0.05})
+                                   {"signature": (200, ("cat",)), "worker_s_per_request": 0.05, "growth_mb": 3.0})
     assert (figures["sent"], figures["answered"]) == (3, 2) and figures["statuses"] == {"0": 1, "400": 1, "413": 1}
     assert figures["good_beside"] == [(200, True)] and figures["worst_worker_growth_mb"] == 12.0
+    assert figures["extra_worker_growth_mb"] == 9.0  # beyond the 3 MiB one good request costs
     assert figures["extra_worker_s_per_input"] == pytest.approx((0.5 - 0.05) / 3, abs=1e-3)
 
 

@@ -25,7 +25,10 @@ GRPC_INFER = "/inference.GRPCInferenceService/ModelInfer"
 # gRPC codes as the HTTP statuses the reports count (the front maps its refusals the same way round)
 GRPC_STATUS = {"OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "NOT_FOUND": 404, "RESOURCE_EXHAUSTED": 413,
                "UNIMPLEMENTED": 501, "UNAVAILABLE": 503, "DEADLINE_EXCEEDED": 504}
-HOSTILE_ALLOWED = (200, 400, 401, 404, 413, 415, 503)  # 503: only the documented ones (Answer.label counts the rest apart)
+# 404: a model the front does not serve (it serves classifiers); 422: the front's schema validation;
+# 503: only the documented ones (Answer.label counts the rest apart)
+HOSTILE_ALLOWED = (200, 400, 401, 404, 413, 415, 422, 503)
+NOT_SERVED = 404  # an input answered so never reached a worker: left out of the worker time per input
 GOOD_BASELINE = 4  # good requests alone, per model: what an ordinary answer costs the worker
 
 
@@ -114,12 +117,15 @@ def _worker_cpu_s(service: Service) -> float:
 
 
 def good_baseline(service: Service, model: str) -> dict:
-    """A good request alone, then GOOD_BASELINE of them together: the reference answer and its cost."""
-    reference = send(service.target_for(model), service.photo)
+    """A good request alone (the reference answer, after one to warm up), the worker growth one good
+    request causes, and the worker time of each of GOOD_BASELINE sent together."""
+    send(service.target_for(model), service.photo)
+    with WorkerMeter(service) as alone:
+        reference = send(service.target_for(model), service.photo)
     with WorkerMeter(service) as meter:
         together = _together([lambda: send(service.target_for(model), service.photo) for _ in range(GOOD_BASELINE)])
     return {"reference": reference, "signature": answer_signature(reference), "statuses": histogram([reference, *together]),
-            "worker_s_per_request": meter.cpu_s / GOOD_BASELINE, "growth_mb": meter.growth_mb}
+            "worker_s_per_request": meter.cpu_s / GOOD_BASELINE, "growth_mb": alone.growth_mb or 0.0}
 
 
 def _together(jobs: Sequence) -> list[Answer]:
@@ -148,14 +154,17 @@ def attack_class(service: Service, model: str, attacks: list[Attack], baseline: 
             good.append((good_answer.status, answer_signature(good_answer) == baseline["signature"]))
     pids_after = watch.worker_pids(service.run, model)
     sent = len(hostile_answers)
-    extra_s = (meter.cpu_s - len(good) * baseline["worker_s_per_request"]) / sent if sent else None
+    reached = sum(1 for a in hostile_answers if a.status != NOT_SERVED)
+    extra_s = (meter.cpu_s - len(good) * baseline["worker_s_per_request"]) / reached if reached else 0.0
+    extra_mb = None if meter.growth_mb is None else meter.growth_mb - baseline.get("growth_mb", 0.0)
     return {
         "hostile": attacks[0].hostile if attacks else True, "sent": sent,
         "answered": sum(1 for a in hostile_answers if a.status != CLIENT_ERROR),
         "transports": sorted({a.transport for a in attacks}), "statuses": histogram(hostile_answers),
         "slowest_s": round(max((a.seconds for a in hostile_answers), default=0.0), 3),
-        "extra_worker_s_per_input": None if extra_s is None else round(max(0.0, extra_s), 3),
+        "extra_worker_s_per_input": round(max(0.0, extra_s), 3),
         "worst_worker_growth_mb": None if meter.growth_mb is None else round(meter.growth_mb, 1),
+        "extra_worker_growth_mb": None if extra_mb is None else round(max(0.0, extra_mb), 1),
         "worker_deaths": _deaths(pids_before, pids_after), "pids_before": sorted(pids_before or ()), "pids_after": sorted(pids_after or ()),
         "good_beside": good, "errors": sorted({f"{a.label}:{a.error}" for a in hostile_answers if a.status != 200})[:12],
     }

@@ -79,7 +79,12 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
     store = ensure_archive(args.model_store, args.model)
     others = tuple(ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
     vcpus = detect_vcpus()
-    spec = ServiceSpec(store, args.model, args.work_dir / "main", workers=min(2, vcpus), env=env, other_models=others, oip=True)
+    served = 1 + len(others)
+    # One worker per vCPU as the config plans it; with more models than vCPUs, one worker each on a
+    # config that counts a vCPU per worker (robustness is measured here, not speed).
+    workers = max(1, min(2, vcpus // served))
+    spec = ServiceSpec(store, args.model, args.work_dir / "main", workers=workers, vcpus=max(vcpus, workers * served), env=env,
+                       other_models=others, oip=True)
     figures: dict[str, dict] = {}
     with running_service(spec) as service:
         figures["fuzz"] = _timed("fuzz", lambda: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency))

@@ -62,7 +62,7 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         run.wait_ready(timeout=600)
-        front = _start_front(run, spec.env) if spec.oip else None
+        front = _start_front(run) if spec.oip else None  # the front is tools' own: not started with the workers' env
         model = plan.models[0]
         tasks = {name: read_archive_settings(spec.model_store / f"{name}.mar").task for name in (spec.model, *spec.other_models)}
         yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo(), tasks, front,
@@ -71,9 +71,9 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         run.stop()
 
 
-def _start_front(run, env: dict[str, str] | None) -> tuple[str, str]:
+def _start_front(run) -> tuple[str, str]:
     """The OIP front on the run's config, ready: its REST base URL and gRPC target."""
-    start_front(run.config, run.run_dir, env=env)
+    start_front(run.config, run.run_dir)
     config = read_front_config(run.config)
     wait_front_ready(config, run.run_dir)
     return front_urls(config)
