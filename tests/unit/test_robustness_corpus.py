@@ -114,8 +114,8 @@ def test_large_allowed_photos_are_small_on_the_wire_and_within_the_pixel_bound()
 def test_fuzz_routes_reach_every_model_and_the_front_in_their_shares():
     tasks = {"tiny": "classify", "det": "detect", "seg": "segment"}
     routes = [fuzz_route(i, tasks, front=True) for i in range(10 * FUZZ_ROUTE_CYCLE)]
-    assert routes.count(("det", "predictions")) == 10 and routes.count(("seg", "predictions")) == 20
-    assert routes.count(("tiny", "front")) == 20 and routes.count(("tiny", "predictions")) == 150
+    assert routes.count(("det", "predictions")) == 10 and routes.count(("seg", "predictions")) == 40
+    assert routes.count(("tiny", "front")) == 40 and routes.count(("tiny", "predictions")) == 310
     assert {fuzz_route(i, {"tiny": "classify"}, front=False) for i in range(FUZZ_ROUTE_CYCLE)} == {("tiny", "predictions")}
 
 

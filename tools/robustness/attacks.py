@@ -230,7 +230,7 @@ def json_expansion(size: int = EXPANSION_BYTES) -> Iterator[Attack]:
 
 
 OPTION_VALUES = {
-    "score_threshold": ("0", "-1", "NaN", "inf", "-inf", "1e309", "0.0000001", "abc", "", "[]"),
+    "score_threshold": ("0", "0.05", "-1", "NaN", "inf", "-inf", "1e309", "0.0000001", "abc", "", "[]"),
     "max_detections": ("1000000000", "1000", "0", "-5", "1.5", "NaN", "99999999999999999999", "1e9", "abc"),
     "topk": ("1000000", "0", "-1", "NaN", "abc"),
     "label_map": ("maybe", "2", "", "null"),
@@ -249,6 +249,7 @@ def option_fields(task: str, image: bytes) -> Iterator[Attack]:
             yield Attack(f"options {task}", PREDICTIONS, *multipart(image, {option: value}))
     if task == "detect":
         yield Attack("options detect", PREDICTIONS, *multipart(image, {"score_threshold": "0", "max_detections": "1000"}))
+        yield Attack("options detect", PREDICTIONS, *multipart(image, {"score_threshold": "0.05", "max_detections": "1000"}))
         yield Attack("options detect", PREDICTIONS, JSON, _json({"image": _b64(image), "score_threshold": 0, "max_detections": 10**9}))
 
 

@@ -94,8 +94,8 @@ def fuzz(service: Service, count: int, seed: int, concurrency: int) -> dict:
 # Of every FUZZ_ROUTE_CYCLE inputs: how many go to a detector, a segmenter, and through the OIP front
 # (an R-CNN answer costs seconds of CPU, so the detector gets the smallest share); the rest to /predictions
 # of the classifier.
-FUZZ_ROUTE_CYCLE = 20
-FUZZ_ROUTE_SHARES = (("detect", "predictions", 1), ("segment", "predictions", 2), ("classify", "front", 2))
+FUZZ_ROUTE_CYCLE = 40
+FUZZ_ROUTE_SHARES = (("detect", "predictions", 1), ("segment", "predictions", 4), ("classify", "front", 4))
 
 
 def fuzz_route(index: int, tasks: dict[str, str], front: bool) -> tuple[str, str]:
