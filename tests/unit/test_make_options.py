@@ -147,7 +147,8 @@ CLI_ONLY = {
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
-        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet")},
+        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet",
+        "--large-photos", "--large-side", "--detector", "--segmenter")},
     "soak": {flag: _ROBUSTNESS_TUNING for flag in (
         "--model-store", "--load", "--malformed", "--capacity-seconds", "--warmup-minutes", "--workers", "--seed", "--output-dir",
         "--work-dir", "--quiet")},

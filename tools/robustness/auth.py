@@ -14,8 +14,13 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 import psutil
+from tsvk.threads import read_properties
 
 from ..keys import current_key, is_key_refusal, start_key_renewer, stop_key_renewer
+from ..oip.config import is_oip_config, read_front_config
+from ..oip.process import front_pid, front_urls
+from . import checks, watch
+from .checks import judged
 from .client import send
 from .parts import Service
 
@@ -28,17 +33,21 @@ def surface(service: Service) -> dict:
     with _canary() as canary:
         registration = _register_from_url(service, f"http://127.0.0.1:{canary.port}/evil.mar")
         time.sleep(0.5)
-    exposed = _reachable_from_outside(service)
+    ports = private_ports(service)
+    listening = listening_addresses(service.run, ports)
+    probes = probe_from_outside(ports)
     return {
         "no_key": {"status": no_key.status, "type": no_key.error}, "wrong_key": {"status": wrong[0], "type": wrong[1]},
         "register_from_url": {"status": registration[0], "body": registration[1][:200]}, "canary_connections": canary.connections,
-        "non_loopback_addresses": exposed["addresses"], "reachable_from_outside": exposed["reachable"],
-        "checks": {
-            "no key refused": no_key.status in (400, 401) and no_key.error == "InvalidKeyException",
-            "wrong key refused": wrong[0] in (400, 401) and wrong[1] == "InvalidKeyException",
-            "registration from a URL refused": registration[0] >= 400, "canary saw 0 connections": canary.connections == 0,
-            "management and metrics not on outside addresses": not exposed["reachable"],
-        },
+        "private_ports": ports, "listening": {str(p): a for p, a in listening.items()},
+        "outside_addresses": sorted({p.host for p in probes}), "reachable_from_outside": [f"{p.host}:{p.port}" for p in probes if p.connected],
+        **judged({
+            "no key refused": checks.invalid_key_refusal(no_key.status, no_key.error, "no key"),
+            "wrong key refused": checks.invalid_key_refusal(wrong[0], wrong[1], "a wrong key"),
+            "registration from a URL refused": checks.refused(registration[0], "registration from a URL"),
+            "canary saw 0 connections": checks.below(canary.connections if registration[0] else None, 1, "connections to the canary"),
+            "management, metrics, gRPC and OIP not on outside addresses": checks.not_exposed(listening, probes, ports.values()),
+        }),
     }
 
 
@@ -58,11 +67,12 @@ def key_lifetime(service: Service, expiry_s: float, cycles: int = 3) -> dict:
         "expiry_s": expiry_s, "requests": len(results), "statuses": statuses, "keys_seen": renewals,
         "stale_key": {"status": stale_status[0], "type": stale_status[1]},
         "unrenewed_key_after_expiry": {"status": lapsed[0], "type": lapsed[1]},
-        "checks": {
-            f"all 200 across {cycles} expiries": bool(results) and set(results) == {200},
-            "keys were renewed": renewals > cycles, "stale key refused": stale_status[1] == "InvalidKeyException",
-            "an unrenewed key lapses": lapsed[1] == "InvalidKeyException",
-        },
+        **judged({
+            f"all 200 across {cycles} expiries": checks.all_status(results, 200, "requests following the key procedure"),
+            "keys were renewed": checks.at_least(renewals, cycles + 1, "keys seen"),
+            "stale key refused": checks.key_refused(stale, stale_status[1], "the first key, after it was renewed"),
+            "an unrenewed key lapses": checks.key_refused(last, lapsed[1], "the last key, unrenewed past its expiry"),
+        }),
     }
 
 
@@ -95,6 +105,8 @@ def _register_from_url(service: Service, url: str) -> tuple[int, str]:
             return response.status, response.read().decode(errors="replace")
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode(errors="replace")
+    except OSError as err:  # no answer at all: the check fails for want of one
+        return 0, str(err)
 
 
 class _Canary:
@@ -131,13 +143,63 @@ def _canary() -> Iterator[_Canary]:
         canary.sock.close()
 
 
-def _reachable_from_outside(service: Service) -> dict:
-    """Connect to the management and metrics ports on each non-loopback IPv4 address of this host."""
-    addresses = [a.address for nics in psutil.net_if_addrs().values() for a in nics
-                 if a.family == socket.AF_INET and not a.address.startswith("127.")]
-    ports = [urlsplit(service.run.url(api)).port for api in ("management", "metrics")]
-    reachable = [f"{host}:{port}" for host in addresses for port in ports if _connects(host, port)]
-    return {"addresses": addresses, "reachable": reachable}
+def private_ports(service: Service) -> dict[str, int]:
+    """The ports that must answer only on this host: management, metrics, both gRPC APIs, and the OIP
+    front's REST and gRPC ports when it runs (inference too where its address is loopback)."""
+    config = read_properties(service.run.config)
+    ports = {api: urlsplit(service.run.url(api)).port for api in ("management", "metrics")}
+    for key in ("grpc_inference_port", "grpc_management_port"):
+        if config.get(key, "").isdigit():
+            ports[key] = int(config[key])
+    if _loopback_host(urlsplit(service.run.url("inference")).hostname):
+        ports["inference"] = urlsplit(service.run.url("inference")).port
+    if is_oip_config(config):
+        rest, grpc = front_urls(read_front_config(service.run.config))
+        ports["oip_rest"], ports["oip_grpc"] = urlsplit(rest).port, int(grpc.rsplit(":", 1)[1])
+    return ports
+
+
+def _loopback_host(host: str | None) -> bool:
+    return bool(host) and (host.startswith("127.") or host in ("localhost", "::1"))
+
+
+def listening_addresses(run, ports: dict[str, int]) -> dict[int, list[str]]:
+    """Port -> the local addresses our processes (TorchServe's tree and the OIP front) listen on."""
+    wanted, found = set(ports.values()), {}
+    for process in [*watch.tree(run), *_front_process(run)]:
+        try:
+            connections = process.net_connections(kind="inet")
+        except psutil.Error:
+            continue
+        for conn in connections:
+            if conn.status == psutil.CONN_LISTEN and conn.laddr and conn.laddr.port in wanted:
+                found.setdefault(conn.laddr.port, []).append(conn.laddr.ip)
+    return {port: sorted(set(addresses)) for port, addresses in found.items()}
+
+
+def _front_process(run) -> list[psutil.Process]:
+    pid = front_pid(run.run_dir)
+    try:
+        return [psutil.Process(pid)] if pid else []
+    except psutil.Error:
+        return []
+
+
+def outside_addresses() -> list[str]:
+    """Every non-loopback IPv4 and IPv6 address of this host (link-local ones with their interface)."""
+    found = []
+    for nic, addresses in psutil.net_if_addrs().items():
+        for a in addresses:
+            if a.family == socket.AF_INET and not a.address.startswith("127."):
+                found.append(a.address)
+            elif a.family == socket.AF_INET6 and a.address != "::1":
+                found.append(a.address if "%" in a.address or not a.address.startswith("fe80") else f"{a.address}%{nic}")
+    return found
+
+
+def probe_from_outside(ports: dict[str, int]) -> list[checks.Probe]:
+    """A connection attempt to each port on each outside address."""
+    return [checks.Probe(host, port, _connects(host, port)) for host in outside_addresses() for port in sorted(set(ports.values()))]
 
 
 def _connects(host: str, port: int) -> bool:

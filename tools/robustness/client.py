@@ -22,6 +22,14 @@ from tsvk.deadline import ARRIVAL_HEADER
 from ..keys import call_with_fresh_key
 
 CLIENT_ERROR = 0  # status recorded when no HTTP answer came back (timeout, connection reset)
+ANSWER_BODY_KEPT = 64 * 1024
+# The two 503s docs/robustness.md documents: the handler's deadline refusal and TorchServe's full job queue.
+DOCUMENTED_503 = ("deadline_exceeded", "has no worker to serve inference request")
+
+
+def is_documented_503(error: str | None, body: bytes) -> bool:
+    text = f"{error or ''} {body[:4096].decode(errors='replace')}"
+    return any(token in text for token in DOCUMENTED_503)
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,15 @@ class Answer:
     seconds: float
     error: str | None  # our machine-readable code, TorchServe's `type`, or the client's exception
     source: str  # "tsvk" (the handler's body), "torchserve" (the frontend's), "client" (no answer)
+    body: bytes = b""  # the answer's first ANSWER_BODY_KEPT bytes: what a correct answer is judged on
+
+    @property
+    def label(self) -> str:
+        """The status as the reports count it: a 503 other than the documented overload or deadline
+        refusal (a failed batch, a dead worker) is counted apart, as "503 <what it said>"."""
+        if self.status == 503 and self.source != "hey" and not is_documented_503(self.error, self.body):
+            return f"503 {self.error or 'undocumented'}"
+        return str(self.status)
 
 
 _local = threading.local()
@@ -50,12 +67,13 @@ def _session() -> requests.Session:
     return _local.session
 
 
-def send(target: Target, body: bytes, content_type: str = "application/octet-stream", key_procedure: bool = True) -> Answer:
+def send(target: Target, body: bytes, content_type: str = "application/octet-stream", key_procedure: bool = True,
+         extra_headers: dict[str, str] | None = None) -> Answer:
     """POST one body; the documented key procedure unless `key_procedure` is off (then: no key at all)."""
     started = time.monotonic()
 
     def post(auth: dict[str, str]) -> tuple[int, bytes]:
-        headers = {"Content-Type": content_type, ARRIVAL_HEADER: f"t={time.time():.6f}", **auth}
+        headers = {"Content-Type": content_type, ARRIVAL_HEADER: f"t={time.time():.6f}", **(extra_headers or {}), **auth}
         try:
             response = _session().post(target.url, data=body, headers=headers, timeout=target.timeout_s)
         except requests.RequestException as err:
@@ -63,7 +81,7 @@ def send(target: Target, body: bytes, content_type: str = "application/octet-str
         return response.status_code, response.content
 
     status, raw = call_with_fresh_key(post, target.run_dir) if key_procedure else post({})
-    return Answer(status, time.monotonic() - started, *_classify(status, raw))
+    return Answer(status, time.monotonic() - started, *_classify(status, raw), body=raw[:ANSWER_BODY_KEPT])
 
 
 def _classify(status: int, raw: bytes) -> tuple[str | None, str]:
@@ -127,9 +145,10 @@ def percentile(values: Sequence[float], q: float) -> float | None:
 
 
 def histogram(answers: Sequence[Answer]) -> dict[str, int]:
+    """Answers per status label (an undocumented 503 apart from the documented ones: Answer.label)."""
     counts: dict[str, int] = {}
     for answer in answers:
-        counts[str(answer.status)] = counts.get(str(answer.status), 0) + 1
+        counts[answer.label] = counts.get(answer.label, 0) + 1
     return dict(sorted(counts.items()))
 
 

@@ -6,14 +6,18 @@ so the report states both the numbers and whether each promise held.
 
 from __future__ import annotations
 
+import base64
 import collections
+import json
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ..bench.tsmetrics import metric_total, scrape
 from ..server import TorchServeRun
-from . import watch
-from .client import Answer, Target, closed_loop, histogram, percentile, send, send_all, send_together
+from . import checks, watch
+from .checks import judged
+from .client import CLIENT_ERROR, Answer, Target, closed_loop, histogram, percentile, send, send_all, send_together
 from .corpus import BOMB_FORMATS, declare_size, generate_corpus, seed_images
 
 FUZZ_ALLOWED_STATUSES = (200, 400, 413, 415)
@@ -30,74 +34,137 @@ class Service:
     job_queue_size: int
     response_timeout_s: int
     photo: bytes  # a real photograph: what a good request sends
+    tasks: dict = field(default_factory=dict)  # every served model -> its task ("classify", "detect", "segment")
+    front: tuple[str, str] | None = None  # the OIP front's REST base URL and gRPC target, when it runs
+    batches: dict = field(default_factory=dict)  # model -> its TorchServe batch size
 
     @property
     def target(self) -> Target:
-        return Target(f"{self.run.url('inference')}/predictions/{self.model}", self.run.run_dir, self.response_timeout_s + 30.0)
+        return self.target_for(self.model)
 
-    def worker_pids(self) -> set[int]:
-        return {w["pid"] for w in watch.workers(self.run, self.model) if w.get("pid")}
+    def target_for(self, model: str) -> Target:
+        return Target(f"{self.run.url('inference')}/predictions/{model}", self.run.run_dir, self.response_timeout_s + 30.0)
+
+    def front_target(self, model: str) -> Target | None:
+        """The front's REST infer URL for `model`; None when no front runs."""
+        if self.front is None:
+            return None
+        return Target(f"{self.front[0]}/v2/models/{model}/infer", self.run.run_dir, self.response_timeout_s + 30.0)
+
+    def worker_pids(self) -> set[int] | None:
+        """The model's worker pids; None when the management API did not answer."""
+        return watch.worker_pids(self.run, self.model)
 
 
 def fuzz(service: Service, count: int, seed: int, concurrency: int) -> dict:
-    """`count` Hypothesis-generated hostile requests at `concurrency`; statuses, 5xx, deaths, time, memory."""
+    """`count` Hypothesis-generated hostile requests at `concurrency`, spread over every served model and
+    the OIP front (fuzz_routes); statuses per route and kind, 5xx, deaths, time, memory."""
     corpus = generate_corpus(count, seed)
-    pids_before = service.worker_pids()
+    routes = [fuzz_route(i, service.tasks or {service.model: "classify"}, service.front is not None) for i in range(len(corpus))]
+    pids_before = _all_worker_pids(service)
     rss_before = _worker_rss(service)
     started = time.monotonic()
     with watch.PeakWorkerRss(service.run) as memory:
-        answers = send_all([_fuzz_job(service.target, item) for item in corpus], concurrency)
+        answers = send_all([_fuzz_job(service, item, route) for item, route in zip(corpus, routes)], concurrency)
     elapsed = time.monotonic() - started
-    deaths = len(pids_before - service.worker_pids())
+    pids_after = _all_worker_pids(service)
     by_kind = collections.defaultdict(collections.Counter)
-    for item, answer in zip(corpus, answers):
-        by_kind[item.kind][str(answer.status)] += 1
+    by_route = collections.defaultdict(collections.Counter)
+    for item, route, answer in zip(corpus, routes, answers):
+        by_kind[item.kind][answer.label] += 1
+        by_route[" ".join(route)][answer.label] += 1
     statuses = histogram(answers)
     server_errors = sum(n for s, n in statuses.items() if s.startswith("5"))
+    sent, answered_count = len(answers), sum(1 for a in answers if a.status != CLIENT_ERROR)
     return {
-        "inputs": len(corpus), "seed": seed, "concurrency": concurrency, "seconds": round(elapsed, 1),
+        "inputs": sent, "answered": answered_count, "seed": seed, "concurrency": concurrency, "seconds": round(elapsed, 1),
         "statuses": statuses, "by_kind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
-        "server_errors": server_errors, "client_errors": statuses.get("0", 0), "worker_deaths": deaths,
-        "slowest_s": round(max(a.seconds for a in answers), 3), "workers_rss_mb_before": round(rss_before, 1),
+        "by_route": {k: dict(sorted(v.items())) for k, v in sorted(by_route.items())},
+        "server_errors": server_errors, "client_errors": statuses.get("0", 0), "worker_deaths": _deaths(pids_before, pids_after),
+        "slowest_s": round(max((a.seconds for a in answers), default=0.0), 3), "workers_rss_mb_before": round(rss_before, 1),
         "peak_worker_rss_mb": round(memory.peak_mb, 1),
-        "checks": {
-            "at least 10,000 inputs": len(corpus) >= 10_000,
-            "only 200/400/413/415": set(map(int, statuses)) <= set(FUZZ_ALLOWED_STATUSES),
-            "no 5xx": server_errors == 0, "no worker died": deaths == 0,
-        },
+        **judged({
+            "every input answered": checks.all_answered(answered_count, sent),
+            "only 200/400/413/415": checks.statuses_allowed(statuses, FUZZ_ALLOWED_STATUSES),
+            "no 5xx": checks.no_server_errors(statuses), "no worker died": checks.no_worker_died(pids_before, pids_after),
+        }),
     }
 
 
-def _fuzz_job(target: Target, item):
-    return lambda: send(target, item.payload, item.content_type)
+# Of every FUZZ_ROUTE_CYCLE inputs: how many go to a detector, a segmenter, and through the OIP front
+# (an R-CNN answer costs seconds of CPU, so the detector gets the smallest share); the rest to /predictions
+# of the classifier.
+FUZZ_ROUTE_CYCLE = 40
+FUZZ_ROUTE_SHARES = (("detect", "predictions", 1), ("segment", "predictions", 4), ("classify", "front", 4))
+
+
+def fuzz_route(index: int, tasks: dict[str, str], front: bool) -> tuple[str, str]:
+    """(model, transport) for the index-th fuzz input: deterministic, every served model and the
+    front in their shares; a share whose model or front is not served goes to the classifier."""
+    slot, classifier = index % FUZZ_ROUTE_CYCLE, next((m for m, t in tasks.items() if t == "classify"), next(iter(tasks)))
+    for task, transport, share in FUZZ_ROUTE_SHARES:
+        if slot < share:
+            model = next((m for m, t in tasks.items() if t == task), None)
+            if model is not None and (transport != "front" or front):
+                return model, transport
+            break
+        slot -= share
+    return classifier, "predictions"
+
+
+def _all_worker_pids(service: Service) -> set[int] | None:
+    pids = [watch.worker_pids(service.run, m) for m in (service.tasks or {service.model: ""})]
+    return None if any(p is None for p in pids) else set().union(*pids)
+
+
+def _fuzz_job(service: Service, item, route: tuple[str, str]):
+    model, transport = route
+    if transport == "front":  # the input as an OIP document's one BYTES element
+        document = {"inputs": [{"name": "images", "datatype": "BYTES", "shape": [1], "data": [base64.b64encode(item.payload).decode()]}]}
+        return lambda: send(service.front_target(model), json.dumps(document).encode(), "application/json")
+    return lambda: send(service.target_for(model), item.payload, item.content_type)
+
+
+def _deaths(before: set[int] | None, after: set[int] | None) -> int | None:
+    return None if before is None or after is None else len(before - after)
 
 
 def bombs(service: Service) -> dict:
     """Each allowed format's bomb alone (handler time from the handler's own gauge), then nine PNG
     bombs at once (the workers' memory before and after)."""
-    from ..bench.tsmetrics import metric_total, scrape
-
     per_format = {}
     for fmt in BOMB_FORMATS:
         answer = send(service.target, declare_size(seed_images()[fmt], fmt, 12_000, 10_000))
         time.sleep(METRICS_LAG_S)
-        handler_ms = metric_total(scrape(service.run), "TsvkPreprocessMs", service.model)
-        per_format[fmt] = {"status": answer.status, "error": answer.error, "handler_ms": handler_ms}
-    before = _worker_rss(service)
+        per_format[fmt] = {"status": answer.status, "error": answer.error, "handler_ms": _preprocess_ms(service)}
+    before = watch.worker_rss(service.run)
     burst = send_together(service.target, [declare_size(seed_images()["png"], "png", 12_000 + i, 10_000) for i in range(9)])
-    growth = _worker_rss(service) - before
-    worst_ms = max((v["handler_ms"] or 0.0) for v in per_format.values())
+    after = watch.worker_rss(service.run)
+    common = before.keys() & after.keys()
+    handler_ms = [v["handler_ms"] for v in per_format.values()]
     return {
-        "per_format": per_format, "burst_of_nine_png": histogram(burst), "worker_rss_growth_mb": round(growth, 1),
-        "checks": {
-            "every bomb 413 image_too_large": all(v["status"] == 413 and v["error"] == "image_too_large" for v in per_format.values()),
-            "handler under 20 ms per bomb": worst_ms < 20.0, "worker grew under 5 MB": growth < 5.0,
-        },
+        "per_format": per_format, "burst_of_nine_png": histogram(burst),
+        "worker_rss_growth_mb": round(max(after[w] - before[w] for w in common), 1) if common else None,
+        **judged({
+            "every bomb 413 image_too_large": checks.refused_with([(v["status"], v["error"]) for v in per_format.values()],
+                                                                  413, "image_too_large"),
+            "handler under 20 ms per bomb": checks.below(None if None in handler_ms else max(handler_ms, default=None),
+                                                         checks.BOMB_HANDLER_MS, "handler ms on the slowest bomb"),
+            "worker grew under 5 MB": checks.grew_under(before, after, checks.BOMB_GROWTH_MB),
+        }),
     }
 
 
+def _preprocess_ms(service: Service) -> float | None:
+    """The handler's preprocessing gauge for the model; None when /metrics did not report it."""
+    try:
+        return metric_total(scrape(service.run), "TsvkPreprocessMs", service.model)
+    except (OSError, ValueError):
+        return None
+
+
 def _worker_rss(service: Service) -> float:
-    return sum(mb for name, mb in watch.sample(service.run).rss_mb.items() if name.startswith("worker"))
+    return sum(watch.worker_rss(service.run).values())
 
 
 def overload(service: Service, factor: int) -> dict:
@@ -106,31 +173,37 @@ def overload(service: Service, factor: int) -> dict:
     from .hey import burst as hey_burst
 
     pids_before = service.worker_pids()
-    burst = hey_burst(service.target, service.photo, factor * service.job_queue_size)
+    requested = factor * service.job_queue_size
+    burst = hey_burst(service.target, service.photo, requested)
     refused = [a for a in burst if a.status == 503]
     accepted = [a for a in burst if a.status != 503]
     after = [send(service.target, service.photo) for _ in range(5)]
-    restarts = len(pids_before - service.worker_pids())
+    pids_after = service.worker_pids()
     return {
-        "requests": factor * service.job_queue_size, "answered": len(burst), "job_queue_size": service.job_queue_size, "statuses": histogram(burst),
+        "requests": requested, "answered": len(burst), "job_queue_size": service.job_queue_size, "statuses": histogram(burst),
         "refused_503": len(refused), "refused_p50_ms": _ms(percentile([a.seconds for a in refused], 50)),
         "refused_p99_ms": _ms(percentile([a.seconds for a in refused], 99)),
         "accepted_p99_ms": _ms(percentile([a.seconds for a in accepted], 99)),
-        "worker_restarts": restarts,
+        "worker_restarts": _deaths(pids_before, pids_after),
         "after": histogram(after),
-        "checks": {
-            "excess refused with 503": len(refused) > 0,
-            "503s answered within 1 s (p99)": bool(refused) and percentile([a.seconds for a in refused], 99) < 1.0,
-            "every request answered": len(burst) == factor * service.job_queue_size,
-            "every accepted request answered 200": all(a.status == 200 for a in accepted),
-            "no worker restarts": restarts == 0, "normal answers right after": all(a.status == 200 for a in after),
-        },
+        **judged({
+            "excess refused with 503": checks.any_refused(len(refused)),
+            "503s answered within 1 s (p99)": checks.percentile_below([a.seconds for a in refused], 99, checks.OVERLOAD_503_S,
+                                                                      "p99 seconds of the 503s"),
+            "every request answered": checks.all_answered(len(burst), requested),
+            "every accepted request answered 200": checks.all_status([a.status for a in accepted], 200, "accepted requests"),
+            "no worker restarts": checks.no_worker_died(pids_before, pids_after),
+            "normal answers right after": checks.all_status([a.status for a in after], 200, "requests after the burst"),
+        }),
     }
 
 
 def worker_kill(service: Service, concurrency: int, load_s: float) -> dict:
     """SIGKILL one worker mid-load; what failed and how, how long until READY again, what came after."""
-    victim = min(service.worker_pids())
+    pids = service.worker_pids()
+    if not pids:
+        raise RuntimeError("the management API listed no worker to kill")
+    victim = min(pids)
     load_ends = time.monotonic() + load_s
     recovery = _Recovery(service, victim)
 
@@ -142,18 +215,19 @@ def worker_kill(service: Service, concurrency: int, load_s: float) -> dict:
     recovered_s = recovery.wait(timeout=180)
     after = [send(service.target, service.photo) for _ in range(20)]
     failed = [a for a in loaded if a.status != 200]
-    slowest = max(a.seconds for a in loaded)
     starts = watch.logged_worker_starts(service.run, service.model)
     return {
         "killed_pid": victim, "worker_starts_logged": starts, "requests_under_load": len(loaded), "failed": len(failed), "failed_statuses": histogram(failed),
         "failed_bodies": dict(collections.Counter(f"{a.source}:{a.error}" for a in failed)),
-        "slowest_s": round(slowest, 2), "response_timeout_s": service.response_timeout_s,
+        "slowest_s": round(max((a.seconds for a in loaded), default=0.0), 2), "response_timeout_s": service.response_timeout_s,
         "recovery_s": None if recovered_s is None else round(recovered_s, 1), "after": histogram(after),
-        "checks": {
-            "none hung past the response timeout": slowest < service.response_timeout_s,
-            "worker READY again": recovered_s is not None, "all 200 after recovery": all(a.status == 200 for a in after),
-            "the restart is in the workers' log": starts > service.workers,
-        },
+        **judged({
+            "none hung past the response timeout": checks.slowest_below([a.seconds for a in loaded], service.response_timeout_s,
+                                                                        "slowest answer under load (s)"),
+            "worker READY again": checks.happened(recovered_s, "every worker READY again"),
+            "all 200 after recovery": checks.all_status([a.status for a in after], 200, "requests after recovery"),
+            "the restart is in the workers' log": checks.at_least(starts, service.workers + 1, "worker starts logged"),
+        }),
     }
 
 

@@ -12,7 +12,10 @@ from tsvk import defaults
 
 from .. import progress
 from ..images import jpeg_bytes, photo_array
+from ..archive_info import read_archive_settings
 from ..keys import start_key_renewer
+from ..oip.config import read_front_config
+from ..oip.process import front_urls, start_front, wait_front_ready
 from ..ports import free_ports
 from ..server import start_torchserve
 from ..serving_config import ServingRequest, write_config
@@ -31,15 +34,18 @@ class ServiceSpec:
     token_expiration_min: float | None = None  # None: the generator's default; fractions for tests of expiry
     env: dict[str, str] | None = None
     allocator: str = defaults.ALLOCATOR
+    other_models: tuple[str, ...] = ()  # served beside `model` (a detector, a segmenter): attacked by the hostile classes
+    oip: bool = False  # also start the Open Inference Protocol front (REST and gRPC) on free localhost ports
 
 
 def serving_request(spec: ServiceSpec) -> ServingRequest:
-    inference, management, metrics, grpc_inference, grpc_management = free_ports(5)
+    inference, management, metrics, grpc_inference, grpc_management, oip_rest, oip_grpc = free_ports(7)
     return ServingRequest(
-        vcpus=spec.vcpus, workers=spec.workers, models=(spec.model,), model_store=spec.model_store, auth=True,
+        vcpus=spec.vcpus, workers=spec.workers, models=(spec.model, *spec.other_models), model_store=spec.model_store, auth=True,
         concurrency=QUEUE_CLIENTS, inference_address=f"http://127.0.0.1:{inference}",
         management_address=f"http://127.0.0.1:{management}", metrics_address=f"http://127.0.0.1:{metrics}",
         grpc_inference_port=grpc_inference, grpc_management_port=grpc_management,
+        protocol="oip" if spec.oip else defaults.PROTOCOL, oip_address="127.0.0.1", oip_rest_port=oip_rest, oip_grpc_port=oip_grpc,
     )
 
 
@@ -57,12 +63,23 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         run = start_torchserve(config, spec.work_dir / "run", env=spec.env, allocator=spec.allocator)
     try:
         start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
-        with progress.step("load the model", f"{spec.model} READY"):
+        with progress.step("load the models", f"{spec.model} and the others READY"):
             run.wait_ready(timeout=600)
+        front = _start_front(run) if spec.oip else None  # the front is tools' own: not started with the workers' env
         model = plan.models[0]
-        yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo())
+        tasks = {name: read_archive_settings(spec.model_store / f"{name}.mar").task for name in (spec.model, *spec.other_models)}
+        yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo(), tasks, front,
+                      {m.name: m.batch for m in plan.models})
     finally:
         run.stop()
+
+
+def _start_front(run) -> tuple[str, str]:
+    """The OIP front on the run's config, ready: its REST base URL and gRPC target."""
+    start_front(run.config, run.run_dir)
+    config = read_front_config(run.config)
+    wait_front_ready(config, run.run_dir)
+    return front_urls(config)
 
 
 def real_photo() -> bytes:

@@ -21,7 +21,7 @@ from ..allocator import add_allocator_argument, describe as describe_allocator, 
 from ..bench.report import git_state
 from ..errors import UsageError
 from ..keys import RENEWER_PID_FILE
-from . import watch
+from . import checks, watch
 from .client import Answer, closed_loop, percentile, send
 from .corpus import generate_corpus
 from .minute_load import AccessLogTail, cpu_split, read_clock, worker_cpu_ms
@@ -100,7 +100,8 @@ def cmd_soak(args: argparse.Namespace) -> int:
         minutes = _soak(service, rate, args)
     figures = {**summarize([m.figures() for m in minutes], capacity, rate, args), "allocator": resolve_allocator(args.allocator)[0],
                "handler_differs_from_checkout": served_handler_differences(store, args.model)}
-    figures["checks"]["served this checkout's handler"] = not figures["handler_differs_from_checkout"]
+    verdict = checks.same_handler(figures["handler_differs_from_checkout"])
+    figures["checks"]["served this checkout's handler"], figures["reasons"]["served this checkout's handler"] = verdict.ok, verdict.reason
     result = envelope("soak", detect_vcpus(), {"soak": figures}, started, revision)
     plot = write_plot(figures["per_minute"], args.output_dir / f"soak-{started.strftime('%Y%m%dT%H%M%SZ')}.png")
     written = write(result, "soak", args.output_dir, extra_md=f"\n![soak]({plot.name})\n" if plot else "")

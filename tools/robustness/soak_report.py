@@ -8,6 +8,9 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from . import checks
+from .checks import judged
+
 RSS_DRIFT_GOAL_PCT = 5.0
 P99_DRIFT_GOAL_PCT = 10.0
 # Drifts compare the medians of the first and last this-many minutes after warm-up: one minute's p99, or
@@ -19,8 +22,8 @@ def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dic
     steady = [m for m in per_minute if m["minute"] >= args.warmup_minutes and m["good"]]
     if len(steady) < 2:
         steady = [m for m in per_minute if m["good"]]
-    rss = [sum(m["rss_mb"].values()) for m in steady]
-    fds = [sum(m["fds"].values()) for m in steady]
+    rss = _totals(steady, "rss_mb")
+    fds = _totals(steady, "fds")
     window = max(1, min(WINDOW_MINUTES, len(steady) // 2))
     early = _median([m["p99_ms"] for m in steady[:window]])
     late = _median([m["p99_ms"] for m in steady[-window:]])
@@ -41,14 +44,23 @@ def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dic
         "fds_after_warmup": fds[0] if fds else None, "fds_at_end": fds[-1] if fds else None,
         "fd_growth": (fds[-1] - fds[0]) if fds else None, "per_minute": per_minute,
     }
-    figures["checks"] = {
-        f"RSS drift under {RSS_DRIFT_GOAL_PCT:g}%": rss_drift is not None and rss_drift < RSS_DRIFT_GOAL_PCT,
-        "no errors on good requests": good_errors == 0,
-        f"p99 drift under {P99_DRIFT_GOAL_PCT:g}%": p99_drift is not None and p99_drift < P99_DRIFT_GOAL_PCT,
-        "no open-file growth": figures["fd_growth"] is not None and figures["fd_growth"] <= 0,
-        "no 5xx on malformed requests": figures["malformed_5xx"] == 0,
-    }
+    figures.update(judged({
+        f"RSS drift under {RSS_DRIFT_GOAL_PCT:g}%": checks.drift_under(rss_drift, RSS_DRIFT_GOAL_PCT, "RSS"),
+        "no errors on good requests": checks.none_failed(figures["good_requests"], good_errors, "good requests"),
+        f"p99 drift under {P99_DRIFT_GOAL_PCT:g}%": checks.drift_under(p99_drift, P99_DRIFT_GOAL_PCT, "p99"),
+        "no open-file growth": checks.no_growth(figures["fd_growth"], "open files"),
+        "no 5xx on malformed requests": checks.none_failed(figures["malformed_requests"], figures["malformed_5xx"],
+                                                           "malformed requests"),
+    }))
     return figures
+
+
+def _totals(steady: list[dict], key: str) -> list[float]:
+    """Each minute's total over every process; none at all when any minute found no process (a sum of
+    nothing is not a measurement of 0)."""
+    if not steady or not all(m[key] for m in steady):
+        return []
+    return [sum(m[key].values()) for m in steady]
 
 
 def _attribution(steady: list[dict], window: int) -> dict:

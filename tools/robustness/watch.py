@@ -14,7 +14,7 @@ import re
 import signal
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import psutil
 
@@ -24,18 +24,35 @@ from ..server import TorchServeRun, group_is_ours
 WORKER_MARKER = "model_service_worker"
 
 
+class WorkersUnknown(RuntimeError):
+    """The management API did not list the model's workers: what they are is not known."""
+
+
 def workers(run: TorchServeRun, model: str) -> list[dict]:
-    """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; [] when it does not answer."""
+    """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; WorkersUnknown when it does
+    not answer (an empty list would read as "no workers", and "none died" would then hold unproven)."""
     request = urllib.request.Request(f"{run.url('management')}/models/{model}", headers=run.headers("management"))
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())[0].get("workers", [])
-    except (OSError, ValueError, IndexError):
-        return []
+    except (OSError, ValueError, IndexError, KeyError, AttributeError) as err:
+        raise WorkersUnknown(f"the management API did not list the workers of {model}: {err}") from err
+
+
+def worker_pids(run: TorchServeRun, model: str) -> set[int] | None:
+    """The pids of `model`'s workers; None when the management API did not answer."""
+    try:
+        return {w["pid"] for w in workers(run, model) if w.get("pid")}
+    except WorkersUnknown:
+        return None
 
 
 def ready_pids(run: TorchServeRun, model: str) -> set[int]:
-    return {w["pid"] for w in workers(run, model) if w.get("status") == "READY" and w.get("pid")}
+    """READY workers' pids; empty while the management API does not answer (a poll asks again)."""
+    try:
+        return {w["pid"] for w in workers(run, model) if w.get("status") == "READY" and w.get("pid")}
+    except WorkersUnknown:
+        return set()
 
 
 def wait_all_ready(run: TorchServeRun, model: str, count: int, timeout: float, avoid: set[int] = frozenset()) -> float | None:
@@ -122,6 +139,14 @@ class PeakWorkerRss(Periodic):
     interval: float = 0.1
     peak_mb: float = 0.0
 
+    peaks_mb: dict = field(default_factory=dict)  # "worker <pid>" -> the largest RSS seen (MiB)
+
     def tick(self) -> None:
-        worker_rss = [mb for name, mb in sample(self.run).rss_mb.items() if name.startswith("worker")]
-        self.peak_mb = max([self.peak_mb, *worker_rss])
+        for name, mb in worker_rss(self.run).items():
+            self.peaks_mb[name] = max(mb, self.peaks_mb.get(name, 0.0))
+        self.peak_mb = max([self.peak_mb, *self.peaks_mb.values()])
+
+
+def worker_rss(run: TorchServeRun) -> dict[str, float]:
+    """"worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
+    return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}
