@@ -19,6 +19,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 import requests
+from tsvk import defaults
+
+from .service import ServiceSpec, running_service
 
 SENDERS = 128  # threads sending; enough that none waits for a free one at the rates measured here
 REQUEST_TIMEOUT_S = 120.0
@@ -124,3 +127,17 @@ def drain_report(outcomes: list[Outcome], stop_times: dict[str, float], rate: fl
         "exit_s": round(stop_times["gone"] - began, 2), "stop_returned_s": round(stop_times["returned"] - began, 2), "lost_examples": sorted({o.error for o in lost})[:3],
         "unanswered_after_examples": sorted({o.error for o in after if o.status is None})[:3],
     }
+
+
+def stop_under_load(spec: ServiceSpec, load: float, drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S) -> dict:
+    """`make robustness`'s drain part: serve `spec`, measure its capacity, send `load` x capacity and stop it the
+    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal). Lost counts every request the server took in
+    and never answered: those sent before the stop and those cut after it began alike."""
+    with running_service(spec) as service:
+        run, body = service.run, service.photo
+        url, headers = f"{run.url('inference')}/predictions/{service.model}", run.headers("inference")
+        rate = load * capacity(url, body, headers)
+        report = measure_drain(url, body, rate, lambda: run.stop(drain_timeout=drain_timeout_s), headers=headers,
+                               gone=lambda: not run.session_alive())
+    return {**report, "lost": report["lost"] + report["cut_after_stop_began"], "lost_before_stop": report["lost"],
+            "drain_timeout_s": drain_timeout_s, "load": load}

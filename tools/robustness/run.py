@@ -18,6 +18,7 @@ from ..models import torchvision_builders
 from . import auth, checks, hostile, parts
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
+from .drain import stop_under_load
 from .report import RESULTS_DIR, write
 from .report import envelope
 from .service import ServiceSpec, running_service
@@ -29,16 +30,6 @@ DETECTOR = "maskrcnn_resnet50_fpn_v2"  # an R-CNN with masks: every mask is memo
 SEGMENTER = "lraspp_mobilenet_v3_large"
 NO_MODEL = "none"
 DRAIN_LOAD = 0.7  # share of measured capacity the drain measurement stops the server under
-
-# The drain measurement: stop a loaded server, count accepted requests lost and the seconds to exit.
-# Called as measure(spec: ServiceSpec, load: float) -> {"accepted": int, "lost": int, "exit_s": float,
-# "drain_timeout_s": float, ...}; it starts and stops its own TorchServe from `spec`. Registered by the
-# module that provides it (register_drain); a run without one fails its drain checks for want of evidence.
-DRAIN_MEASURES: list[Callable[[ServiceSpec, float], dict]] = []
-
-
-def register_drain(measure: Callable[[ServiceSpec, float], dict]) -> None:
-    DRAIN_MEASURES[:] = [measure]
 
 
 def register(commands) -> None:
@@ -101,7 +92,7 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
     expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
     with running_service(expiring) as service:
         figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
-    measure = drain or (DRAIN_MEASURES[0] if DRAIN_MEASURES else None)
+    measure = drain or stop_under_load
     draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env)
     figures["drain"] = _timed("drain", lambda: drain_part(measure, draining))
     return envelope("robustness", vcpus, figures, started)
