@@ -17,8 +17,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.torchserve import isolated_env
-from tsvk_tools.cli import main as tsvk
+from tests.support.torchserve import isolated_env, archive_tiny
 from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.robustness.drain import capacity, measure_drain
 from tsvk_tools.server import find_running, start_torchserve
@@ -26,7 +25,6 @@ from tsvk_tools.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 DRAIN_TIMEOUT_S = 10
 LOAD_SHARE = 0.7
 STARTUP_S = 10  # `tsvk` itself starts in ~6 s here (its parser imports torch) before the drain begins
@@ -35,9 +33,7 @@ STARTUP_S = 10  # `tsvk` itself starts in ~6 s here (its parser imports torch) b
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("store")
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
-                 "--model-factory", "SlowTinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
-                 "--weights", "none", "--max-batch", "4", "--model-store", str(store)]) == 0
+    archive_tiny(store, "SlowTinyNet")
     return store
 
 

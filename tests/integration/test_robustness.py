@@ -10,18 +10,14 @@ from __future__ import annotations
 
 import argparse
 import shutil
-from pathlib import Path
 
 import pytest
 
 from tests.support.task_models import SEGMENTER
-from tests.support.torchserve import isolated_env
-from tsvk_tools.cli import main as tsvk
+from tests.support.torchserve import isolated_env, archive_tiny
 from tsvk_tools.robustness.run import run_robustness
 
 pytestmark = pytest.mark.integration
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
@@ -30,9 +26,7 @@ def result(tmp_path_factory):
         pytest.fail("the overload part needs hey (apt-get install -y hey; .ci/run installs it)")
     work = tmp_path_factory.mktemp("robustness")
     store = work / "store"
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
-                 "--model-factory", "SlowTinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
-                 "--weights", "none", "--max-batch", "4", "--model-store", str(store)]) == 0
+    archive_tiny(store, "SlowTinyNet")
     args = argparse.Namespace(model="tiny", model_store=store, fuzz_inputs=400, seed=0, concurrency=8, overload_factor=4,
                               kill_load_s=8.0, work_dir=work / "run", detector="none", segmenter=SEGMENTER, large_photos=2,
                               large_side=1500)

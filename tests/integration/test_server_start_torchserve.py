@@ -15,8 +15,7 @@ import pytest
 import requests
 from PIL import Image
 
-from tests.support.torchserve import running_torchserve
-from tsvk_tools.cli import main as tsvk
+from tests.support.torchserve import running_torchserve, archive_tiny
 from tsvk_tools.errors import PortTaken
 from tsvk_tools.keys import KEY_FILE, current_key, is_key_refusal
 from tsvk_tools.ports import serving_on_free_ports
@@ -27,15 +26,11 @@ from tsvk_tools.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
-
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("store")
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"), "--model-factory", "TinyNet",
-                 "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"), "--weights", "none",
-                 "--max-batch", "4", "--model-store", str(store)]) == 0
+    archive_tiny(store, "TinyNet")
     return store
 
 

@@ -7,19 +7,15 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.torchserve import running_torchserve
+from tests.support.torchserve import running_torchserve, archive_tiny
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.ports import serving_on_free_ports
-
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory) -> Path:
     store = tmp_path_factory.mktemp("status-store")
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
-                 "--model-factory", "TinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
-                 "--weights", "none", "--max-batch", "4", "--model-store", str(store)]) == 0
+    archive_tiny(store, "TinyNet")
     return store
 
 

@@ -11,10 +11,21 @@ import requests
 
 from tsvk import defaults
 from tsvk.metrics import metric_definitions
+from tsvk_tools.cli import main as tsvk
 from tsvk_tools.server import TorchServeRun, start_torchserve
 from tsvk_tools.serving_config import ServingRequest, write_config
 
 WITHOUT_TSVK = Path(__file__).parent / "without_tsvk"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+
+
+def archive_tiny(store: Path, factory: str = "TinyNet", *extra: str) -> Path:
+    """tests/fixtures/tiny_model.py packed eagerly as `tiny.mar` into `store` (random weights, batches 1..4):
+    a model that loads in seconds. `SlowTinyNet` takes a steady time per batch, for tests under load."""
+    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
+                 "--model-factory", factory, "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
+                 "--weights", "none", "--max-batch", "4", "--model-store", str(store), *extra]) == 0
+    return store
 
 
 def isolated_env() -> dict[str, str]:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.torchserve import archive_tiny
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.doctor import diagnose
 from tsvk_tools.doctor.properties import read
 
-FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 STOCK = Path(__file__).resolve().parents[1] / "data" / "torchserve-0.12.0"
 VCPUS = 2
 
@@ -23,9 +23,7 @@ VCPUS = 2
 def store(tmp_path_factory) -> Path:
     """A tsvk archive of a tiny eager model (max batch 4), built once."""
     store = tmp_path_factory.mktemp("doctor-store")
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
-                 "--model-factory", "TinyNet", "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
-                 "--weights", "none", "--max-batch", "4", "--model-store", str(store), "--quiet"]) == 0
+    archive_tiny(store, "TinyNet", "--quiet")
     return store
 
 
