@@ -57,7 +57,8 @@ class _Guard:
     def _json_refusal(self, scope, body: bytes) -> tuple[int, str] | None:
         """The body's JSON (all of it, or the binary extension's JSON part) checked before anything parses it."""
         length = dict(scope.get("headers") or []).get(BINARY_JSON_LENGTH, b"")
-        json_part = body[:int(length)] if length.isdigit() else body  # a malformed length is refused when decoded
+        # A malformed length (not a number, or more digits than Python turns into an int) is refused when decoded.
+        json_part = body[:int(length)] if length.isdigit() and len(length) <= len(str(len(body))) else body
         try:
             check_json(json_part, self.json_limits)
         except RequestError as err:
