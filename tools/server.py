@@ -32,9 +32,11 @@ from .errors import PortTaken, UsageError
 from .keys import KEY_FILE
 
 PID_FILE = "torchserve.pid"
-# TorchServe's frontend talks to each worker over the Unix socket <java.io.tmpdir>/.ts.sock.<port>, the port
-# up to 5 digits; Linux refuses a socket path longer than 107 bytes (sun_path holds 108 with its NUL).
-WORKER_SOCKET_NAME = ".ts.sock.65535"
+# TorchServe's frontend talks to each worker over the Unix socket <java.io.tmpdir>/.ts.sock.<port>; the port
+# counts up from initial_worker_port (9000) with every worker started (WorkLoadManager's AtomicInteger), so
+# 4 digits for the first 1000 starts. Linux refuses a socket path longer than 107 bytes (sun_path holds 108
+# with its NUL).
+WORKER_SOCKET_NAME = ".ts.sock.9999"
 UNIX_SOCKET_PATH_MAX = 107
 # TorchServe 0.12 writes key_file.json into its working directory with the process's umask and only then
 # narrows it to 0600 (TokenAuthorization.generateKeyFile): the run dir is owner-only and TorchServe starts

@@ -214,7 +214,7 @@ def test_the_gpu_packages_are_the_cuda_13_builds_pinned():
 
 
 def test_make_gpu_check_needs_no_java():
-    recipe = subprocess.run(["make", "-n", "-B", "gpu-check", "TSVK=tsvk"], cwd=ROOT, capture_output=True, text=True,
+    recipe = subprocess.run(["make", "--no-print-directory", "-n", "-B", "gpu-check", "TSVK=tsvk"], cwd=ROOT, capture_output=True, text=True,
                             check=True).stdout
     assert "java" not in recipe and recipe.rstrip().splitlines()[-1].startswith("tsvk gpu-check")
 

@@ -8,14 +8,14 @@ from tsvk_tools.errors import UsageError
 from tsvk_tools.server import start_torchserve
 
 LINUX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path is 108 with its NUL)
-WORKER_SOCKET = "/tmp/.ts.sock.65535"  # under the run dir: TorchServe's worker socket, its port up to 5 digits
+WORKER_SOCKET = "/tmp/.ts.sock.9999"  # under the run dir: TorchServe's worker socket, its port counted up from 9000
 
 
 def test_a_run_dir_too_deep_for_the_worker_sockets_is_refused_naming_the_path_and_the_limit(tmp_path):
     config = tmp_path / "config.properties"
     config.write_text("models={}\n")
     deep = tmp_path / ("d" * (LINUX_SOCKET_PATH_MAX - len(str(tmp_path)) - len(WORKER_SOCKET)))  # one byte too many
-    with pytest.raises(UsageError, match=rf"{deep}/tmp/\.ts\.sock\.65535\) would be 108 bytes; Unix sockets allow at most 107"):
+    with pytest.raises(UsageError, match=rf"{deep}/tmp/\.ts\.sock\.9999\) would be 108 bytes; Unix sockets allow at most 107"):
         start_torchserve(config, deep)
     assert not deep.exists()  # refused before anything was created
 

@@ -25,7 +25,7 @@ from ..bench.stats import latency_summary
 from ..bench.systems.base import identity
 from ..errors import UsageError
 from ..ports import serving_on_free_ports
-from ..server import TorchServeRun, start_torchserve
+from ..server import UNIX_SOCKET_PATH_MAX, WORKER_SOCKET_NAME, TorchServeRun, start_torchserve
 from ..serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
 from .search import Measurement
 from .space import Candidate
@@ -34,7 +34,6 @@ FIRST_WINDOW_SHARE = 1 / 3
 WARMUP_ROUNDS = 2  # requests per client before the measured load: a fresh worker's first batches are slow
 STOP_MARGIN_S = 15.0  # the load ends this long before the deadline, so stopping TorchServe fits in it
 MIN_WINDOW_S = 3.0
-SOCKET_PATH_MAX = 107  # AF_UNIX: TorchServe's workers listen on <TMPDIR>/.ts.sock.<port>, and TMPDIR is the run dir's
 ALL_AT_ONCE = 10**9  # a time-bounded load: the clients stop at the window's end, not at a count
 
 
@@ -72,11 +71,11 @@ def candidate_dir(bench: Bench, number: int) -> Path:
 
 def socket_path_problem(work_dir: Path) -> str | None:
     """Why TorchServe's workers could not open their sockets under `work_dir`, or None."""
-    longest = Path(work_dir).resolve() / "c00" / "run" / "tmp" / ".ts.sock.65535"
-    if len(str(longest)) <= SOCKET_PATH_MAX:
+    longest = Path(work_dir).resolve() / "c00" / "run" / "tmp" / WORKER_SOCKET_NAME
+    if len(str(longest)) <= UNIX_SOCKET_PATH_MAX:
         return None
     return (f"--work-dir {work_dir} is too deep: TorchServe's workers would listen on {longest} ({len(str(longest))} characters; "
-            f"a Unix socket path holds at most {SOCKET_PATH_MAX}); use a shorter directory")
+            f"a Unix socket path holds at most {UNIX_SOCKET_PATH_MAX}); use a shorter directory")
 
 
 def measure_candidate(bench: Bench, number: int, candidate: Candidate, stop_rule: Callable[[Measurement], str],
@@ -99,15 +98,15 @@ def measure_candidate(bench: Bench, number: int, candidate: Candidate, stop_rule
 def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadline: float, sampler: TreeSampler) -> Measurement:
     config = folder / "config.properties"
     write_plan(candidate_plan(bench, candidate), config)
-    with progress.step(f"candidate {number}: start TorchServe", "its frontend (Java)"):
+    with progress.step(f"candidate {folder.name}: start TorchServe", "its frontend (Java)"):
         run = start_torchserve(config, folder / "run")
     try:
-        with progress.step(f"candidate {number}: load the models", "every model READY"):
+        with progress.step(f"candidate {folder.name}: load the models", "every model READY"):
             run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
         load_end = deadline - STOP_MARGIN_S
         if load_end - time.monotonic() < 2 * MIN_WINDOW_S:
             return Measurement(error="cut at the deadline")
-        with progress.step(f"candidate {number}: measure", f"{candidate.describe()} under load"):
+        with progress.step(f"candidate {folder.name}: measure", f"{candidate.describe()} under load"):
             return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
     finally:
         run.stop()
