@@ -18,6 +18,7 @@ import urllib.request
 import pytest
 
 from tsvk_tools.ports import free_ports
+from tsvk_tools.robustness.attacks import oip_wrong_type_documents
 
 
 def _in_a_process(name: str, *args):
@@ -124,3 +125,14 @@ def test_a_bytes_element_longer_than_its_tensor_is_a_400(front_url):
     status, answer = _post(f"{front_url}/v2/models/tiny/infer", body,
                            {"Content-Type": "application/octet-stream", "Inference-Header-Content-Length": str(len(header))})
     assert status == 400 and "length prefixes" in answer["error"]
+
+
+def _wrong_type_documents():
+    small = 2**20  # larger ones meet the front's request-size limit first (its own tests)
+    return [body for body in map(str.encode, map(json.dumps, oip_wrong_type_documents(JPEG))) if len(body) < small]
+
+
+@pytest.mark.parametrize("document", _wrong_type_documents(), ids=lambda body: body[:60].decode(errors="replace"))
+def test_an_oip_document_of_wrong_types_is_a_4xx_at_the_front(front_url, document):
+    status, _ = _post(f"{front_url}/v2/models/tiny/infer", document, {"Content-Type": "application/json"})
+    assert 400 <= status < 500 or status == 200, (status, document[:300])

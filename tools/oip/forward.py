@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import struct
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -112,7 +113,7 @@ class TorchServeModel(Model):
         pixels as a single-image protocol request."""
         try:
             values = tensor.as_numpy()
-        except (ValueError, TypeError) as err:
+        except (ValueError, TypeError, struct.error) as err:  # struct: a BYTES element's length prefix past the data
             raise InvalidInput(f"bad_tensor: input {tensor.name!r} data does not match its shape {tensor.shape}: {err}") from None
         if tensor.name == oip.IMAGES:
             return [(_image_bytes(value), "application/octet-stream") for value in values.reshape(-1)]

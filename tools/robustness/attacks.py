@@ -182,10 +182,10 @@ def nested_json(rng: random.Random) -> Iterator[Attack]:
         b'"shape": [1]', b'"shape": ' + b"[" * depth + b"1" + b"]" * depth))
 
 
-def oip_wrong_types(image: bytes) -> Iterator[Attack]:
-    """OIP documents with each field of the wrong type, shape or size: to the handler and the front."""
+def oip_wrong_type_documents(image: bytes) -> list:
+    """OIP JSON documents with each field of the wrong type, shape or size."""
     text = _b64(image)
-    documents = [
+    return [
         _oip_document([text], name=["images"]), _oip_document([text], name=7), _oip_document([text], name=None),
         _oip_document([text], shape=["1"]), _oip_document([text], shape="1"), _oip_document([text], shape=[-1]),
         _oip_document([text], shape=[2**62]), _oip_document([text], shape=[[1]]), _oip_document([text], shape=[1.5]),
@@ -200,7 +200,11 @@ def oip_wrong_types(image: bytes) -> Iterator[Attack]:
         {"inputs": [{"name": "images", "datatype": "BYTES", "shape": [1], "data": ["x" * (4 * 2**20)]}]},
         {"id": ["x"], "inputs": [{"name": "images", "datatype": "BYTES", "shape": [1], "data": [text]}], "outputs": "all"},
     ]
-    for document in documents:
+
+
+def oip_wrong_types(image: bytes) -> Iterator[Attack]:
+    """OIP documents with each field of the wrong type, shape or size: to the handler and the front."""
+    for document in oip_wrong_type_documents(image):
         yield Attack("oip wrong types", PREDICTIONS, JSON, _json(document))
         yield Attack("oip wrong types", FRONT_REST, JSON, _json(document))
     for args in ({"name": "pixels"}, {"datatype": "FP32"}, {"shape": [-1]}, {"shape": [2**40]}, {"shape": [1, 2, 3]},
