@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 from aiohttp import web
+from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferRequest
 
 from tsvk import oip
@@ -155,3 +156,17 @@ def serve_front_beside_fake_torchserve(rest_port: int, grpc_port: int, run_dir: 
     config = FrontConfig(torchserve_url=holder["url"], address="127.0.0.1", rest_port=rest_port, grpc_port=grpc_port,
                          max_images=4, max_request_bytes=2**20, models=(ModelTensors("tiny", 32, 2, 10.0),))
     serve(config, Path(run_dir))
+
+
+def refusal_of_bytes_contents(raw: bytes) -> str:
+    """What the front says of BYTES raw contents `raw` (as kserve's gRPC servicer sets them from
+    raw_input_contents): the message of the InvalidInput it raises, or what else it raised."""
+    tensor = InferInput("images", [1], "BYTES")
+    tensor._raw_data = raw
+    try:
+        TorchServeModel._items(None, tensor)
+    except InvalidInput as err:
+        return f"InvalidInput: {err}"
+    except Exception as err:  # noqa: BLE001 - the scenario reports what escaped, the test judges it
+        return f"{type(err).__name__}: {err}"
+    return "accepted"

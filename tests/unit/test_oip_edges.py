@@ -6,15 +6,12 @@ import base64
 
 import numpy as np
 import pytest
-from kserve.errors import InvalidInput
-from kserve.protocol.infer_type import InferInput
 
 from tests.support.handler_fakes import encode, noise_image
 from tsvk import oip
 from tsvk.errors import BadImage, BadTensor
 from tsvk.inputs import OIP, PREDICTIONS, read_request
 from tsvk.postprocess import write_answer, write_error
-from tsvk_tools.oip.forward import TorchServeModel
 
 CROP = 8
 
@@ -79,11 +76,3 @@ def test_check_input_counts_images_within_the_limit():
     with pytest.raises(BadTensor, match="1 to 4"):
         oip.check_input("images", "BYTES", [5], CROP, max_items=4)
 
-
-@pytest.mark.parametrize("raw", [b"\x00" * 3, (2**31).to_bytes(4, "little")])
-def test_bytes_contents_whose_length_prefix_runs_past_the_data_are_a_bad_tensor(raw):
-    """kserve's `deserialize_bytes_tensor` raises struct.error for them: the front turns it into a 400, not a 500."""
-    tensor = InferInput("images", [1], "BYTES")
-    tensor._raw_data = raw  # as kserve's gRPC servicer sets it from raw_input_contents
-    with pytest.raises(InvalidInput, match="bad_tensor: input 'images' data does not match its shape"):
-        TorchServeModel._items(None, tensor)

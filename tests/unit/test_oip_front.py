@@ -60,6 +60,13 @@ def test_a_bad_image_fails_the_request_with_the_handler_code_and_which_image():
         "status": 400, "message": "bad_image: image 2 of 2: cannot identify the image"}
 
 
+@pytest.mark.parametrize("raw", [b"\x00" * 3, (2**31).to_bytes(4, "little")])
+def test_bytes_contents_whose_length_prefix_runs_past_the_data_are_a_bad_tensor(raw):
+    """kserve's `deserialize_bytes_tensor` raises struct.error for them: the front turns it into a 400, not a 500."""
+    refusal = _in_a_process("refusal_of_bytes_contents", raw)
+    assert refusal.startswith("InvalidInput: bad_tensor: input 'images' data does not match its shape"), refusal
+
+
 def test_torchserve_gone_is_a_503_saying_so():
     failure = _in_a_process("failure_of", [b"\xff\xd8fine"], "http://127.0.0.1:9")
     assert failure["status"] == 503 and failure["message"].startswith("torchserve_unreachable")
