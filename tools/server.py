@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
-from tsvk.threads import read_properties
+from . import defaults
+from tsvk.properties import read_properties
 
 from .allocator import allocator_env
 from .drain import AccessLog, DrainReport, frontend_pid, wait_until_idle

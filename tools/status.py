@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
+from . import defaults
 
 from .keys import KEY_FILE
 from .oip.config import is_oip_config, read_front_config

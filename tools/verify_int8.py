@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tsvk import defaults
+from . import defaults
 from tsvk.postprocess import first_tensor
 
 from .backends import CompileTarget

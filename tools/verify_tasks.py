@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass
 
-from tsvk import defaults
+from . import defaults
 from tsvk.postprocess import first_tensor
 from tsvk.tasks.detector_model import detections, set_score_threshold
 

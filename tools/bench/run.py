@@ -18,7 +18,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tsvk import defaults
+from .. import defaults
 from tsvk.settings import PRECISIONS
 
 from .. import progress

@@ -27,11 +27,12 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image
 
+from tsvk.settings import TASKS
+
 from .corpus import BOMB_FORMATS, declare_size, seed_images
 
 PREDICTIONS, FRONT_REST, FRONT_GRPC = "predictions", "front-rest", "front-grpc"
 TRANSPORTS = (PREDICTIONS, FRONT_REST, FRONT_GRPC)
-TASKS = ("classify", "detect", "segment")
 JSON = "application/json"
 SCAN_BOMB_SIDE = 4000  # a 16 MP progressive JPEG: within the pixel bound, so only the scan count can refuse it
 SCAN_BOMB_REPEATS = 4000  # copies of its smallest AC scan: ~6 s of decoding on an unbounded handler

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 import requests
-from tsvk import defaults
+from .. import defaults
 
 from .service import ServiceSpec, running_service
 
