@@ -294,12 +294,6 @@ def large_burst(count: int = LARGE_BURST, side: int = LARGE_PHOTO_SIDE) -> list[
     return [Attack("large allowed burst", PREDICTIONS, body=large_png(side), hostile=False) for _ in range(count)]
 
 
-def class_counts(classes: dict[str, list[Attack]]) -> dict[str, dict[str, int]]:
-    """Class -> transport -> inputs: what a run sends, for the report and the tests."""
-    return {name: {t: sum(1 for a in attacks if a.transport == t) for t in TRANSPORTS if any(a.transport == t for a in attacks)}
-            for name, attacks in classes.items()}
-
-
 def noise_photo(seed: int, size: tuple[int, int] = (640, 480)) -> bytes:
     """A seeded noise JPEG: a valid, ordinary-sized image (when no real photograph is at hand)."""
     rng = np.random.default_rng(seed)
