@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from .base import Task
 
-__all__ = ["TASKS", "TaskKind", "task_class", "task_kind", "served_form", "torchvision_model"]
+__all__ = ["TASKS", "TaskKind", "task_kind"]
 
 
 @dataclass(frozen=True)
@@ -67,15 +67,3 @@ def task_kind(name: str) -> TaskKind:
     if name not in TASKS:
         raise ValueError(f"task must be one of {', '.join(TASKS)}, got {name!r}")
     return TASKS[name]
-
-
-def task_class(name: str) -> type[Task]:
-    return task_kind(name).task_class()
-
-
-def served_form(task: str, model: Any) -> Any:
-    return task_kind(task).served_form(model)
-
-
-def torchvision_model(builder: str, task: str, num_classes: int | None = None) -> Any:
-    return task_kind(task).torchvision_model(builder, num_classes)
