@@ -6,9 +6,9 @@ loads, what the model takes, how its eager model is served) is written once here
 Code asks `task_kind(name)` instead of comparing names. The build-time facts (compile backends,
 verification, calibration) live in `tsvk_tools.task_builds`, keyed by the same names.
 
-This module imports nothing of the package, so the settings schema can validate a task's name with it,
-and a task's own module is imported only by the workers that serve it: a detector's brings in
-torchvision's detection models, about two seconds of a worker's start.
+This module imports nothing of the package: the settings schema validates a task's name here, and
+every task module imports the settings schema, so a `TaskKind` names its class by module and name
+and imports it when first asked (`task_class`).
 """
 
 from __future__ import annotations
