@@ -64,7 +64,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     request = _clamp_suggested_batch(request)
     with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
         resolved = resolve_model(request.model, request.weights, request.custom, request.task)
-    check_int8_task(resolved.task, backend.name, request.precision, request.model)
+    check_int8_task(resolved.task, backend.name, request)
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
     with progress.step("prepare photos", "decoding the calibration photos"):
         photos = _photos(request, resolved, preprocess)

@@ -93,9 +93,10 @@ def check_task(backend: str, task: str) -> None:
                          f"--backend {' or '.join(task_backends(task))}")
 
 
-def check_int8_task(task: str, backend: str, precision: str, model: str) -> None:
-    """int8 for classifiers on any int8 backend, for segmenters and detectors on OpenVINO only."""
+def check_int8_task(task: str, backend: str, request) -> None:
+    """int8 where it can be verified (`int8_backends`): a BuildRequest's precision, for its model."""
     allowed = task_build(task).int8_backends
-    if precision != "int8" or allowed is None or backend in allowed:
+    if request.precision != "int8" or allowed is None or backend in allowed:
         return
-    raise UsageError(f"--precision int8 for the {task} model {model} needs --backend {' or '.join(allowed)} (got {backend})")
+    raise UsageError(f"--precision int8 for the {task} model {request.model} needs --backend {' or '.join(allowed)} "
+                     f"(got {backend})")

@@ -206,7 +206,7 @@ def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
 
 
 def test_int8_detectors_need_openvino():
-    from tsvk_tools.build import check_int8_task
+    from tsvk_tools.task_builds import check_int8_task
 
     with pytest.raises(UsageError, match="int8 for the detect model fasterrcnn_mobilenet_v3_large_320_fpn needs --backend openvino"):
         check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
