@@ -14,7 +14,6 @@ import os
 from pathlib import Path
 
 from . import defaults
-
 from .errors import UsageError
 
 JEMALLOC_SONAME = "libjemalloc.so.2"

@@ -10,12 +10,12 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import defaults
 from tsvk.loading import gpu_architecture, load_model
 from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 from tsvk.tasks import task_kind
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
+from . import defaults
 from .backends import CompileTarget, check_target, get_backend, prepare_model
 from .calibration import Photos, int8_photos
 from . import progress

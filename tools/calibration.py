@@ -16,9 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from . import defaults
 from tsvk.tasks import task_kind
 
+from . import defaults
 from .errors import UsageError
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")

@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from . import defaults
-
 from . import progress
 from .allocator import add_allocator_argument, describe as describe_allocator
 from .drain import add_drain_timeout_argument, describe_drain

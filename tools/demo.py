@@ -12,7 +12,6 @@ import tempfile
 from pathlib import Path
 
 from . import defaults
-
 from . import progress
 from .archive import build_archive, handler_sources
 from .archive_info import handler_differences, read_archive_settings

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
+
 from . import defaults
 
 ACCESS_LOG = "access_log.log"

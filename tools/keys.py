@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Callable
 
 from . import defaults
-
 from .errors import UsageError
 
 KEY_FILE = "key_file.json"

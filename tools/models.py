@@ -19,10 +19,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from . import defaults
 from tsvk.settings import TASKS, ModelSource, PreprocessSettings
 from tsvk.tasks import task_kind
 
+from . import defaults
 from .errors import UsageError, WeightsUnavailable
 from .task_builds import TASK_BUILDS, task_build
 

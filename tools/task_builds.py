@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from . import defaults
 from tsvk.tasks import TASKS, TaskKind
 
+from . import defaults
 from . import task_preprocess
 from .backends import BACKENDS
 from .errors import UsageError

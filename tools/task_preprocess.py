@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from . import defaults
 from tsvk.settings import INTERPOLATIONS, PreprocessSettings
 
+from . import defaults
 from .errors import UsageError
 
 

@@ -23,7 +23,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import defaults
-
 from ..archive import build_archive
 from ..calibration import imagenet_labels, list_photos, split
 from ..errors import UsageError

@@ -19,7 +19,6 @@ from pathlib import Path
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
 from .. import defaults
-
 from ..backends import BACKENDS, CompileTarget
 from ..task_builds import task_backends
 from ..build import BuildRequest, example_size, requested_task

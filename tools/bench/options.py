@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import defaults
 from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
 
+from .. import defaults
 from ..images import SKIMAGE_PHOTOS
 from ..task_builds import task_build
 

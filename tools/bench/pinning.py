@@ -14,7 +14,6 @@ import tempfile
 from pathlib import Path
 
 from .. import defaults
-
 from ..archive import build_archive
 from ..build import BuildRequest
 from ..images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array

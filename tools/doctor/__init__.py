@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import psutil
+
 from .. import defaults
 from ..cpus import detect_vcpus
 

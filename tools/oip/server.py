@@ -21,6 +21,7 @@ from concurrent import futures
 from pathlib import Path
 
 from tsvk import oip
+
 from ..defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels

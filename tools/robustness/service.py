@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Iterator
 
 from .. import defaults
-
 from .. import progress
 from ..images import jpeg_bytes, photo_array
 from ..archive_info import read_archive_settings

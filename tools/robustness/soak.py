@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
+
 from .. import defaults
 from ..cpus import detect_vcpus
 

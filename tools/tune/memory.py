@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import defaults
-
 from .space import Candidate
 
 CGROUP_V2 = Path("/sys/fs/cgroup/memory.max")

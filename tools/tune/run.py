@@ -20,7 +20,6 @@ from functools import partial
 from pathlib import Path
 
 from .. import defaults
-
 from ..archive_info import list_archives, read_archive_settings
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes

@@ -35,7 +35,6 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .. import defaults
-
 from .memory import MemoryModel
 from .space import Candidate, Space
 

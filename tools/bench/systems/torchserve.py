@@ -14,7 +14,6 @@ import json
 from pathlib import Path
 
 from ... import defaults
-
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
 from ...allocator import describe as describe_allocator
