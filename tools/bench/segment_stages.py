@@ -20,7 +20,7 @@ from pathlib import Path
 import torch
 from tsvk.decode import decode_rgb, probe
 from tsvk.preprocess.tensor_ops import _as_batch
-from tsvk.tasks import task_class
+from tsvk.tasks import task_kind
 from tsvk.tasks.segment import class_map, segmenter_resize
 
 from .apps.ceiling_probe import load_archive
@@ -34,7 +34,7 @@ def _load_average() -> str:
 def stage_calls(mar: Path, folder: str) -> dict:
     """Stage name -> a call doing that stage for one batch of the benchmark's photos."""
     settings, model, preprocessor, _, labels = load_archive(mar, folder)
-    task = task_class(settings.task)(settings, model, preprocessor, labels)
+    task = task_kind(settings.task).task_class()(settings, model, preprocessor, labels)
     encoded = [probe(data, settings.preprocess.max_pixels) for data in photo_jpegs()]
     decoded = [decode_rgb(image) for image in encoded]
     resized = segmenter_resize(decoded, settings.preprocess)
