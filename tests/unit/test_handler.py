@@ -321,7 +321,7 @@ def test_initialize_freezes_what_the_load_created(archive, monkeypatch):
 def test_once_the_stop_marker_exists_every_request_of_a_batch_is_refused_unanswered_with_503(context, tmp_path, monkeypatch):
     marker = tmp_path / "stopping"
     monkeypatch.setenv(STOP_MARKER_ENV, str(marker))
-    service = ClassifierService.from_context(context)
+    service = VisionService.from_context(context)
     assert service.handle([{"data": _good()}], context)[0] and context.statuses == {}
     marker.touch()
     oip = {"body": json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}).encode()}
