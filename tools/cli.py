@@ -11,8 +11,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tsvk import defaults
-
+from . import defaults
 from . import progress
 from .allocator import add_allocator_argument, describe as describe_allocator
 from .drain import add_drain_timeout_argument, describe_drain
@@ -310,7 +309,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from .keys import start_key_renewer
 
-    from tsvk.threads import read_properties
+    from tsvk.properties import read_properties
 
     from .oip.config import is_oip_config
 

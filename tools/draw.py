@@ -85,7 +85,7 @@ def draw(run_dir: Path, image: str, model: str | None, output: Path) -> Path:
 
 
 def register(commands) -> None:
-    from tsvk import defaults
+    from . import defaults
 
     p = commands.add_parser("draw", help="draw a served detector's boxes or a segmenter's label map over the photo sent")
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")

@@ -26,8 +26,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from tsvk import defaults
-
+from . import defaults
 from .errors import UsageError
 
 KEY_FILE = "key_file.json"
@@ -125,7 +124,7 @@ def stop_key_renewer(run_dir: Path) -> None:
 
 def renew_while_running(run_dir: Path, watch_pid: int, watch_started_at: float) -> int:
     """The renewer's loop: renew at half the keys' lifetime until the watched TorchServe is gone."""
-    from tsvk.threads import read_properties
+    from tsvk.properties import read_properties
 
     from .server import PID_FILE, TorchServeRun, group_is_ours
 

@@ -14,8 +14,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk import defaults
-from tsvk.cpus import detect_vcpus
+from . import defaults
+from .cpus import detect_vcpus
 from tsvk.deadline import DEADLINE_KEY_PREFIX
 from tsvk.properties import escape_value
 from tsvk.settings import HandlerSettings, ServingDefaults
@@ -146,7 +146,8 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
 def tuned_choices(config: Path) -> dict[str, ModelChoice]:
     """Per model, the numbers a config written by `tsvk tune` holds, with the measurement behind them
     (the `# tuned:` comment above its threads line). Refused when the file holds no tuned model."""
-    from tsvk.threads import read_properties, threads_from_config
+    from tsvk.properties import read_properties
+    from tsvk.threads import threads_from_config
 
     if not Path(config).is_file():
         raise UsageError(f"--tuned {config}: no such file; write it with `tsvk tune`")

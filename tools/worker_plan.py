@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsvk import defaults
+from . import defaults
 
 
 def worker_estimate_mb(archive: Path) -> float:

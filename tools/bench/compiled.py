@@ -18,9 +18,9 @@ from pathlib import Path
 
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
-from tsvk import defaults
-
+from .. import defaults
 from ..backends import BACKENDS, CompileTarget
+from ..task_builds import task_backends
 from ..build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
@@ -81,8 +81,6 @@ def markdown(rows: list[dict], batches: list[int], model: str, threads: int, com
 
 def default_backends(model: str) -> str:
     """The CPU backends that can build this model's task (a detector: torchscript and eager)."""
-    from ..backends import task_backends
-
     task = requested_task(BuildRequest(model=model))
     return ",".join(name for name in task_backends(task) if "cpu" in BACKENDS[name].precisions)
 

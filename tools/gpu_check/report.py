@@ -38,7 +38,7 @@ def environment() -> dict:
     import torch
 
     from tsvk import features
-    from tsvk.cpus import detect_vcpus
+    from ..cpus import detect_vcpus
 
     from ..bench.report import git_state, machine_info, software_versions
 

@@ -21,7 +21,8 @@ from concurrent import futures
 from pathlib import Path
 
 from tsvk import oip
-from tsvk.defaults import OIP_JSON_PIXEL_IMAGES
+
+from ..defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
 

@@ -12,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsvk import defaults
-
+from .. import defaults
 from .space import Candidate
 
 CGROUP_V2 = Path("/sys/fs/cgroup/memory.max")
