@@ -46,6 +46,7 @@ def draw_detections(photo, detections: list[dict]):
     for detection in detections:
         if "mask" in detection:
             mask = Image.fromarray(decode_mask(detection["mask"]).numpy().astype("uint8") * int(255 * MASK_ALPHA))
+            mask = mask.resize(canvas.size, Image.NEAREST)  # a mask on a reduced grid (it says `photo_size`)
             canvas.paste(Image.new("RGB", canvas.size, colour(labels.index(detection["label"]))), (0, 0), mask)
     pen = ImageDraw.Draw(canvas)
     for detection in detections:

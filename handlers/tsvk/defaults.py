@@ -22,6 +22,10 @@ MAX_DETECTIONS = 100  # at most this many boxes per image, the best first
 MAX_DETECTIONS_LIMIT = 1000  # the most the option max_detections may ask for (the model's own cap applies too)
 MASK_THRESHOLD = 0.5  # instance masks: a pixel belongs to the object where the mask's probability is at least this
 SCORE_FLOOR = 0.05  # the lowest score a detector keeps where its own default is higher (torchvision R-CNNs: 0.05)
+# Instance masks one image's answer may paste: the sum of its boxes' areas, in pixels (a 40 MP photo's worth,
+# ~0.25 s of one thread of a 2-vCPU AMD EPYC). Past it every mask of that image is pasted on a grid scaled down
+# to fit, and says so (`photo_size`): 100 boxes covering a 40 MP photo would otherwise cost a worker a minute.
+MAX_MASK_PIXELS = 40_000_000
 
 # Segmentation answers: the label map (one class index per pixel, a PNG) at the photo's size, or with its
 # longer side at most LABEL_MAP_MAX_SIDE pixels (0: the photo's size); the option label_map=false leaves it out.

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
-                       MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_PIXELS,
-                       PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
+                       MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_MASK_PIXELS,
+                       MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
 from .tasks import TASKS as TASK_KINDS, task_kind
 
 SCHEMA_VERSION = 1
@@ -112,6 +112,7 @@ class DetectSettings:
     score_floor: float = SCORE_FLOOR
     mask_threshold: float = MASK_THRESHOLD
     masks: bool = False  # the model outputs instance masks (Mask R-CNN): answers carry them as COCO RLE
+    max_mask_pixels: int = MAX_MASK_PIXELS  # one image's masks paste at most this many pixels, else at a reduced resolution
 
 
 @dataclass(frozen=True)
@@ -248,6 +249,7 @@ def _build_detect(reader: "_Reader") -> DetectSettings:
         score_floor=reader.fraction("score_floor", defaults.score_floor),
         mask_threshold=reader.fraction("mask_threshold", defaults.mask_threshold),
         masks=reader.boolean("masks", defaults.masks),
+        max_mask_pixels=reader.integer("max_mask_pixels", defaults.max_mask_pixels, minimum=1),
     )
 
 

@@ -1,5 +1,6 @@
 """The worker-side memory of large but allowed work, in-process: eight 36 MP PNGs through a segmenter's
-or a detector's `prepare` and `answer`, and 100 instance masks on a 12 MP photo.
+or a detector's `prepare` and `answer`, 100 instance masks on a 12 MP photo, and 100 masks each covering a
+40 MP photo (the most one answer may hold: pasted on a grid reduced to `detect.max_mask_pixels`).
 
     .venv/bin/python -m tests.support.memory_burst [--handlers DIR]   # writes benchmarks/results/memory-<time>.md
 
@@ -20,9 +21,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PHOTO, COUNT = (7200, 5000), 8
 MASK_PHOTO, MASKS = (3000, 4000), 100
+WORST_MASK_PHOTO = (5200, 7700)  # ~40 MP, the most pixels a photo may have (MAX_PIXELS)
 BUILDERS = {"detect": "fasterrcnn_mobilenet_v3_large_320_fpn", "segment": "lraspp_mobilenet_v3_large"}
 PREPROCESS = {"detect": {"crop": 0, "resize": 320, "max_size": 640}, "segment": {"crop": 0, "resize": 520, "max_size": 2048}}
-CASES = ("segment", "detect", "masks-random", "masks-whole")
+CASES = ("segment", "detect", "masks-random", "masks-whole", "masks-worst")
 
 
 def _pngs(store: Path) -> list[bytes]:
@@ -89,10 +91,40 @@ def masks(boxes_kind: str) -> str:
             f"{time.perf_counter() - start:.1f} s")
 
 
+def worst_masks() -> tuple[int, list | None, float, float]:
+    """The masks, the mask of the first box's `photo_size`, CPU seconds and peak memory growth (MiB) of an
+    answer whose 100 boxes each cover a 40 MP photo: what `score_threshold` at the model's floor may give on a
+    crowd. One torch thread; CPU time, not wall time, since the machine may be shared."""
+    import torch
+
+    from tests.support import peak_memory
+    from tsvk.settings import DetectSettings
+    from tsvk.tasks.detect import DetectTask
+
+    torch.set_num_threads(1)
+    height, width = WORST_MASK_PHOTO
+    found = {"scores": torch.linspace(0.99, 0.06, MASKS), "labels": torch.ones(MASKS, dtype=torch.int64),
+             "boxes": torch.tensor([[0.0, 0.0, width - 1.0, height - 1.0]] * MASKS),
+             "masks": torch.rand(MASKS, 1, 28, 28, generator=torch.Generator().manual_seed(0))}
+    task = type("Task", (), {"settings": type("S", (), {"detect": DetectSettings(masks=True)})(), "labels": None})()
+    options = {"score_threshold": 0.05, "max_detections": MASKS}
+    DetectTask.describe(task, {k: v[:1] for k, v in found.items()}, (80, 120), (80, 120), options)  # first-call allocations
+    with peak_memory.peak_growth() as peak:
+        started = time.process_time()
+        answers = DetectTask.describe(task, found, (800, 1200), WORST_MASK_PHOTO, options)
+        seconds = time.process_time() - started
+    return len(answers), answers[0]["mask"].get("photo_size"), seconds, peak["mib"]
+
+
 def run_case(case: str, store: Path) -> str:
     import torch
 
     torch.set_num_threads(1)
+    if case == "masks-worst":
+        count, photo_size, seconds, mib = worst_masks()
+        height, width = WORST_MASK_PHOTO
+        grid = "at the photo's size" if photo_size is None else "on a reduced grid"
+        return f"{count} masks, each box a whole {width}x{height} photo, {grid}: peak +{mib:.0f} MiB, {seconds:.2f} s of CPU"
     return burst(case, store) if case in BUILDERS else masks(case.split("-", 1)[1])
 
 

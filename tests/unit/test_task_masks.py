@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import types
 
 import numpy as np
@@ -9,12 +10,13 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 from pycocotools import mask as coco_mask
-from torchvision.models.detection.roi_heads import paste_masks_in_image
+from torchvision.models.detection.roi_heads import expand_boxes, paste_masks_in_image
 
-from tests.support import peak_memory
+from tests.support import memory_burst, peak_memory
 from tsvk.settings import DetectSettings
 from tsvk.tasks.detect import DetectTask
-from tsvk.tasks.masks import encode_masks
+from tsvk.defaults import MAX_MASK_PIXELS
+from tsvk.tasks.masks import encode_masks, mask_grid, pasted_pixels
 from tsvk.tasks.rle import compress_counts, decode_counts, decode_mask, encode_mask, placed_run_lengths, run_lengths
 
 
@@ -76,6 +78,60 @@ def test_instance_masks_are_set_inside_their_box_at_the_photos_size():
     assert encode_masks(probabilities[:0], boxes[:0], (80, 160), 0.5) == []
 
 
+@st.composite
+def masks_over_budget(draw):
+    """`masks_and_boxes` on photos up to 300 x 300 with a budget of pixels some of them exceed."""
+    masks, boxes, _, threshold = draw(masks_and_boxes())
+    height, width = draw(st.integers(1, 300)), draw(st.integers(1, 300))
+    boxes = boxes * torch.tensor([width / 90, height / 90] * 2)
+    return masks, boxes, (height, width), threshold, draw(st.integers(1, 20_000))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@settings(max_examples=200, deadline=None, derandomize=True)
+@given(masks_over_budget())
+def test_masks_past_the_budget_are_torchvisions_paste_on_a_reduced_grid(case):
+    masks, boxes, size, threshold, budget = case
+    got = encode_masks(masks, boxes, size, threshold, max_pixels=budget)
+    if not got:
+        return
+    grid = tuple(got[0]["size"])
+    if grid == size:
+        assert all("photo_size" not in rle for rle in got)
+        assert got == encode_masks(masks, boxes, size, threshold, max_pixels=MAX_MASK_PIXELS)
+        return
+    assert all(rle["photo_size"] == list(size) and tuple(rle["size"]) == grid for rle in got)
+    assert grid[0] <= size[0] and grid[1] <= size[1]
+    scaled = boxes * torch.tensor([grid[1] / size[1], grid[0] / size[0]] * 2)
+    expected = paste_masks_in_image(masks, scaled, grid)[:, 0] >= threshold
+    assert [{"size": rle["size"], "counts": rle["counts"]} for rle in got] == [encode_mask(mask) for mask in expected]
+
+
+def test_the_reduced_grid_is_the_largest_that_fits_the_budget():
+    boxes = torch.tensor([[0.0, 0.0, 3999.0, 2999.0]] * 10)  # ten whole 12 MP photos: 120 MP pasted
+    scale = 30 / 28  # expand_masks' for 28 x 28 masks and a pixel of padding
+    grid, scaled = mask_grid(boxes, scale, (3000, 4000), 40_000_000)
+    cost = pasted_pixels(expand_boxes(scaled, scale).to(torch.int64))
+    assert cost <= 40_000_000 < 10 * 3000 * 4000
+    assert cost > 0.8 * 40_000_000, f"a {grid} grid pastes {cost} pixels: far below the budget"
+    assert mask_grid(boxes[:1], scale, (3000, 4000), 40_000_000)[0] == (3000, 4000)
+
+
+WORST_CPU_S = 1.0  # the time every hostile request must stay under (docs/robustness.md)
+WORST_PEAK_MIB = 100
+
+
+@pytest.mark.skipif(not peak_memory.available(), reason="needs Linux's /proc/self/clear_refs")
+def test_the_most_masks_one_image_may_have_cost_under_a_second_and_little_memory():
+    """CPU time, not wall time: the machine is shared. Measured in a fresh process (its heap is its own);
+    pasting every mask at the photo's size took about two minutes, so the wait is bounded too."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        count, photo_size, seconds, mib = pool.apply_async(memory_burst.worst_masks).get(timeout=120)
+    assert count == memory_burst.MASKS and photo_size == list(memory_burst.WORST_MASK_PHOTO)
+    assert seconds < WORST_CPU_S, f"{count} masks over a 40 MP photo took {seconds:.2f} s of CPU"
+    assert mib < WORST_PEAK_MIB, f"{count} masks over a 40 MP photo grew memory by {mib:.0f} MiB"
+
+
 MASKS = 40
 PHOTO = (1000, 1000)
 MASKS_PEAK_MIB = 64  # the full-size paste: ~320 MiB of float canvases for these 40 masks
@@ -87,7 +143,8 @@ def test_many_masks_on_a_large_photo_stay_within_a_box_sized_budget():
     found = {"scores": torch.linspace(0.99, 0.6, MASKS), "labels": torch.ones(MASKS, dtype=torch.int64),
              "boxes": torch.tensor([[0.0, 0.0, 399.0, 399.0]] * MASKS) + torch.rand(MASKS, 4, generator=generator) * 5,
              "masks": torch.rand(MASKS, 1, 28, 28, generator=generator)}
-    task = types.SimpleNamespace(settings=types.SimpleNamespace(detect=DetectSettings(masks=True)), labels=None)
+    detect = DetectSettings(masks=True, max_mask_pixels=2 * MASKS * PHOTO[0] * PHOTO[1])  # every mask at the photo's size
+    task = types.SimpleNamespace(settings=types.SimpleNamespace(detect=detect), labels=None)
     options = {"score_threshold": 0.5, "max_detections": 100}
     with peak_memory.peak_growth() as peak:
         answers = DetectTask.describe(task, found, (400, 400), PHOTO, options)

@@ -33,10 +33,12 @@ def test_the_task_defaults_to_classify_and_an_unknown_one_is_refused():
 def test_detect_settings_round_trip():
     raw = {"model_name": "m", "artifact": ARTIFACT, "task": "detect",
            "preprocess": {"crop": 0, "resize": 320, "max_size": 320, "fixed_size": [320, 320]},
-           "detect": {"score_threshold": 0.3, "max_detections": 20, "score_floor": 0.01, "masks": True}}
+           "detect": {"score_threshold": 0.3, "max_detections": 20, "score_floor": 0.01, "masks": True, "max_mask_pixels": 1000}}
     settings = HandlerSettings.from_dict(raw)
-    assert settings.preprocess.fixed_size == (320, 320) and settings.detect.masks
+    assert settings.preprocess.fixed_size == (320, 320) and settings.detect.masks and settings.detect.max_mask_pixels == 1000
     assert HandlerSettings.from_dict(settings.to_dict()) == settings
+    with pytest.raises(SettingsError, match="max_mask_pixels"):
+        HandlerSettings.from_dict({**raw, "detect": {**raw["detect"], "max_mask_pixels": 0}})
 
 
 def test_torchvision_names_the_task():
@@ -90,6 +92,9 @@ def test_draw_puts_boxes_masks_and_label_maps_where_the_answer_says():
     assert pixels.shape == (60, 80, 3)
     assert (pixels[40:, :, :] == 128).all()  # below the box: untouched
     assert not (pixels[15:25, 25:45] == 128).all()  # inside the mask: tinted
+    reduced = {**encode_mask(mask[::2, ::2]), "photo_size": [60, 80]}  # a mask on a grid half the photo's
+    drawn = np.asarray(draw_answer(photo, [{"label": "cat", "score": 0.9, "box": [20, 10, 50, 30], "mask": reduced}]))
+    assert (drawn[15:25, 25:45] == pixels[15:25, 25:45]).all() and (drawn[40:, :, :] == 128).all()
     label_map = np.zeros((60, 80), dtype=np.uint8)
     label_map[:, 40:] = 3
     answer = {"width": 80, "height": 60, "classes": [{"label": "bg", "index": 0, "pixels": 2400, "fraction": 0.5}],

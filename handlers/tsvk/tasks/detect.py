@@ -5,7 +5,9 @@ The answer per image is a list of {label, score, box: [x1, y1, x2, y2]} in the p
 displayed, EXIF orientation applied), best first, filtered by score and count (the archive's
 defaults, or the request's `score_threshold` and `max_detections` options). Mask R-CNN answers carry each
 instance mask as COCO RLE at the photo's size, pasted exactly as torchvision pastes them but one box at
-a time (tasks/masks.py), so memory follows the largest box, not the number of masks times the photo.
+a time (tasks/masks.py), so memory follows the largest box, not the number of masks times the photo; where
+an image's boxes together would paste more than `detect.max_mask_pixels`, its masks come at a reduced
+resolution, each with `photo_size`.
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ class DetectTask(Task):
         answers = [{"label": label_for(self.labels, index), "score": round(score, 6), "box": [round(v, BOX_DECIMALS) for v in box]}
                    for index, score, box in zip(found["labels"][order].tolist(), scores[order].tolist(), boxes.tolist())]
         if self.settings.detect.masks and "masks" in found:
-            encoded = encode_masks(found["masks"][order], boxes, original, self.settings.detect.mask_threshold)
+            detect = self.settings.detect
+            encoded = encode_masks(found["masks"][order], boxes, original, detect.mask_threshold, detect.max_mask_pixels)
             for answer, mask in zip(answers, encoded):
                 answer["mask"] = mask
         return answers

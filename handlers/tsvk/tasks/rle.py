@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import numpy as np
 import torch
-import torch.nn.functional as nnf
 
 
 def run_lengths(mask: torch.Tensor) -> list[int]:
@@ -25,31 +24,34 @@ def placed_run_lengths(part: torch.Tensor, corner: tuple[int, int], size: tuple[
     height, width = size
     if height * width == 0:
         return [0]
-    changes = _changes(part ^ background, corner, height) if part.numel() else torch.zeros(0, dtype=torch.int64)
-    first_set = background ^ bool(changes.numel() and changes[0].item() == 0)
+    changes = _changes(part.numpy() ^ background, corner, height) if part.numel() else np.zeros(0, dtype=np.int64)
+    first_set = background ^ bool(changes.size and changes[0] == 0)
     inner = changes[(changes > 0) & (changes < height * width)]  # a run ending with the image ends no earlier
-    edges = torch.cat([torch.zeros(1, dtype=torch.int64), inner, torch.tensor([height * width])])
-    lengths = (edges[1:] - edges[:-1]).tolist()
+    edges = np.concatenate([np.zeros(1, dtype=np.int64), inner, np.array([height * width], dtype=np.int64)])
+    lengths = np.diff(edges).tolist()
     return ([0] + lengths) if first_set else lengths
 
 
-def _changes(differs: torch.Tensor, corner: tuple[int, int], height: int) -> torch.Tensor:
+def _changes(differs: np.ndarray, corner: tuple[int, int], height: int) -> np.ndarray:
     """Column-major positions in the whole image where a run of `differs` pixels starts or ends, ascending.
 
-    A row of zeros above and below the part ends every run in its own column, so each change found in the
-    padded part maps straight to the image: column `left + c`, row `top + r - 1`. Where the part spans
-    the image's height, a run ending at the bottom of one column and one starting at the top of the next
-    meet at the same position: one run in the image, so the pair is dropped."""
+    Found row by row, in the part's own (row-major) memory order: a run starts at a set pixel of the first
+    row, ends below a set pixel of the last row, and starts or ends wherever a pixel differs from the one
+    above it. Comparing whole rows is one contiguous pass (a column-major copy of the part cost ten times
+    more); only the changes, a few per column, are then sorted into column-major order. Where the part
+    spans the image's height, a run ending at the bottom of one column and one starting at the top of the
+    next meet at the same position: one run in the image, so the pair is dropped."""
     top, left = corner
-    padded = nnf.pad(differs.t().to(torch.int8), (1, 1))  # (w, h + 2), contiguous: the columns, one after another
-    flat = padded.reshape(-1)
-    steps = torch.nonzero(flat[1:] != flat[:-1]).flatten() + 1
-    rows = padded.shape[1]
-    positions = (left + steps // rows) * height + top + steps % rows - 1
+    rows, columns = differs.shape
+    inside = np.flatnonzero(differs[1:] != differs[:-1])
+    found_rows = np.concatenate([np.zeros(np.count_nonzero(differs[0]), np.int64), inside // columns + 1,
+                                 np.full(np.count_nonzero(differs[-1]), rows, np.int64)])
+    found_columns = np.concatenate([np.flatnonzero(differs[0]), inside % columns, np.flatnonzero(differs[-1])])
+    positions = np.sort((left + found_columns) * height + top + found_rows)
     repeated = positions[1:] == positions[:-1]
-    if not bool(repeated.any()):
+    if not repeated.any():
         return positions
-    joined = torch.zeros_like(positions, dtype=torch.bool)
+    joined = np.zeros(positions.shape, dtype=bool)
     joined[1:] |= repeated
     joined[:-1] |= repeated
     return positions[~joined]
