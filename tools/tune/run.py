@@ -22,6 +22,7 @@ from pathlib import Path
 from tsvk import defaults
 
 from ..archive_info import list_archives, read_archive_settings
+from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
 from ..serving_config import ServingRequest, plan_serving
@@ -47,8 +48,6 @@ def positive_float(text: str) -> float:
 
 
 def register(commands) -> None:
-    from ..cli import name_list, on_off, positive_int
-
     p = commands.add_parser("tune", help="measure workers x threads x batch x delay on a real TorchServe and write the best "
                                          f"into {defaults.TUNE_OUTPUT}")
     p.add_argument("--models", type=name_list, help="comma-separated models to tune together (default: every archive in the model store)")
