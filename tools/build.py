@@ -11,7 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk import defaults
-from tsvk.loading import gpu_architecture
+from tsvk.loading import gpu_architecture, load_model
 from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
@@ -19,7 +19,7 @@ from .backends import CompileTarget, check_target, check_task, get_backend, prep
 from .calibration import Photos, int8_photos
 from . import progress
 from .errors import UsageError
-from .models import CustomModel, ResolvedModel, resolve_model
+from .models import CustomModel, resolve_model, ResolvedModel, torchvision_builders
 from .verify import Tolerance, VerificationReport, verify_artifact
 from .verify_int8 import AgreementReport, PixelAgreementReport, verify_int8, verify_segmenter_int8
 from .verify_tasks import verify_detector, verify_segmenter
@@ -124,7 +124,6 @@ def requested_task(request: BuildRequest) -> str:
     """The task before anything is built: a model file's --task, or what torchvision lists the builder under."""
     if request.custom is not None:
         return request.custom.task
-    from .models import torchvision_builders
 
     return torchvision_builders().get(request.model, request.task or defaults.TASK)
 
@@ -158,8 +157,6 @@ def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: Comp
     """The artifact as a worker will run it: loaded by the handler's own loader from a directory laid out
     as the archive is (the artifact, plus the model code that a custom model's eager state_dict needs)."""
     import torch
-
-    from tsvk.loading import load_model
 
     needs_code = artifact_settings.format == "eager" or (artifact_settings.format == "openvino" and target.task == "detect")
     if needs_code and custom is not None and not (artifact.parent / custom.file.name).exists():

@@ -17,8 +17,13 @@ from pathlib import Path
 from typing import Sequence
 
 from tsvk import defaults
+from tsvk.decode import probe
+from tsvk.preprocess.cpu import CpuPreprocessor
+from tsvk.preprocess.tensor_ops import Normalizer
+from tsvk.tasks.segment import resize_groups
 
 from .errors import UsageError
+from .images import SKIMAGE_PHOTOS, image_bytes
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
 WNIDS_FILE = "wnids.txt"
@@ -82,9 +87,6 @@ def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: 
                      task: str = "classify") -> PhotoSet:
     import torch
 
-    from tsvk.decode import probe
-    from tsvk.preprocess.cpu import CpuPreprocessor
-
     preprocessor = CpuPreprocessor(settings)
     parts = []
     for start in range(0, len(payloads), 16):  # a few at a time: decoded photos are large
@@ -104,9 +106,6 @@ def _crops(preprocessor, chunk) -> tuple:
 
 def _segmenter_inputs(preprocessor, chunk, settings) -> tuple[list, dict]:
     """One (1, 3, H, W) tensor per photo, resized and normalized as the segmentation task does it."""
-    from tsvk.preprocess.tensor_ops import Normalizer
-    from tsvk.tasks.segment import resize_groups
-
     decoded, failed = preprocessor.decode(chunk)
     normalize = Normalizer(settings, preprocessor.device)
     return [resize_groups([decoded[i]], settings, normalize)[0][1] for i in sorted(decoded)], failed
@@ -123,8 +122,6 @@ def imagenet_labels(files: Sequence[Path], directory: Path) -> list[int] | None:
 
 def skimage_photos(settings, task: str = "classify") -> PhotoSet:
     """scikit-image's bundled photos: what random-weight builds calibrate on when no directory is given."""
-    from .images import SKIMAGE_PHOTOS, image_bytes
-
     return preprocess_bytes(list(SKIMAGE_PHOTOS), [image_bytes(f"skimage:{n}") for n in SKIMAGE_PHOTOS], settings, task=task)
 
 

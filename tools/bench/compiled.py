@@ -16,11 +16,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from tsvk import defaults
+from tsvk.loading import load_model
+
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
-from tsvk import defaults
 
-from ..backends import BACKENDS, CompileTarget
+from ..backends import BACKENDS, CompileTarget, task_backends
 from ..build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
@@ -31,8 +33,6 @@ def build_and_load(name: str, model: str, weights: str, max_batch: int, store: P
     import zipfile
 
     import torch
-
-    from tsvk.loading import load_model
 
     start = time.perf_counter()
     mar, result = build_archive(BuildRequest(model=model, backend=name, weights=weights, max_batch=max_batch), store)
@@ -81,8 +81,6 @@ def markdown(rows: list[dict], batches: list[int], model: str, threads: int, com
 
 def default_backends(model: str) -> str:
     """The CPU backends that can build this model's task (a detector: torchscript and eager)."""
-    from ..backends import task_backends
-
     task = requested_task(BuildRequest(model=model))
     return ",".join(name for name in task_backends(task) if "cpu" in BACKENDS[name].precisions)
 

@@ -24,6 +24,7 @@ from .systems import registry
 from .systems.base import RunContext, System
 from .systems.process import THREAD_VARIABLES
 from .tsmetrics import profile_difference
+from .report import build_result
 
 SETTLE_S = 2.0  # let the previous system's processes and page cache settle
 LEFTOVER_GRACE_S = 10.0
@@ -31,8 +32,6 @@ LEFTOVER_GRACE_S = 10.0
 
 def run_benchmark(options: BenchOptions, log=print) -> dict:
     """Measure every system in `options.systems`; returns the result document (see report.py)."""
-    from .report import build_result
-
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
     hidden = _hide_gpus_unless_asked(options.device)

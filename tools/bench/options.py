@@ -5,11 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk import defaults
+from tsvk import defaults, features
 from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
+from tsvk.cpus import detect_vcpus
 
 from ..images import SKIMAGE_PHOTOS
+from ..backends import get_backend
+from ..errors import UsageError
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
@@ -75,7 +78,7 @@ class BenchOptions:
     @property
     def task(self) -> str:
         """The model's task, from torchvision's own lists (classify for anything it does not list)."""
-        from ..models import torchvision_builders
+        from ..models import torchvision_builders  # torch: the options load without it
 
         return torchvision_builders().get(self.model, "classify")
 
@@ -88,8 +91,6 @@ class BenchOptions:
             object.__setattr__(self, "fast_precision", defaults.DETECT_FAST_PRECISION)  # no int8 detectors
         problems = validation_problems(self)
         if problems:
-            from ..errors import UsageError
-
             raise UsageError("; ".join(problems))
 
     @property
@@ -139,8 +140,6 @@ def validation_problems(options: BenchOptions) -> list[str]:
 
 def _target_problems(backend: str, device: str, precision: str) -> list[str]:
     """The backend/device/precision combinations our archive can be built for (no device is probed here)."""
-    from ..backends import get_backend
-
     supported = get_backend(backend).precisions
     if device not in supported:
         return [f"backend {backend} does not run on device {device}; it runs on {', '.join(supported)}"]
@@ -161,8 +160,6 @@ def _fast_problems(options: BenchOptions) -> list[str]:
 
 def gpu_backend() -> tuple[str, str]:
     """The GPU mode's backend for our archive, and why: TensorRT where it imports, else AOTInductor on CUDA."""
-    from tsvk import features
-
     if features.has_torch_tensorrt():
         return "tensorrt", "torch_tensorrt imports"
     return "aoti", f"torch_tensorrt is not usable here ({features.unavailable_reason('torch_tensorrt')}), so AOTInductor on CUDA"
@@ -175,8 +172,6 @@ def require_device(options: BenchOptions) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        from ..errors import UsageError
-
         raise UsageError(f"the GPU mode (--gpu) needs a CUDA GPU, and torch {torch.__version__} sees none here "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU table")
 
@@ -190,6 +185,4 @@ def with_preset(preset: Preset, **overrides) -> BenchOptions:
 
 
 def resolved_vcpus(options: BenchOptions) -> int:
-    from tsvk.cpus import detect_vcpus
-
     return options.vcpus or detect_vcpus()

@@ -16,6 +16,9 @@ from pathlib import Path
 from .compute import compute_use, fp32_peak, gflop_per_image
 from .options import BenchOptions
 from .stats import ratio
+from .diagnosis import explain
+from .chart import write_chart
+from .markdown import render_markdown
 
 SCHEMA_VERSION = 1
 RATIO_SYSTEMS = {
@@ -145,8 +148,6 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
 
 def diagnose(systems: dict) -> list[str]:
     """Where ours spends its time, in numbers, from TorchServe's counters and our handler's metrics."""
-    from .diagnosis import explain
-
     return explain(systems)
 
 
@@ -227,9 +228,6 @@ def result_stem(result: dict, tag: str) -> str:
 
 def write_outputs(result: dict, output_dir: Path, tag: str = "") -> dict[str, Path]:
     """<stem>.json/.md/.png, and the same as latest[-tag].*; the chart is skipped without matplotlib."""
-    from .chart import write_chart
-    from .markdown import render_markdown
-
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     written: dict[str, Path] = {}

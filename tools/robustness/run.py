@@ -23,6 +23,10 @@ from .report import RESULTS_DIR, write
 from .report import envelope
 from .service import ServiceSpec, running_service
 from .task_weights import decisive_weights
+from ..bench.assets import sources_digest
+from ..archive_info import handler_differences
+from ..archive import build_archive, handler_sources
+from ..build import BuildRequest
 
 DEFAULT_WORK_DIR = Path(".tsvk/robustness")
 KEY_EXPIRY_TEST_MIN = 0.1  # 6 s: three expiries in under half a minute
@@ -160,8 +164,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
     (speed and robustness do not depend on the weights' values). An archive built here earlier is
     built again once the handler's sources have changed, so a run never measures yesterday's handler;
     an archive the user put there is served as it is, with a warning when it packs another handler."""
-    from ..bench.assets import sources_digest
-
     archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
     digest = sources_digest()
     if archive.is_file() and not stamp.is_file():
@@ -169,8 +171,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
         return store
     if archive.is_file() and stamp.read_text() == digest:
         return store
-    from ..archive import build_archive
-    from ..build import BuildRequest
 
     why = "the handler changed since it was built" if archive.is_file() else f"weights: {weights}"
     print(f"robustness: building {archive} ({why})", flush=True)
@@ -181,9 +181,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
 
 def served_handler_differences(store: Path, model: str) -> list[str]:
     """Files of the handler's package that differ between the served archive and this checkout."""
-    from ..archive import handler_sources
-    from ..archive_info import handler_differences
-
     return handler_differences(store / f"{model}.mar", handler_sources()[1])
 
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from tsvk.tasks import torchvision_model
+
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
 SEGMENTER = "lraspp_mobilenet_v3_large"
 
@@ -51,8 +53,6 @@ DETECTOR_CLASSIFIER_STD = 2.0  # with features near 1: scores spread over 0.2-0.
 def decisive_weights(builder: str, path: Path, seed: int = 0, std: float | None = None) -> Path:
     """A seeded state_dict of `builder` whose classifier weights are wide (std `std`; a detector's
     default DETECTOR_CLASSIFIER_STD, anything else's 10), a detector's FPN fed features near 1."""
-    from tsvk.tasks import torchvision_model
-
     task = "detect" if builder == DETECTOR or "rcnn" in builder or "ssd" in builder else "segment"
     torch.manual_seed(seed)
     model = torchvision_model(builder, task).eval()
