@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tsvk import defaults
 
-from .tune.memory import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
+from .memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 
 
 def worker_estimate_mb(archive: Path) -> float:

@@ -25,9 +25,9 @@ from ..archive_info import list_archives, read_archive_settings
 from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
+from ..memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from ..serving_config import ServingRequest, plan_serving
 from .measure import Bench, measure_candidate, socket_path_problem
-from .memory import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from .report import result_document, write_results, write_tuned_config
 from .search import Goal, Search
 from .space import ModelLimits, Space
