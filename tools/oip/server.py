@@ -125,7 +125,6 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
-    from .binary import request_from_binary  # kserve: the front's own process only
     from .forward import ForwardedError, TorchServeModel  # kserve: the front's own process only
 
     _quiet_logs()
@@ -176,6 +175,8 @@ def _quiet_logs() -> None:
 def _torchserve_dataplane(registry, health):
     """KServe's data plane, but the server is ready only while TorchServe is (its /ping), and says it is tsvk."""
     from kserve.protocol.dataplane import DataPlane
+
+    from .binary import request_from_binary  # kserve: the front's own process only
 
     class TorchServeDataPlane(DataPlane):
         def __init__(self):
