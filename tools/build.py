@@ -15,11 +15,11 @@ from tsvk.loading import gpu_architecture, load_model
 from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
+from . import progress
 from .backends import CompileTarget, check_target, check_task, get_backend, prepare_model
 from .calibration import Photos, int8_photos
-from . import progress
 from .errors import UsageError
-from .models import CustomModel, resolve_model, ResolvedModel, torchvision_builders
+from .models import CustomModel, ResolvedModel, resolve_model, torchvision_builders
 from .verify import Tolerance, VerificationReport, verify_artifact
 from .verify_int8 import AgreementReport, PixelAgreementReport, verify_int8, verify_segmenter_int8
 from .verify_tasks import verify_detector, verify_segmenter

@@ -20,8 +20,8 @@ from .build import BuildRequest
 from .errors import UsageError, WeightsUnavailable
 from .models import CustomModel
 from .predict import predict
-from .serving_config import ServingRequest, write_config
 from .server import start_torchserve
+from .serving_config import ServingRequest, write_config
 from .zoo import efficientnet_lite0 as lite0
 
 DEMO_CONFIG = Path("configs/demo.properties")

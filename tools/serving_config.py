@@ -19,7 +19,7 @@ from tsvk.cpus import detect_vcpus
 from tsvk.deadline import DEADLINE_KEY_PREFIX
 from tsvk.properties import escape_value
 from tsvk.settings import HandlerSettings, ServingDefaults
-from tsvk.threads import read_properties, threads_from_config, THREADS_KEY_PREFIX
+from tsvk.threads import THREADS_KEY_PREFIX, read_properties, threads_from_config
 
 from .archive_info import MODEL_VERSION, list_archives, read_archive_settings
 from .errors import UsageError

@@ -18,14 +18,14 @@ from pathlib import Path
 from tsvk.tasks import torchvision_model
 from tsvk.settings import ServingDefaults
 
+from ..archive import HANDLER_FILES, build_archive, handler_sources
+from ..build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
-from ..models import torchvision_builders, WEIGHTS_NONE
-from .options import BenchOptions
-from .apps.eager import load_eager_model
 from ..images import image_bytes, image_name
-from ..archive import build_archive, HANDLER_FILES, handler_sources
-from ..build import BuildRequest
+from ..models import WEIGHTS_NONE, torchvision_builders
+from .apps.eager import load_eager_model
+from .options import BenchOptions
 
 WEIGHTS_SEED = 0
 STOCK_HANDLER = "image_classifier"  # TorchServe's built-in handler

@@ -19,12 +19,12 @@ import psutil
 from .. import progress
 from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
+from .report import build_result
 from .sampler import TreeSampler, leftover, window_stats
 from .systems import registry
 from .systems.base import RunContext, System
 from .systems.process import THREAD_VARIABLES
 from .tsmetrics import profile_difference
-from .report import build_result
 
 SETTLE_S = 2.0  # let the previous system's processes and page cache settle
 LEFTOVER_GRACE_S = 10.0

@@ -10,9 +10,9 @@ from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
 from tsvk.cpus import detect_vcpus
 
-from ..images import SKIMAGE_PHOTOS
 from ..backends import get_backend
 from ..errors import UsageError
+from ..images import SKIMAGE_PHOTOS
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")

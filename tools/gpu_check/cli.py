@@ -5,9 +5,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import check
 from .run import OUTPUT_DIR
 from .steps import DEFAULT_MODEL, DEFAULT_WEIGHTS
-from . import check
 
 
 def register(commands) -> None:

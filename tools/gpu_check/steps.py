@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from .weights import SEEDED, weights_argument
-from .report import gpu_package_versions
 from ..archive_info import read_archive_settings
+from .report import gpu_package_versions
+from .weights import SEEDED, weights_argument
 
 DEFAULT_MODEL = "resnet50"
 DEFAULT_WEIGHTS = SEEDED

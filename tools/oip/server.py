@@ -25,8 +25,8 @@ from tsvk.defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
 
-from .config import FrontConfig, read_front_config
 from ..keys import current_key
+from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
 from .upstream import TorchServeClient
 

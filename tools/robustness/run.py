@@ -12,6 +12,10 @@ from tsvk import defaults
 from tsvk.cpus import detect_vcpus
 
 from .. import progress
+from ..archive import build_archive, handler_sources
+from ..archive_info import handler_differences
+from ..bench.assets import sources_digest
+from ..build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path
 from ..models import torchvision_builders
@@ -23,10 +27,6 @@ from .report import RESULTS_DIR, write
 from .report import envelope
 from .service import ServiceSpec, running_service
 from .task_weights import decisive_weights
-from ..bench.assets import sources_digest
-from ..archive_info import handler_differences
-from ..archive import build_archive, handler_sources
-from ..build import BuildRequest
 
 DEFAULT_WORK_DIR = Path(".tsvk/robustness")
 KEY_EXPIRY_TEST_MIN = 0.1  # 6 s: three expiries in under half a minute

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..fsutil import write_text_atomic
 from ..serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
 from .measure import choices_of
-from .search import Goal, problems_of, SearchResult, Trial, violation
+from .search import Goal, SearchResult, Trial, problems_of, violation
 
 
 def tuned_notes(result: SearchResult) -> dict[str, str]:
