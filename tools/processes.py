@@ -5,7 +5,7 @@ children in a process session of their own (one signal then reaches a server and
 and records each one's pid with its start time in a pid file. Later, maybe from another tsvk process, a pid
 is trusted only while it is still that process: pids are reused, and a reused pid starts later than the one
 recorded. Nothing here signals a pid or a process group that fails that check, and nothing picks processes
-by their name (no pkill -f, no killall).
+by the name or command line they run under.
 """
 
 from __future__ import annotations
