@@ -13,8 +13,7 @@ import ctypes.util
 import os
 from pathlib import Path
 
-from tsvk import defaults
-
+from . import defaults
 from .errors import UsageError
 
 JEMALLOC_SONAME = "libjemalloc.so.2"

@@ -17,6 +17,7 @@ import yaml
 
 import tsvk
 from tsvk.settings import SETTINGS_KEY
+from tsvk.tasks import task_kind
 
 from . import progress
 from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
@@ -25,14 +26,13 @@ from .errors import UsageError
 from .fsutil import atomic_path, scratch_dir
 from .limits import model_name_problem
 
-HANDLER_FILES = {"classify": "image_classifier.py", "detect": "object_detector.py", "segment": "image_segmenter.py"}
 LABELS_FILE = "index_to_name.json"
 
 
 def handler_sources(task: str = "classify") -> tuple[Path, Path]:
     """The task's thin handler module and the run-time package it imports, from this checkout."""
     package = Path(tsvk.__file__).resolve().parent
-    handler = package.parent / HANDLER_FILES[task]
+    handler = package.parent / task_kind(task).handler_file
     if not handler.is_file():
         raise UsageError(f"handler {handler} not found: run tsvk from a checkout of the toolkit (pip install -e .)")
     return handler, package

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import fields
 
-from tsvk import defaults
-
+from . import defaults
 from .verify import Tolerance
 
 

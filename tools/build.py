@@ -10,25 +10,25 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk import defaults
 from tsvk.loading import gpu_architecture, load_model
 from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
+from tsvk.tasks import task_kind
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
-from . import progress
-from .backends import CompileTarget, check_target, check_task, get_backend, prepare_model
+from . import defaults, progress
+from .backends import CompileTarget, check_target, get_backend, prepare_model
 from .calibration import Photos, int8_photos
 from .errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model, torchvision_builders
-from .verify import Tolerance, VerificationReport, verify_artifact
-from .verify_int8 import AgreementReport, PixelAgreementReport, verify_int8, verify_segmenter_int8
-from .verify_tasks import verify_detector, verify_segmenter
+from .task_builds import check_int8_task, check_task, task_build
+from .verify import Tolerance, VerificationReport
+from .verify_int8 import AgreementReport, PixelAgreementReport
 
 
 @dataclass(frozen=True)
 class BuildRequest:
     model: str
-    backend: str | None = None  # None: the task's default (defaults.BACKEND; detectors defaults.DETECT_BACKEND)
+    backend: str | None = None  # None: the task's default (task_builds.TaskBuild.default_backend)
     device: str = defaults.DEVICE
     precision: str = defaults.PRECISION
     max_batch: int = defaults.MAX_BATCH
@@ -59,7 +59,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     task = requested_task(request)
     backend = get_backend(request.backend or default_backend(task))
     check_target(backend, request.device, request.precision)
-    check_task(backend, task)
+    check_task(backend.name, task)
     request = _clamp_suggested_batch(request)
     with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
         resolved = resolve_model(request.model, request.weights, request.custom, request.task)
@@ -102,29 +102,14 @@ def built_on(device: str) -> dict[str, str]:
     return {"gpu": name, "compute_capability": capability}
 
 
-# Where int8 can be verified: classifiers by top-1 agreement, segmenters (OpenVINO) by label-map pixel agreement,
-# detectors (OpenVINO backbone, dynamic int8 box head) by the box head's outputs and, with trained weights, the boxes.
-INT8_TASK_BACKENDS = {"segment": ("openvino",), "detect": ("openvino",)}
-
-
-def check_int8_task(task: str, backend: str, request: BuildRequest) -> None:
-    """int8 for classifiers on any int8 backend, for segmenters and detectors on OpenVINO only."""
-    allowed = INT8_TASK_BACKENDS.get(task)
-    if request.precision != "int8" or allowed is None or backend in allowed:
-        return
-    raise UsageError(f"--precision int8 for the {task} model {request.model} needs --backend {' or '.join(allowed)} "
-                     f"(got {backend})")
-
-
 def default_backend(task: str) -> str:
-    return defaults.DETECT_BACKEND if task == "detect" else defaults.BACKEND
+    return task_build(task).default_backend
 
 
 def requested_task(request: BuildRequest) -> str:
     """The task before anything is built: a model file's --task, or what torchvision lists the builder under."""
     if request.custom is not None:
         return request.custom.task
-
     return torchvision_builders().get(request.model, request.task or defaults.TASK)
 
 
@@ -135,7 +120,7 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photo
             raise UsageError(f"--calibration applies to --precision int8 only (got --precision {request.precision})")
         return None
     random_weights = bool(resolved.weights.get("random"))
-    if resolved.task == "detect":  # dynamic int8: nothing to calibrate; verify_detector judges the heads
+    if task_build(resolved.task).verify_int8 is None:  # dynamic int8: nothing to calibrate; its verifier judges it
         if request.calibration is not None:
             raise UsageError("--calibration: a detector's int8 quantizes its box head's activations as they come "
                              "(dynamic int8) and needs no calibration photos; leave it out")
@@ -158,7 +143,8 @@ def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: Comp
     as the archive is (the artifact, plus the model code that a custom model's eager state_dict needs)."""
     import torch
 
-    needs_code = artifact_settings.format == "eager" or (artifact_settings.format == "openvino" and target.task == "detect")
+    needs_code = artifact_settings.format == "eager" or (artifact_settings.format == "openvino"
+                                                         and task_kind(target.task).openvino_backbone)
     if needs_code and custom is not None and not (artifact.parent / custom.file.name).exists():
         shutil.copy2(custom.file, artifact.parent / custom.file.name)
     num_classes = len(resolved.labels) if resolved.labels else None
@@ -175,17 +161,14 @@ def example_size(preprocess) -> tuple[int, int]:
 
 
 def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, photos: Photos | None, resolved: ResolvedModel):
-    if target.task == "detect":
-        return verify_detector(compiled, eager_fp32, target, bool(resolved.weights.get("random")), request.tolerance)
-    if target.task == "segment" and photos is None:
-        return verify_segmenter(compiled, eager_fp32, target, request.tolerance)
+    task = task_build(target.task)
+    random_weights = bool(resolved.weights.get("random"))
     if photos is None:
-        return verify_artifact(compiled, eager_fp32, target, request.tolerance)
+        return task.verify(compiled, eager_fp32, target, request.tolerance, random_weights)
     held_out = photos.held_out is not None
     measured_on = photos.held_out if held_out else photos.calibration
     floor = request.tolerance.min_top1 if request.tolerance else None
-    check = verify_segmenter_int8 if target.task == "segment" else verify_int8
-    return check(compiled, eager_fp32, target, measured_on, held_out, not resolved.weights.get("random"), floor)
+    return task.verify_int8(compiled, eager_fp32, target, measured_on, held_out, not random_weights, floor)
 
 
 def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:
@@ -216,7 +199,7 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
         task=resolved.task,
         preprocess=preprocess,
         runtime=RuntimeSettings(topk=request.topk),
-        detect=detect_settings(request, resolved.model) if resolved.task == "detect" else DetectSettings(),
+        detect=detect_settings(request, resolved.model) if task_kind(resolved.task).image_list else DetectSettings(),
         serving=request.serving,
         provenance={
             "weights": resolved.weights,

@@ -7,9 +7,9 @@ import json
 import shutil
 from pathlib import Path
 
-from tsvk import defaults
 from tsvk.settings import DEVICES, PRECISIONS, TASKS, ServingDefaults
 
+from . import defaults
 from .arguments import fraction, non_negative_int, positive_int, request_from, tolerance, triple
 from .backends import BACKENDS
 from .errors import UsageError

@@ -16,12 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tsvk import defaults
 from tsvk.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.tensor_ops import Normalizer
+from tsvk.tasks import task_kind
 from tsvk.tasks.segment import resize_groups
 
+from . import defaults
 from .errors import UsageError
 from .images import SKIMAGE_PHOTOS, image_bytes
 
@@ -88,15 +89,16 @@ def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: 
     import torch
 
     preprocessor = CpuPreprocessor(settings)
+    crops = task_kind(task).crops  # else each photo at its own size, resized as the task does it
     parts = []
     for start in range(0, len(payloads), 16):  # a few at a time: decoded photos are large
         chunk = [probe(data, settings.max_pixels) for data in payloads[start:start + 16]]
-        batch, failed = _segmenter_inputs(preprocessor, chunk, settings) if task == "segment" else _crops(preprocessor, chunk)
+        batch, failed = _crops(preprocessor, chunk) if crops else _resized_photos(preprocessor, chunk, settings)
         if failed:
             index, err = next(iter(failed.items()))
             raise UsageError(f"photo {names[start + index]} cannot be preprocessed: {err}")
         parts.append(batch)
-    return PhotoSet(list(names), [photo for part in parts for photo in part] if task == "segment" else torch.cat(parts), labels)
+    return PhotoSet(list(names), torch.cat(parts) if crops else [photo for part in parts for photo in part], labels)
 
 
 def _crops(preprocessor, chunk) -> tuple:
@@ -104,7 +106,7 @@ def _crops(preprocessor, chunk) -> tuple:
     return result.batch, result.failed
 
 
-def _segmenter_inputs(preprocessor, chunk, settings) -> tuple[list, dict]:
+def _resized_photos(preprocessor, chunk, settings) -> tuple[list, dict]:
     """One (1, 3, H, W) tensor per photo, resized and normalized as the segmentation task does it."""
     decoded, failed = preprocessor.decode(chunk)
     normalize = Normalizer(settings, preprocessor.device)

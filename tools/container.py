@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 
 from .drain import add_drain_timeout_argument, describe_drain
 from .oip.config import is_oip_config

@@ -11,8 +11,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from tsvk import defaults
-
+from . import defaults
 from . import progress
 from .archive import build_archive, handler_sources
 from .archive_info import handler_differences, read_archive_settings

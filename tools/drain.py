@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
+
+from . import defaults
 
 ACCESS_LOG = "access_log.log"
 ARRIVALS_METRIC = "ts_inference_requests_total"

@@ -11,8 +11,7 @@ import base64
 import io
 from pathlib import Path
 
-from tsvk import defaults
-
+from . import defaults
 from .errors import UsageError
 from .fsutil import atomic_path
 from .predict import ask

@@ -11,6 +11,7 @@ is used even when the weights themselves are random.
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.util
 import json
 import sys
@@ -18,11 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tsvk import defaults
-from tsvk.settings import INTERPOLATIONS, TASKS, ModelSource, PreprocessSettings
-from tsvk.tasks import served_form, torchvision_model
+from tsvk.settings import TASKS, ModelSource, PreprocessSettings
+from tsvk.tasks import task_kind
 
+from . import defaults
 from .errors import UsageError, WeightsUnavailable
+from .task_builds import TASK_BUILDS, task_build
 
 WEIGHTS_DEFAULT = "DEFAULT"
 WEIGHTS_NONE = "none"
@@ -53,18 +55,12 @@ class ResolvedModel:
     task: str = defaults.TASK
 
 
-def classification_builders() -> list[str]:
-    import torchvision.models as tvm
-
-    return sorted(tvm.list_models(module=tvm))
-
-
 def torchvision_builders() -> dict[str, str]:
     """Every torchvision builder tsvk serves, with its task, from torchvision's own module lists."""
     import torchvision.models as tvm
 
-    by_task = {"classify": tvm, "detect": tvm.detection, "segment": tvm.segmentation}
-    return {name: task for task, module in by_task.items() for name in tvm.list_models(module=module)}
+    return {name: task.kind.name for task in TASK_BUILDS.values()
+            for name in tvm.list_models(module=importlib.import_module(task.torchvision_models))}
 
 
 def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None, task: str | None = None) -> ResolvedModel:
@@ -90,38 +86,17 @@ def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = No
                          "for torchvision models (it is read from torchvision), or use --model-file for your own")
     meta_weights = tvm.get_model_weights(builder).DEFAULT
     labels = list(meta_weights.meta["categories"])
-    model = torchvision_model(builder, task, num_classes=len(labels))
+    model = task_kind(task).torchvision_model(builder, num_classes=len(labels))
     provenance = _load_weights(model, builder, weights, meta_weights)
     return ResolvedModel(
         name=builder,
         model=model.eval(),
         source=ModelSource(kind="torchvision", builder=builder),
-        preprocess=task_preprocess(task, model, meta_weights),
+        preprocess=task_build(task).preprocess(model, meta_weights),
         labels=labels,
         weights=provenance,
         task=task,
     )
-
-
-def task_preprocess(task: str, model, meta_weights) -> PreprocessSettings:
-    """Classifiers and segmenters: the weights' transforms; detectors: the model's own transform."""
-    if task == "detect":
-        return detector_preprocess(model)
-    preprocess = preprocess_from_weights(meta_weights)
-    if task == "segment":
-        return PreprocessSettings(resize=preprocess.resize, crop=0, max_size=defaults.SEGMENT_MAX_SIDE, mean=preprocess.mean,
-                                  std=preprocess.std, interpolation=preprocess.interpolation, antialias=preprocess.antialias)
-    return preprocess
-
-
-def detector_preprocess(model) -> PreprocessSettings:
-    """What the detector's GeneralizedRCNNTransform does first: normalize, then resize without antialias to
-    min_size/max_size (or fixed_size); tsvk does the same before the model and maps boxes back after."""
-    transform = model.transform
-    fixed = tuple(int(v) for v in transform.fixed_size) if transform.fixed_size else ()
-    return PreprocessSettings(resize=int(transform.min_size[-1]), crop=0, max_size=int(transform.max_size), fixed_size=fixed,
-                              mean=tuple(float(v) for v in transform.image_mean), std=tuple(float(v) for v in transform.image_std),
-                              interpolation="bilinear", antialias=False)
 
 
 def _load_weights(model, builder: str, weights: str, meta_weights) -> dict[str, Any]:
@@ -205,28 +180,12 @@ def _abbrev(keys: list[str], limit: int = 6) -> str:
     return f"[{shown}{', ...' if len(keys) > limit else ''}] ({len(keys)})"
 
 
-def preprocess_from_weights(meta_weights) -> PreprocessSettings:
-    """Resize, crop, mean, std and interpolation exactly as the weights were trained with."""
-    t = meta_weights.transforms()
-    interpolation = t.interpolation.value
-    if interpolation not in INTERPOLATIONS:
-        raise UsageError(f"{meta_weights} uses {interpolation} interpolation; supported: {', '.join(INTERPOLATIONS)}")
-    return PreprocessSettings(
-        resize=int(t.resize_size[0]),
-        crop=int(t.crop_size[0]) if hasattr(t, "crop_size") else 0,  # segmentation weights keep the whole image
-        mean=tuple(float(v) for v in t.mean),
-        std=tuple(float(v) for v in t.std),
-        interpolation=interpolation,
-        antialias=bool(t.antialias),
-    )
-
-
 def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedModel:
     if custom.task not in TASKS:
         raise UsageError(f"--task must be one of {', '.join(TASKS)}, got {custom.task!r}")
     model = build_from_file(custom.file, custom.factory)
     try:
-        model = served_form(custom.task, model)
+        model = task_kind(custom.task).served_form(model)
     except TypeError as err:
         raise UsageError(f"--task {custom.task}: {err}") from None
     if weights == WEIGHTS_DEFAULT:
@@ -235,7 +194,7 @@ def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedMod
     if provenance is None:
         load_state_dict_file(model, Path(weights))
         provenance = {"source": str(weights), "random": False}
-    preprocess = custom_preprocess(custom, model)
+    preprocess = task_build(custom.task).custom_preprocess(custom, model)
     return ResolvedModel(
         name=name,
         model=model.eval(),
@@ -245,28 +204,6 @@ def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedMod
         weights=provenance,
         task=custom.task,
     )
-
-
-def custom_preprocess(custom: CustomModel, model) -> PreprocessSettings:
-    """Your model's preprocessing: --resize/--crop/--mean/--std; a detector's own transform says it all."""
-    if custom.task == "detect":
-        given = [flag for flag, value in (("--resize", custom.resize), ("--crop", custom.crop), ("--mean", custom.mean),
-                                          ("--std", custom.std)) if value is not None]
-        if given:
-            raise UsageError(f"{', '.join(given)} do not apply to --task detect: a detector's transform (min_size, max_size, "
-                             "image_mean, image_std) sets its preprocessing")
-        return detector_preprocess(model)
-    base = PreprocessSettings()
-    if custom.task == "segment":
-        if custom.crop is not None:
-            raise UsageError("--crop does not apply to --task segment: the whole photo is segmented")
-        return PreprocessSettings(resize=custom.resize or defaults.SEGMENT_RESIZE, crop=0, max_size=defaults.SEGMENT_MAX_SIDE,
-                                  mean=custom.mean or base.mean, std=custom.std or base.std)
-    preprocess = PreprocessSettings(resize=custom.resize or base.resize, crop=custom.crop or base.crop,
-                                    mean=custom.mean or base.mean, std=custom.std or base.std)
-    if preprocess.crop > preprocess.resize:
-        raise UsageError(f"--crop ({preprocess.crop}) must not exceed --resize ({preprocess.resize})")
-    return preprocess
 
 
 def build_from_file(file: Path, factory: str):

@@ -9,9 +9,9 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tsvk import defaults
 from tsvk.deadline import ARRIVAL_HEADER
 
+from . import defaults
 from .errors import UsageError
 from .images import image_bytes
 from .keys import call_with_fresh_key

@@ -7,10 +7,9 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from tsvk import defaults
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 
-from . import progress
+from . import defaults, progress
 from .allocator import add_allocator_argument, describe as describe_allocator
 from .arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
 from .drain import add_drain_timeout_argument, describe_drain

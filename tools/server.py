@@ -21,9 +21,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tsvk import defaults
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 
+from . import defaults
 from .allocator import allocator_env
 from .drain import AccessLog, DrainReport, frontend_pid, wait_until_idle
 from .errors import PortTaken, UsageError

@@ -14,14 +14,14 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk import defaults
-from tsvk.cpus import detect_vcpus
 from tsvk.deadline import DEADLINE_KEY_PREFIX
-from tsvk.properties import escape_value
+from tsvk.properties import escape_value, read_properties
 from tsvk.settings import HandlerSettings, ServingDefaults
-from tsvk.threads import THREADS_KEY_PREFIX, read_properties, threads_from_config
+from tsvk.threads import THREADS_KEY_PREFIX, threads_from_config
 
+from . import defaults
 from .archive_info import MODEL_VERSION, list_archives, read_archive_settings
+from .cpus import detect_vcpus
 from .errors import UsageError
 from .fsutil import write_text_atomic
 from .limits import BOUNDS, bound_problem, model_name_problem

@@ -18,8 +18,8 @@ import urllib.request
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
 
+from . import defaults
 from .keys import KEY_FILE
 from .oip.config import is_oip_config, read_front_config
 from .oip.process import front_pid, front_urls

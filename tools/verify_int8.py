@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
-from tsvk import defaults
 from tsvk.postprocess import first_tensor
 
+from . import defaults
 from .backends import CompileTarget
 from .calibration import PhotoSet, one_photo_batches
 from .errors import UsageError

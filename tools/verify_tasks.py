@@ -16,10 +16,10 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass
 
-from tsvk import defaults
 from tsvk.postprocess import first_tensor
 from tsvk.tasks.detector_model import detections, set_score_threshold
 
+from . import defaults
 from .backends import CompileTarget
 from .errors import UsageError
 from .verify import Tolerance, exact_fp32, tolerance_for

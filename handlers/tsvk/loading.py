@@ -17,14 +17,17 @@ import json
 import logging
 import tempfile
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 import torch
 
 from . import features
+from .loaded_model import LoadedModel
+from .openvino_detector import attach_openvino_backbone, quantize_box_head
+from .openvino_ir import compile_for_cpu
 from .settings import ArtifactSettings
+from .tasks import task_kind
 
 log = logging.getLogger(__name__)
 
@@ -42,15 +45,6 @@ ARCHITECTURE_BOUND_FORMATS = ("tensorrt", "aoti")
 
 class ArtifactLoadError(RuntimeError):
     """The artifact cannot be loaded here; the message says what is missing and what would work."""
-
-
-@dataclass
-class LoadedModel:
-    forward: Callable[[torch.Tensor], Any]
-    device: torch.device
-    input_dtype: torch.dtype
-    format: str
-    note: str = ""  # anything the load log line should say (e.g. a CPU package on a GPU worker)
 
 
 def worker_device(gpu_id: Any, cuda_available: bool | None = None) -> torch.device:
@@ -234,21 +228,17 @@ def load_openvino(
 ) -> Callable:
     """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
     a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
-    from .openvino_detector import attach_openvino_backbone, quantize_box_head
-    from .roi_pool import gather_roi_pooling
-    from .openvino_ir import compile_for_cpu
-
     try:
         ov = features.optional_module("openvino")
     except ImportError as err:
         raise ArtifactLoadError(f"{path.name} is an OpenVINO artifact (format 'openvino') and this worker cannot import "
                                 f"openvino; install it in the worker's Python: {err}") from None
-    if task != "detect":
+    kind = task_kind(task)
+    if not kind.openvino_backbone:
         return compile_for_cpu(ov, path, torch.get_num_threads())
     detector = build_eager_model(artifact, model_dir, num_classes, task)
     try:
-        detector = attach_openvino_backbone(detector, ov, path, torch.get_num_threads())
-        gather_roi_pooling(detector)
+        detector = kind.task_class().on_cpu(attach_openvino_backbone(detector, ov, path, torch.get_num_threads()))
         if artifact.precision == "int8":
             quantize_box_head(detector)
         return detector
@@ -263,22 +253,16 @@ def load_eager(
     model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(read_state_dict(path))
     model = model.to(device=device, dtype=dtype).eval()
-    if task == "detect" and device.type == "cpu":
-        from .roi_pool import gather_roi_pooling
-
-        gather_roi_pooling(model)  # torchvision's CPU RoIAlign is scalar; same numbers, vectorised
-    return model
+    return task_kind(task).task_class().on_cpu(model) if device.type == "cpu" else model
 
 
 def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str = "classify") -> torch.nn.Module:
     """The model's structure in its served form (a detector takes prepared images: tasks/detector_model.py)."""
-    from .tasks import served_form, torchvision_model
-
+    kind = task_kind(task)
     source = artifact.source
     if source.kind == "torchvision":
-        return torchvision_model(source.builder, task, num_classes)
-    factory = _import_factory(model_dir / source.file, source.factory)
-    return served_form(task, factory())
+        return kind.torchvision_model(source.builder, num_classes)
+    return kind.served_form(_import_factory(model_dir / source.file, source.factory)())
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:

@@ -31,14 +31,17 @@ from .errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFa
 from .heap import HeapTrimmer
 from .inputs import PREDICTIONS, Payload, read_request
 from .labels import load_labels
-from .loading import LoadedModel, bind_worker_device, load_model, worker_device
+from .loaded_model import LoadedModel
+from .loading import bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
 from .postprocess import write_answer, write_error
 from .preprocess import BackendChoice, build_preprocessor
 from .settings import HandlerSettings
-from .tasks import Task, task_class
+from .tasks import task_kind
+from .tasks.base import Task
 from .tasks.geometry import check_resized_pixels
-from .threads import apply_threads, find_torchserve_config, read_properties, resolve_threads
+from .properties import read_properties
+from .threads import apply_threads, find_torchserve_config, resolve_threads
 from .worker_starts import record_worker_start
 
 log = logging.getLogger(__name__)
@@ -135,7 +138,7 @@ class VisionService:
         worker = WorkerInfo(_configured_deadline(config_path, model_name), record_worker_start(model_dir))
         _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source, worker)
         metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type, worker.start_number)
-        return cls(task_class(settings.task)(settings, model, preprocessor, labels), metrics, worker)
+        return cls(task_kind(settings.task).task_class()(settings, model, preprocessor, labels), metrics, worker)
 
     def handle(self, data: Sequence[Any], context: Any = None) -> list[Any]:
         """TorchServe's entry point: answers in request order, statuses set on the context."""
@@ -186,7 +189,7 @@ class VisionService:
     def _image_or_pixels(self, payload: Payload) -> EncodedImage | torch.Tensor:
         """The image's header, or the pixels a client preprocessed itself. The Open Inference Protocol's tensors
         are stated for classifiers only (top-k probabilities and labels), so it is refused for the other tasks."""
-        if payload.protocol != PREDICTIONS and self.settings.task != "classify":
+        if payload.protocol != PREDICTIONS and not task_kind(self.settings.task).top_k:
             raise BadRequest(f"this model's task is {self.settings.task}, and the Open Inference Protocol is served for "
                              "classifiers only: send the image to /predictions")
         if payload.pixels is None:
@@ -264,9 +267,6 @@ class VisionService:
             error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
             return StageResult(failed={p: error for p in prepared.positions})
         return StageResult(dict(zip(prepared.positions, answers)))
-
-
-ClassifierService = VisionService  # the name the classifier handler has always imported
 
 
 def _configured_deadline(config_path: Path | None, model_name: str) -> int | None:

@@ -15,6 +15,7 @@ from typing import Any, Mapping
 from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
                        MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_PIXELS,
                        PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
+from .tasks import TASKS as TASK_KINDS, task_kind
 
 SCHEMA_VERSION = 1
 SETTINGS_KEY = "tsvk"
@@ -25,7 +26,7 @@ PRECISIONS = ("fp32", "fp16", "bf16", "int8")  # int8: weights and activations; 
 PREPROCESS_BACKENDS = ("auto", "cvcuda", "cuda", "cpu")
 INTERPOLATIONS = ("bilinear", "bicubic", "nearest")
 MODEL_SOURCES = ("torchvision", "file")
-TASKS = ("classify", "detect", "segment")  # what the model answers: top-k classes, boxes (and masks), a label map
+TASKS = tuple(TASK_KINDS)  # what the model answers: top-k classes, boxes (and masks), a label map
 
 
 class SettingsError(ValueError):
@@ -176,8 +177,8 @@ def _build_handler_settings(reader: "_Reader", problems: list[str]) -> HandlerSe
         problems.append(f"tsvk.schema_version {version} is newer than this handler understands ({SCHEMA_VERSION})")
     task = reader.choice("task", TASKS, TASK)
     preprocess = _build_preprocess(reader.section("preprocess"))
-    if task == "classify" and preprocess.crop < 1:
-        problems.append(f"{SETTINGS_KEY}.preprocess.crop must be an integer >= 1 for task classify, got {preprocess.crop}")
+    if task_kind(task).crops and preprocess.crop < 1:
+        problems.append(f"{SETTINGS_KEY}.preprocess.crop must be an integer >= 1 for task {task}, got {preprocess.crop}")
     detect = _build_detect(reader.section("detect"))
     if detect.score_floor > detect.score_threshold:
         problems.append(f"{SETTINGS_KEY}.detect.score_floor ({detect.score_floor}) must not exceed detect.score_threshold "

@@ -136,14 +136,14 @@ def test_cvcuda_batch_is_contiguous_for_crops_nvcv_would_pad(resize, crop):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: checks a worker on the last one")
 def test_a_worker_on_the_last_gpu_does_its_cuda_work_there(tmp_path):
-    from tsvk.service import ClassifierService
+    from tsvk.service import VisionService
 
     last = torch.cuda.device_count() - 1
     config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
     context = FakeContext(tmp_path, config, gpu_id=last)
     before = torch.cuda.memory_allocated(0)
     try:
-        service = ClassifierService.from_context(context)
+        service = VisionService.from_context(context)
         answers = service.handle([{"data": encode(photo("coffee"), "JPEG")}], context)
         assert torch.cuda.current_device() == last and service.model.device == torch.device("cuda", last)
         assert len(answers[0]) == 3 and torch.cuda.memory_allocated(0) == before
@@ -154,9 +154,9 @@ def test_a_worker_on_the_last_gpu_does_its_cuda_work_there(tmp_path):
 def test_handler_on_a_gpu_worker_uses_the_gpu(tmp_path):
     config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
     context = FakeContext(tmp_path, config, gpu_id=0)
-    from tsvk.service import ClassifierService
+    from tsvk.service import VisionService
 
-    service = ClassifierService.from_context(context)
+    service = VisionService.from_context(context)
     assert service.model.device.type == "cuda"
     assert service.preprocessor.name == ("cvcuda" if features.has_cvcuda() else "cuda")
     answers = service.handle([{"data": encode(photo("coffee"), "JPEG")}, {"data": b"junk"}], context)

@@ -169,7 +169,7 @@ def test_default_mode_runs_no_front(render):
 
 
 def test_values_defaults_are_tsvks():
-    from tsvk import defaults
+    from tsvk_tools import defaults
 
     values = default_values()
     schema = json.loads((CHART / "values.schema.json").read_text())

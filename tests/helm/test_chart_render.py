@@ -392,7 +392,7 @@ def test_set_file_config_reaches_the_config_map(render, tmp_path):
 def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain(render):
     """SIGTERM goes to `tsvk run-container` (tools/container.py), which drains for drainTimeoutSeconds;
     SIGKILL comes only after the preStop sleep, the drain and room for TorchServe to exit."""
-    from tsvk import defaults
+    from tsvk_tools import defaults
 
     for values, drain, grace in (({}, defaults.DRAIN_TIMEOUT_S, 10 + defaults.DRAIN_TIMEOUT_S + 10),
                                  ({"drainTimeoutSeconds": 90, "preStopSleepSeconds": 5}, 90, 105)):

@@ -121,7 +121,7 @@ def make_variables(make, *names: str) -> dict[str, str]:
 
 def test_chart_defaults_are_the_values_yaml_defaults_and_tsvks(make):
     """helm.mk writes the chart's defaults once; values.yaml says the same, and so does tsvk for batch and workers."""
-    defaults = pytest.importorskip("tsvk.defaults")
+    defaults = pytest.importorskip("tsvk_tools.defaults")
     chart = make_variables(make, "chart_vcpus", "chart_workers", "chart_batch", "chart_gpus", "chart_models")
     values = default_values()
     assert int(chart["chart_vcpus"]) == values["torchserve"]["vcpus"]

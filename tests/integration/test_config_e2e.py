@@ -15,7 +15,7 @@ from tsvk.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
 from tests.support.torchserve import post_image, running_torchserve
 from tsvk_tools.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
-from tsvk import defaults
+from tsvk_tools import defaults
 from tsvk_tools.allocator import JEMALLOC_SONAME, find_jemalloc, resolve
 
 PLANS = [

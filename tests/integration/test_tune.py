@@ -12,12 +12,12 @@ import pytest
 import requests
 
 from tests.support.torchserve import isolated_env
-from tsvk import defaults
+from tsvk_tools import defaults
 from tsvk_tools import cli
 from tsvk_tools.ports import free_ports
 from tsvk_tools.server import start_torchserve
 from tsvk_tools.serving_config import ServingRequest, write_config
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 
 BUDGET_MIN = 1.5
 START_UP_S = 15  # imports, photos and archive reading before the search's clock starts

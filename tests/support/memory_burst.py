@@ -47,13 +47,13 @@ def burst(task: str, store: Path) -> str:
     from tsvk.loading import LoadedModel
     from tsvk.preprocess.cpu import CpuPreprocessor
     from tsvk.settings import HandlerSettings
-    from tsvk.tasks import task_class, torchvision_model
+    from tsvk.tasks import task_kind
 
     payloads = _pngs(store)
     settings = HandlerSettings.from_dict({"model_name": "m", "task": task, "preprocess": PREPROCESS[task],
                                           "artifact": {"file": "m.pt", "format": "eager", "source": {"builder": BUILDERS[task]}}})
-    model = LoadedModel(torchvision_model(BUILDERS[task], task), torch.device("cpu"), torch.float32, "eager")
-    worker = task_class(task)(settings, model, CpuPreprocessor(settings.preprocess), None)
+    model = LoadedModel(task_kind(task).torchvision_model(BUILDERS[task]), torch.device("cpu"), torch.float32, "eager")
+    worker = task_kind(task).task_class()(settings, model, CpuPreprocessor(settings.preprocess), None)
     worker.answer(worker.prepare([probe(payloads[0], settings.preprocess.max_pixels)]).batch, [worker.options({})])
     images = [probe(p, settings.preprocess.max_pixels) for p in payloads]
     start = time.perf_counter()

@@ -9,7 +9,7 @@ from typing import Iterator
 
 import requests
 
-from tsvk import defaults
+from tsvk_tools import defaults
 from tsvk.metrics import metric_definitions
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.server import TorchServeRun, start_torchserve

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tsvk import defaults
+from tsvk_tools import defaults
 from tsvk_tools import allocator, cli
 from tsvk_tools.errors import UsageError
 

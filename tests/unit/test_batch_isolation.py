@@ -16,7 +16,7 @@ import pytest
 from tsvk.errors import JsonTooDeep, JsonTooLarge
 from tsvk.inputs import OIP, read_request
 from tsvk.json_body import JsonLimits, hand_json_to_the_handler, nesting_depth, parse_json
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 from tsvk.tasks.params import number
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
@@ -36,7 +36,7 @@ def tiny_archive(tmp_path_factory):
 def served(tiny_archive):
     """The classifier service on a fake TorchServe context, and that context."""
     context = FakeContext(*tiny_archive)
-    return ClassifierService.from_context(context), context
+    return VisionService.from_context(context), context
 
 
 def _good(seed=0):

@@ -6,9 +6,10 @@ import os
 
 import pytest
 
-from tsvk.cpus import cgroup_cpu_quota, detect_vcpus
+from tsvk_tools.cpus import cgroup_cpu_quota, detect_vcpus
 from tsvk.settings import RuntimeSettings
-from tsvk.threads import find_torchserve_config, read_properties, resolve_threads
+from tsvk.properties import read_properties
+from tsvk.threads import find_torchserve_config, resolve_threads
 
 
 @pytest.mark.parametrize("content, expected", [("200000 100000", 2.0), ("max 100000", None), ("150000 100000", 1.5)])

@@ -1,4 +1,4 @@
-"""Every default is written once, in tsvk.defaults, and every place that has one says the same.
+"""Every default is written once, in tsvk.defaults (the worker's) or tsvk_tools.defaults, and every place that has one says the same.
 
 The Makefile passes nothing it is not given (tests/unit/test_make_options.py), the Helm chart's
 defaults are checked in tests/helm/test_helm_make.py; these tests cover the Python side: the settings
@@ -12,9 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tsvk import defaults
 from tsvk.settings import ARTIFACT_FORMATS, DEVICES, PRECISIONS, ArtifactSettings, PreprocessSettings, RuntimeSettings, ServingDefaults
-from tsvk_tools import cli
+from tsvk_tools import cli, defaults
 from tsvk_tools.backends import BACKENDS
 from tsvk_tools.bench import options as bench_options
 from tsvk_tools.bench import run as bench_run

@@ -11,7 +11,7 @@ import torch
 from PIL import Image
 
 from tsvk import metrics as tsvk_metrics
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 from tsvk.settings import SettingsError
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
@@ -35,7 +35,7 @@ def context(archive):
 
 @pytest.fixture
 def service(context):
-    return ClassifierService.from_context(context)
+    return VisionService.from_context(context)
 
 
 def _good(seed=0):
@@ -152,7 +152,7 @@ def test_metric_definitions_match_what_is_recorded():
 def test_missing_labels_give_index_strings(tmp_path):
     config = write_tiny_eager_archive(tmp_path, labels=False)
     context = FakeContext(tmp_path, config)
-    answer = ClassifierService.from_context(context).handle([{"data": _good()}], context)[0]
+    answer = VisionService.from_context(context).handle([{"data": _good()}], context)[0]
     assert all(label.isdigit() for label in answer)
 
 
@@ -160,7 +160,7 @@ def test_labels_in_synset_form_use_the_name(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     (tmp_path / "index_to_name.json").write_text(json.dumps({str(i): [f"n0{i}", f"name_{i}"] for i in range(10)}))
     context = FakeContext(tmp_path, config)
-    answer = ClassifierService.from_context(context).handle([{"data": _good()}], context)[0]
+    answer = VisionService.from_context(context).handle([{"data": _good()}], context)[0]
     assert all(label.startswith("name_") for label in answer)
 
 
@@ -177,34 +177,34 @@ def test_bad_settings_fail_at_load_naming_the_key(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["preprocess"]["backend"] = "opencv"
     with pytest.raises(SettingsError, match="tsvk.preprocess.backend must be one of auto, cvcuda, cuda, cpu, got 'opencv'"):
-        ClassifierService.from_context(FakeContext(tmp_path, config))
+        VisionService.from_context(FakeContext(tmp_path, config))
 
 
 def test_the_cvcuda_cache_limit_must_be_a_whole_number_of_mib(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["preprocess"]["cvcuda_cache_mb"] = -1
     with pytest.raises(SettingsError, match="tsvk.preprocess.cvcuda_cache_mb"):
-        ClassifierService.from_context(FakeContext(tmp_path, config))
+        VisionService.from_context(FakeContext(tmp_path, config))
 
 
 def test_jpeg_dct_scaling_must_be_a_boolean(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["preprocess"]["jpeg_dct_scaling"] = "yes"
     with pytest.raises(SettingsError, match="tsvk.preprocess.jpeg_dct_scaling"):
-        ClassifierService.from_context(FakeContext(tmp_path, config))
+        VisionService.from_context(FakeContext(tmp_path, config))
 
 
 def test_cuda_artifact_on_this_cpu_worker_fails_at_load(tmp_path):
     config = write_tiny_eager_archive(tmp_path)
     config["tsvk"]["artifact"]["device"] = "cuda"
     with pytest.raises(RuntimeError, match="compiled for cuda but this worker has no GPU"):
-        ClassifierService.from_context(FakeContext(tmp_path, config, gpu_id=0))
+        VisionService.from_context(FakeContext(tmp_path, config, gpu_id=0))
 
 
 def test_load_log_line_names_format_device_precision_backend_batch_and_threads(archive, caplog):
     model_dir, config = archive
     with caplog.at_level("INFO", logger="tsvk.service"):
-        ClassifierService.from_context(FakeContext(model_dir, config, batch_size=4))
+        VisionService.from_context(FakeContext(model_dir, config, batch_size=4))
     line = next(r.getMessage() for r in caplog.records if "tsvk loaded" in r.getMessage())
     for expected in ("format=eager", "device=cpu", "precision=fp32", "preprocess=cpu", "batch_size=4", "threads=intra"):
         assert expected in line

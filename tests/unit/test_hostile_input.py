@@ -16,7 +16,7 @@ from tsvk.deadline import parse_arrival, request_age_ms
 from tsvk.decode import decoded_pixels, probe, webp_canvas_size
 from tsvk.errors import ERROR_CLASSES, ImageTooLarge
 from tsvk.preprocess.cpu import CpuPreprocessor, pixel_budget_chunks
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 from tsvk.settings import HandlerSettings, PreprocessSettings, SettingsError
 from tsvk.worker_starts import record_worker_start
 from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, real_webp_bomb, seed_images
@@ -136,7 +136,7 @@ def test_a_request_older_than_the_deadline_is_refused_503_without_being_computed
     now = time.time()
     context = HeaderContext(model_dir, yaml_config, headers={0: {"X-Request-Start": f"t={now - 5:.3f}"},
                                                             1: {"X-Request-Start": f"t={int(now * 1e6)}"}})
-    service = ClassifierService.from_context(context)
+    service = VisionService.from_context(context)
     image = encode(noise_image(), "JPEG")
     answers = service.handle([{"data": image}, {"data": image}, {"data": image}], context)
     assert context.statuses[0][0] == 503 and answers[0]["error"] == "deadline_exceeded"

@@ -59,15 +59,15 @@ def test_fp32_artifact_is_one_zip_and_matches_eager_at_batch_1_and_max(tmp_path)
 def test_loader_uses_the_workers_planned_threads(tmp_path, monkeypatch):
     result = tiny(tmp_path, weights="none")
     seen = {}
-    import tsvk.openvino_ir as ir
+    import tsvk.loading as loading  # the loader's own reference: patched where it is imported
 
-    real = ir.compile_for_cpu
+    real = loading.compile_for_cpu
 
     def recording(ov, path, threads):
         seen["threads"] = threads
         return real(ov, path, threads)
 
-    monkeypatch.setattr(ir, "compile_for_cpu", recording)
+    monkeypatch.setattr(loading, "compile_for_cpu", recording)
     monkeypatch.setattr(torch, "get_num_threads", lambda: 3)
     served(result)
     assert seen["threads"] == 3
@@ -206,7 +206,7 @@ def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
 
 
 def test_int8_detectors_need_openvino():
-    from tsvk_tools.build import check_int8_task
+    from tsvk_tools.task_builds import check_int8_task
 
     with pytest.raises(UsageError, match="int8 for the detect model fasterrcnn_mobilenet_v3_large_320_fpn needs --backend openvino"):
         check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))

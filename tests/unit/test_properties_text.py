@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from tsvk.properties import escape_value
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 from tsvk_tools.serving_config import ServingRequest, write_config
 
 READER = Path(__file__).resolve().parents[1] / "fixtures" / "ReadProperties.java"

@@ -11,7 +11,7 @@ from PIL import Image
 
 from tsvk.decode import probe
 from tsvk.errors import ImageTooLarge
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 from tsvk.settings import PreprocessSettings
 from tsvk.tasks.geometry import check_resized_pixels, resized_pixels
 
@@ -43,7 +43,7 @@ def test_an_extreme_aspect_ratio_is_refused_from_its_header():
 
 def test_the_thin_png_fails_alone_and_its_neighbour_is_answered(tmp_path):
     context = FakeContext(tmp_path, write_tiny_eager_archive(tmp_path))
-    service = ClassifierService.from_context(context)
+    service = VisionService.from_context(context)
     good = encode(noise_image(64, 48, seed=0), "JPEG")
     alone = service.handle([{"data": good}], context)[0]
     thin = _png(30_000, 1)  # resize 40 (the tiny archive's): 1,200,000 x 40 = 48 MP, over the 40 MP limit

@@ -14,7 +14,7 @@ from PIL import Image
 from tsvk.decode import decode_rgb, probe
 from tsvk.errors import DecodeTooCostly
 from tsvk.jpeg_scans import scan_work
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 from tsvk.settings import HandlerSettings
 
 from tests.support.handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive
@@ -89,7 +89,7 @@ def test_the_handler_refuses_the_bomb_before_any_backend_sees_it_and_answers_its
     """The probe runs in the read stage, before the task's prepare hands images to a backend (CPU, nvJPEG,
     CV-CUDA alike): the bomb never reaches one."""
     context = FakeContext(tmp_path, write_tiny_eager_archive(tmp_path))
-    service = ClassifierService.from_context(context)
+    service = VisionService.from_context(context)
     seen = []
     real_prepare = service.task.prepare
     monkeypatch.setattr(service.task, "prepare", lambda images: seen.extend(images) or real_prepare(images))

@@ -23,7 +23,7 @@ from tsvk.preprocess import torch_cuda
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
 from tsvk.settings import HandlerSettings
-from tsvk.tasks import task_class
+from tsvk.tasks import task_kind
 
 from tests.support import peak_memory
 from tests.support.fake_cuda import SimulatedDeviceMemory
@@ -46,7 +46,7 @@ def _settings(task: str, max_batch_pixels: int, resize: int = 64) -> HandlerSett
 def _task(task: str, max_batch_pixels: int, preprocessor=None, resize: int = 64):
     settings = _settings(task, max_batch_pixels, resize)
     model = LoadedModel(forward=types.SimpleNamespace(), device=CPU, input_dtype=torch.float32, format="eager")
-    return task_class(task)(settings, model, preprocessor or CpuPreprocessor(settings.preprocess), None)
+    return task_kind(task).task_class()(settings, model, preprocessor or CpuPreprocessor(settings.preprocess), None)
 
 
 def _mixed_images():

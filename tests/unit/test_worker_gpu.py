@@ -15,7 +15,7 @@ from tsvk import features, service
 from tsvk.loading import ArtifactLoadError, LoadedModel
 from tsvk.preprocess import BackendChoice
 from tsvk.preprocess.cpu import CpuPreprocessor
-from tsvk.service import ClassifierService
+from tsvk.service import VisionService
 
 from tests.support.handler_fakes import FakeContext, tiny_module, write_tiny_eager_archive
 
@@ -53,7 +53,7 @@ def _fake_loading(monkeypatch, cuda, model_dir):
 def test_a_worker_on_gpu_1_makes_it_current_before_any_cuda_work(tmp_path, monkeypatch, cuda, gpu_decodes):
     config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
     _fake_loading(monkeypatch, cuda, tmp_path)
-    loaded = ClassifierService.from_context(FakeContext(tmp_path, config, gpu_id=1))
+    loaded = VisionService.from_context(FakeContext(tmp_path, config, gpu_id=1))
     assert loaded.model.device == torch.device("cuda", 1)
     assert cuda.events == [("set_device", 1), ("load_model", 1), ("build_preprocessor", 1)]
     assert gpu_decodes == [torch.device("cuda", 1)]  # the nvJPEG probe of the load log line
@@ -63,7 +63,7 @@ def test_a_gpu_id_beyond_the_visible_gpus_fails_the_load_saying_why(tmp_path, mo
     cuda.count = 1
     config = write_tiny_eager_archive(tmp_path)
     with pytest.raises(ArtifactLoadError, match=r"gpu_id 1 but this process sees 1 CUDA device\(s\).*number_of_gpu"):
-        ClassifierService.from_context(FakeContext(tmp_path, config, gpu_id=1))
+        VisionService.from_context(FakeContext(tmp_path, config, gpu_id=1))
 
 
 def test_nvjpeg_probe_runs_on_the_device_asked_about_once_per_device(cuda, gpu_decodes):

@@ -8,7 +8,7 @@ import zipfile
 import pytest
 import yaml
 
-from tsvk import defaults
+from tsvk_tools import defaults
 from tsvk.settings import ArtifactSettings, HandlerSettings, ServingDefaults
 from tsvk_tools.serving_config import ServingRequest, plan_serving
 from tsvk_tools.worker_plan import cpu_workers, worker_estimate_mb

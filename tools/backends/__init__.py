@@ -16,31 +16,7 @@ from .tensorrt import require_tensorrt
 
 BACKENDS: dict[str, Backend] = {name: importlib.import_module(f"{__name__}.{name}").BACKEND for name in ARTIFACT_FORMATS}
 
-__all__ = ["BACKENDS", "Backend", "CompileTarget", "get_backend", "check_target", "check_task", "prepare_model",
-           "task_backends"]
-
-_EXPORT_DETECTOR = ("torch.export cannot capture a torchvision detector: non-maximum suppression keeps a number of "
-                    "boxes that depends on the image (GuardOnDataDependentSymNode in batched_nms)")
-# Backends that cannot serve a task, and why; every other backend can.
-UNSUPPORTED = {
-    ("detect", "aoti"): _EXPORT_DETECTOR,
-    ("detect", "export"): _EXPORT_DETECTOR,
-    ("detect", "tensorrt"): _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)",
-    ("segment", "tensorrt"): "not built for dynamic height and width here yet",
-}
-
-
-def task_backends(task: str) -> list[str]:
-    return [name for name in BACKENDS if (task, name) not in UNSUPPORTED]
-
-
-def check_task(backend: Backend, task: str) -> None:
-    """Refuse a backend that cannot serve the task, saying why and which can."""
-    reason = UNSUPPORTED.get((task, backend.name))
-    if reason:
-        raise UsageError(f"--backend {backend.name} cannot build a {task} model: {reason}; for {task} use "
-                         f"--backend {' or '.join(task_backends(task))}")
-
+__all__ = ["BACKENDS", "Backend", "CompileTarget", "get_backend", "check_target", "prepare_model"]
 
 def get_backend(name: str) -> Backend:
     if name not in BACKENDS:

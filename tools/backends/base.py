@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from tsvk.tasks import task_kind
+
 INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "float32"}  # int8 quantizes inside
 
 
@@ -17,8 +19,8 @@ class CompileTarget:
     crop: int
     calibration: Any = field(default=None, compare=False)  # int8: preprocessed photos, float32 NCHW
     task: str = "classify"
-    size: tuple[int, int] = (0, 0)  # detect, segment: a typical model input's (height, width)
-    max_side: int = 0  # segment: the largest height or width the artifact accepts (both are dynamic)
+    size: tuple[int, int] = (0, 0)  # tasks that take whole photos: a typical model input's (height, width)
+    max_side: int = 0  # whole photos in one NCHW batch: the largest height or width the artifact accepts (both dynamic)
 
     @property
     def input_dtype(self):
@@ -32,10 +34,11 @@ class CompileTarget:
         import torch
 
         generator = torch.Generator().manual_seed(seed)
-        if self.task == "detect":
+        kind = task_kind(self.task)
+        if kind.image_list:
             return [torch.randn(3, h, w, generator=generator).to(device=self.device, dtype=self.input_dtype)
                     for h, w in self.detector_sizes(batch)]
-        height, width = size or ((self.crop, self.crop) if self.task == "classify" else self.size)
+        height, width = size or ((self.crop, self.crop) if kind.crops else self.size)
         x = torch.randn(batch, 3, height, width, generator=generator)
         return x.to(device=self.device, dtype=self.input_dtype)
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tsvk.tasks import task_kind
+
 from .base import Backend, CompileTarget
 
 
@@ -11,14 +13,15 @@ SEGMENT_MIN_SIDE = 32  # the smallest height or width a segmentation artifact ac
 
 
 def export_program(model, target: CompileTarget, strict: bool = False):
-    """Batch dynamic (1..max_batch); a segmenter's height and width too (SEGMENT_MIN_SIDE..max_side)."""
+    """Batch dynamic (1..max_batch); where the task takes whole photos (a segmenter), height and width too
+    (SEGMENT_MIN_SIDE..max_side)."""
     import torch
 
     example = target.example(target.trace_batch())
     dims = {}
     if target.max_batch > 1:
         dims[0] = torch.export.Dim("batch", min=1, max=target.max_batch)
-    if target.task == "segment":
+    if not task_kind(target.task).crops:
         dims[2] = torch.export.Dim("height", min=SEGMENT_MIN_SIDE, max=target.max_side)
         dims[3] = torch.export.Dim("width", min=SEGMENT_MIN_SIDE, max=target.max_side)
     if not dims:

@@ -16,6 +16,7 @@ import warnings
 from pathlib import Path
 
 from tsvk.openvino_ir import write_ir_zip
+from tsvk.tasks import task_kind
 
 from ..errors import UsageError
 from .base import Backend, CompileTarget
@@ -39,7 +40,7 @@ def require_openvino(precision: str = "fp32"):
 def input_shape(ov, target: CompileTarget):
     """Batch 1..max_batch; a classifier's crop is fixed, a segmenter's height and width are not."""
     batch = ov.Dimension(1, target.max_batch)
-    if target.task == "segment":
+    if not task_kind(target.task).crops:
         side = ov.Dimension(SEGMENT_MIN_SIDE, target.max_side)
         return ov.PartialShape([batch, 3, side, side])
     return ov.PartialShape([batch, 3, target.crop, target.crop])
@@ -66,7 +67,7 @@ def quantize(ov_model, calibration):
 
 def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
     ov = require_openvino(target.precision)
-    if target.task == "detect":
+    if task_kind(target.task).openvino_backbone:
         return compile_detector_backbone(ov, model, target, artifact)
     ov_model = convert(ov, model, target)
     if target.precision == "int8":

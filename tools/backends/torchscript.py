@@ -9,6 +9,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
+from tsvk.tasks import task_kind
+
 from .base import Backend, CompileTarget
 
 
@@ -18,7 +20,7 @@ def compile_torchscript(model, target: CompileTarget, artifact: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # torch.jit is deprecated in 2.14; users asked for it by name
         with torch.no_grad():
-            if target.task == "detect":
+            if task_kind(target.task).image_list:
                 torch.jit.save(torch.jit.script(model.eval()), str(artifact))
                 return
             traced = torch.jit.trace(model, target.example(target.trace_batch()), check_trace=False, strict=False)

@@ -22,8 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tsvk import defaults
-
+from .. import defaults
 from ..archive import build_archive
 from ..calibration import imagenet_labels, list_photos, split
 from ..errors import UsageError

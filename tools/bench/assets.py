@@ -15,10 +15,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk.tasks import torchvision_model
 from tsvk.settings import ServingDefaults
+from tsvk.tasks import TASKS, task_kind
 
-from ..archive import HANDLER_FILES, build_archive, handler_sources
+from ..archive import build_archive, handler_sources
 from ..build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
@@ -60,17 +60,13 @@ def model_dir(options: BenchOptions) -> Path:
 def shared_weights(options: BenchOptions) -> Path:
     """A seeded random state_dict for the model, written once."""
     import torch
-    import torchvision.models as tvm
 
     path = model_dir(options) / "weights.pt"
     if path.is_file():
         return path
     _check_torchvision_model(options.model)
     torch.manual_seed(WEIGHTS_SEED)
-    if options.task == "classify":
-        model = tvm.get_model(options.model, weights=None)
-    else:
-        model = torchvision_model(options.model, options.task, num_classes=len(labels_for(options.model)))
+    model = task_kind(options.task).torchvision_model(options.model, num_classes=len(labels_for(options.model)))
     with atomic_path(path) as tmp:
         torch.save(model.state_dict(), tmp)
     return path
@@ -100,7 +96,7 @@ def sources_digest() -> str:
     """The handler, its run-time package and the compile backends: what ends up in our archive."""
     handler, package = handler_sources()
     backends = Path(__file__).resolve().parents[1] / "backends"
-    handlers = [handler.parent / name for name in HANDLER_FILES.values()]
+    handlers = [handler.parent / kind.handler_file for kind in TASKS.values()]
     files = [*handlers, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
     digest = hashlib.sha256()
     for path in files:
@@ -171,7 +167,7 @@ def stock_archive(options: BenchOptions, weights: Path) -> Path:
     with scratch_dir(model_dir(options), ".stock-build-") as work:
         labels = work / "index_to_name.json"
         labels.write_text(json.dumps({str(i): name for i, name in enumerate(labels_for(options.model))}))
-        if options.task == "classify":
+        if task_kind(options.task).top_k:  # TorchServe's built-in image_classifier answers it
             _archive_stock(options.model, _trace_eager(options.model, weights, work / "model.pt"), labels, work / "export")
         else:
             _archive_stock_task(options, weights, labels, work)

@@ -16,16 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from tsvk import defaults
 from tsvk.loading import load_model
 
+from .. import defaults
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
-
-from ..backends import BACKENDS, CompileTarget, task_backends
+from ..backends import BACKENDS, CompileTarget
 from ..build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
+from ..task_builds import task_backends
 
 
 def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:

@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk import defaults, features
+from tsvk import features
 from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
-from tsvk.cpus import detect_vcpus
 
+from .. import defaults
 from ..backends import get_backend
+from ..cpus import detect_vcpus
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
+from ..task_builds import task_build
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
@@ -85,10 +87,8 @@ class BenchOptions:
     def __post_init__(self):
         if self.systems is None:  # frozen: these are the only fields filled in after construction
             object.__setattr__(self, "systems", default_systems(self.device, self.task))
-        if self.task == "detect" and self.backend == defaults.BACKEND:
-            object.__setattr__(self, "backend", defaults.DETECT_BACKEND)  # torch.export cannot capture a detector
-        if self.task == "detect" and self.fast_precision == defaults.FAST_PRECISION:
-            object.__setattr__(self, "fast_precision", defaults.DETECT_FAST_PRECISION)  # no int8 detectors
+        if self.backend == defaults.BACKEND:
+            object.__setattr__(self, "backend", task_build(self.task).default_backend)  # torch.export cannot capture a detector
         problems = validation_problems(self)
         if problems:
             raise UsageError("; ".join(problems))

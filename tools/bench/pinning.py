@@ -13,8 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tsvk import defaults
-
+from .. import defaults
 from ..archive import build_archive
 from ..build import BuildRequest
 from ..images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array

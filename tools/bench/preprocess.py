@@ -19,12 +19,14 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tsvk import defaults, features
+from tsvk import features
 from tsvk.decode import probe
 from tsvk.inputs import request_payload
 from tsvk.preprocess import build_preprocessor
 from tsvk.preprocess.cpu import DCT_OVERSAMPLE
 from tsvk.settings import PreprocessSettings
+
+from .. import defaults
 
 DEFAULT_SIZE = (640, 480)
 PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "hubble_deep_field", "immunohistochemistry", "retina", "camera")

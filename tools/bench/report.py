@@ -13,6 +13,8 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
+from tsvk.tasks import task_kind
+
 from ..fsutil import point_latest
 from .chart import write_chart
 from .compute import compute_use, fp32_peak, gflop_per_image
@@ -76,7 +78,7 @@ def compute_inputs(model: str, vcpus: int, task: str = "classify") -> dict:
     """The model's GFLOP per image and the machine's fp32 peak (compute.py says how each is found); a detector's
     or segmenter's work depends on each photo's size, so only a classifier's is counted."""
     try:
-        work = gflop_per_image(model) if task == "classify" else None
+        work = gflop_per_image(model) if task_kind(task).crops else None
     except (ValueError, KeyError):  # not a torchvision builder: nothing to count
         work = None
     return {"gflop_per_image": work, "fp32_peak": fp32_peak(vcpus)}
@@ -130,7 +132,7 @@ TASK_GOALS = (("fast_vs_torchserve_tuned", 2.0,
 
 
 def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[dict]:
-    chosen = GOALS if task == "classify" else TASK_GOALS
+    chosen = GOALS if task_kind(task).top_k else TASK_GOALS
     goals = [{"goal": text, "ratio": key, "target": minimum, "measured": ratios.get(key),
               "met": None if ratios.get(key) is None else ratios[key] >= minimum} for key, minimum, text in chosen]
     p99 = ratios.get("p99_ours_vs_torchserve_tuned")

@@ -18,9 +18,9 @@ import signal
 import sys
 from pathlib import Path
 
-from tsvk import defaults
 from tsvk.settings import PRECISIONS
 
+from .. import defaults
 from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS

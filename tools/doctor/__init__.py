@@ -12,8 +12,9 @@ import json
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
-from tsvk.cpus import detect_vcpus
+
+from .. import defaults
+from ..cpus import detect_vcpus
 
 from ..errors import UsageError
 from . import torchserve as ts

@@ -8,9 +8,9 @@ from datetime import datetime
 from pathlib import Path
 
 from tsvk import features
-from tsvk.cpus import detect_vcpus
 
 from ..bench.report import git_state, machine_info, software_versions
+from ..cpus import detect_vcpus
 
 SCHEMA_VERSION = 2  # 2: per-step GPU memory peaks, the GPU packages' versions
 OPTIONAL_PACKAGES = ("cvcuda", "torch_tensorrt")

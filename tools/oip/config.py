@@ -12,10 +12,12 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk import defaults, oip
+from tsvk import oip
 from tsvk.labels import labels_from_mapping
-from tsvk.threads import read_properties
+from tsvk.tasks import task_kind
+from tsvk.properties import read_properties
 
+from .. import defaults
 from ..archive_info import read_archive_settings
 from ..errors import UsageError
 
@@ -82,7 +84,7 @@ def _models(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
         entry = next(iter(versions.values()))
         archive = store / entry.get("marName", f"{name}.mar")
         settings = read_archive_settings(archive)
-        if settings.task != "classify":  # its tensors (boxes, label maps) are not stated here: /predictions serves it
+        if not task_kind(settings.task).top_k:  # its tensors (boxes, label maps) are not stated here: /predictions serves it
             continue
         k = oip.answer_size(settings.runtime.topk, _label_count(archive, settings.labels_file))
         models.append(ModelTensors(name, settings.preprocess.crop, k, float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))))

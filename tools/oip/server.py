@@ -21,10 +21,10 @@ from concurrent import futures
 from pathlib import Path
 
 from tsvk import __version__, oip
-from tsvk.defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
 
+from ..defaults import OIP_JSON_PIXEL_IMAGES
 from ..keys import current_key
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth

@@ -27,11 +27,12 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image
 
+from tsvk.settings import TASKS
+
 from .corpus import BOMB_FORMATS, declare_size, seed_images
 
 PREDICTIONS, FRONT_REST, FRONT_GRPC = "predictions", "front-rest", "front-grpc"
 TRANSPORTS = (PREDICTIONS, FRONT_REST, FRONT_GRPC)
-TASKS = ("classify", "detect", "segment")
 JSON = "application/json"
 SCAN_BOMB_SIDE = 4000  # a 16 MP progressive JPEG: within the pixel bound, so only the scan count can refuse it
 SCAN_BOMB_REPEATS = 4000  # copies of its smallest AC scan: ~6 s of decoding on an unbounded handler
@@ -291,12 +292,6 @@ def hostile_classes(task: str, photo: bytes, seed: int = 0) -> dict[str, list[At
 def large_burst(count: int = LARGE_BURST, side: int = LARGE_PHOTO_SIDE) -> list[Attack]:
     """`count` large but allowed photos, to be sent at once (not hostile: each must be answered)."""
     return [Attack("large allowed burst", PREDICTIONS, body=large_png(side), hostile=False) for _ in range(count)]
-
-
-def class_counts(classes: dict[str, list[Attack]]) -> dict[str, dict[str, int]]:
-    """Class -> transport -> inputs: what a run sends, for the report and the tests."""
-    return {name: {t: sum(1 for a in attacks if a.transport == t) for t in TRANSPORTS if any(a.transport == t for a in attacks)}
-            for name, attacks in classes.items()}
 
 
 def noise_photo(seed: int, size: tuple[int, int] = (640, 480)) -> bytes:

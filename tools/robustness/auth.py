@@ -14,9 +14,9 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 import psutil
-from tsvk.threads import read_properties
+from tsvk.properties import read_properties
 
-from ..keys import current_key, is_key_refusal, start_key_renewer, stop_key_renewer
+from ..keys import current_key, is_key_refusal, stop_key_renewer
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
 from . import checks, watch
@@ -208,8 +208,3 @@ def _connects(host: str, port: int) -> bool:
             return True
     except OSError:
         return False
-
-
-def restart_renewer(service: Service) -> None:
-    """Used after `key_lifetime` stopped the renewer, so later parts keep working."""
-    start_key_renewer(service.run)

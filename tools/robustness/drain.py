@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 import requests
-from tsvk import defaults
 
+from .. import defaults
 from .service import ServiceSpec, running_service
 
 SENDERS = 128  # threads sending; enough that none waits for a free one at the rates measured here

@@ -14,6 +14,8 @@ from typing import Sequence
 
 import psutil
 
+from tsvk.tasks import task_kind
+
 from ..keys import call_with_fresh_key, current_key
 from . import checks, watch
 from .attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS, Attack, hostile_classes, large_burst
@@ -210,7 +212,7 @@ def large_photos(service: Service, count: int, side: int) -> dict:
     peak worker RSS growth (goal: checks.BURST_GROWTH_MB)."""
     per_model, statuses = {}, []
     for model, task in service.tasks.items():
-        if task == "classify":
+        if task_kind(task).crops:  # a classifier's crop does not grow with the photo
             continue
         burst = large_burst(count, side)
         with WorkerMeter(service) as meter:
@@ -235,7 +237,7 @@ def oip_clients(service: Service) -> dict:
     top label as /predictions gives for the same photo."""
     import numpy as np
 
-    classifier = next((m for m, t in service.tasks.items() if t == "classify"), None)
+    classifier = next((m for m, t in service.tasks.items() if task_kind(t).top_k), None)
     if service.front is None or classifier is None:
         return {**judged({"tritonclient HTTP and gRPC answered as /predictions": checks.failed("no OIP front or no classifier served")})}
     expected = _top_label(send(service.target_for(classifier), service.photo).body)

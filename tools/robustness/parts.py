@@ -13,6 +13,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from tsvk.tasks import task_kind
+
 from ..bench.tsmetrics import metric_total, scrape
 from ..server import TorchServeRun
 from . import checks, watch
@@ -102,7 +104,7 @@ FUZZ_ROUTE_SHARES = (("detect", "predictions", 1), ("segment", "predictions", 4)
 def fuzz_route(index: int, tasks: dict[str, str], front: bool) -> tuple[str, str]:
     """(model, transport) for the index-th fuzz input: deterministic, every served model and the
     front in their shares; a share whose model or front is not served goes to the classifier."""
-    slot, classifier = index % FUZZ_ROUTE_CYCLE, next((m for m, t in tasks.items() if t == "classify"), next(iter(tasks)))
+    slot, classifier = index % FUZZ_ROUTE_CYCLE, next((m for m, t in tasks.items() if task_kind(t).top_k), next(iter(tasks)))
     for task, transport, share in FUZZ_ROUTE_SHARES:
         if slot < share:
             model = next((m for m, t in tasks.items() if t == task), None)

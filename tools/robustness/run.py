@@ -8,8 +8,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from tsvk import defaults
-from tsvk.cpus import detect_vcpus
+from .. import defaults
+from ..cpus import detect_vcpus
+from tsvk.tasks import task_kind
 
 from .. import progress
 from ..archive import build_archive, handler_sources
@@ -147,7 +148,7 @@ DETECTOR_SCORE_THRESHOLD = 0.005
 def ensure_task_archive(store: Path, builder: str) -> str:
     """A detector's archive with random weights answering every box it finds (see above), or a
     segmenter's with seeded decisive weights, on the eager backend; its name."""
-    if torchvision_builders().get(builder) == "detect":
+    if task_kind(torchvision_builders().get(builder, defaults.TASK)).image_list:  # a detector
         ensure_archive(store, builder, "none", backend=TASK_BACKEND, score_threshold=DETECTOR_SCORE_THRESHOLD)
         return builder
     store.mkdir(parents=True, exist_ok=True)

@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from tsvk import defaults
-
+from .. import defaults
 from .. import progress
 from ..images import jpeg_bytes, photo_array
 from ..archive_info import read_archive_settings

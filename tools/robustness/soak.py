@@ -14,8 +14,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import psutil
-from tsvk import defaults
-from tsvk.cpus import detect_vcpus
+
+from .. import defaults
+from ..cpus import detect_vcpus
 
 from ..allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
 from ..bench.report import git_state

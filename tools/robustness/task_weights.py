@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from tsvk.tasks import torchvision_model
+from tsvk.tasks import TASKS
 
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
 SEGMENTER = "lraspp_mobilenet_v3_large"
@@ -53,12 +53,12 @@ DETECTOR_CLASSIFIER_STD = 2.0  # with features near 1: scores spread over 0.2-0.
 def decisive_weights(builder: str, path: Path, seed: int = 0, std: float | None = None) -> Path:
     """A seeded state_dict of `builder` whose classifier weights are wide (std `std`; a detector's
     default DETECTOR_CLASSIFIER_STD, anything else's 10), a detector's FPN fed features near 1."""
-    task = "detect" if builder == DETECTOR or "rcnn" in builder or "ssd" in builder else "segment"
+    kind = TASKS["detect"] if builder == DETECTOR or "rcnn" in builder or "ssd" in builder else TASKS["segment"]
     torch.manual_seed(seed)
-    model = torchvision_model(builder, task).eval()
-    if task == "detect":
+    model = kind.torchvision_model(builder).eval()
+    if kind.image_list:  # a detector
         _lift_fpn_inputs(model)
     for layer in _classifier_layers(model):
-        torch.nn.init.normal_(layer.weight, std=std or (DETECTOR_CLASSIFIER_STD if task == "detect" else 10.0))
+        torch.nn.init.normal_(layer.weight, std=std or (DETECTOR_CLASSIFIER_STD if kind.image_list else 10.0))
     torch.save(model.state_dict(), path)
     return path

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tsvk import defaults
-
+from .. import defaults
 from .space import Candidate
 
 @dataclass

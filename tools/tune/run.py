@@ -19,8 +19,7 @@ from datetime import datetime, timezone
 from functools import partial
 from pathlib import Path
 
-from tsvk import defaults
-
+from .. import defaults
 from ..archive_info import list_archives, read_archive_settings
 from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError

@@ -34,8 +34,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Callable
 
-from tsvk import defaults
-
+from .. import defaults
 from .memory import MemoryModel
 from .space import Candidate, Space
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Iterator
 
-from tsvk import defaults
+from .. import defaults
 
 
 @dataclass(frozen=True, order=True)

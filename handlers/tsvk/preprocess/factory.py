@@ -15,6 +15,9 @@ import torch
 from .. import features
 from ..settings import PreprocessSettings
 from .base import Preprocessor
+from .cpu import CpuPreprocessor
+from .cv_cuda import CvCudaPreprocessor
+from .torch_cuda import CudaPreprocessor
 
 log = logging.getLogger(__name__)
 
@@ -59,25 +62,7 @@ def build_preprocessor(
     settings: PreprocessSettings, device: torch.device, dtype: torch.dtype = torch.float32
 ) -> tuple[Preprocessor, BackendChoice]:
     choice = choose_backend(settings.backend, device, settings.strict)
-    return _BUILDERS[choice.name]()(settings, device, dtype), choice
+    return _BUILDERS[choice.name](settings, device, dtype), choice
 
 
-def _cpu():
-    from .cpu import CpuPreprocessor
-
-    return CpuPreprocessor
-
-
-def _cuda():
-    from .torch_cuda import CudaPreprocessor
-
-    return CudaPreprocessor
-
-
-def _cvcuda():
-    from .cv_cuda import CvCudaPreprocessor
-
-    return CvCudaPreprocessor
-
-
-_BUILDERS = {"cpu": _cpu, "cuda": _cuda, "cvcuda": _cvcuda}
+_BUILDERS: dict[str, type[Preprocessor]] = {"cpu": CpuPreprocessor, "cuda": CudaPreprocessor, "cvcuda": CvCudaPreprocessor}

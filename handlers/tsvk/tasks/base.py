@@ -12,7 +12,7 @@ from typing import Any, Iterator, Sequence
 import torch
 
 from ..decode import EncodedImage
-from ..loading import LoadedModel
+from ..loaded_model import LoadedModel
 from ..preprocess import PreprocessResult, Preprocessor
 from ..settings import HandlerSettings
 
@@ -28,6 +28,16 @@ class Task:
         self.model = model
         self.preprocessor = preprocessor
         self.labels = labels
+
+    @staticmethod
+    def served_form(model: Any) -> Any:
+        """The eager model as it is served and compiled: as built, in eval mode."""
+        return model.eval()
+
+    @staticmethod
+    def on_cpu(model: Any) -> Any:
+        """The eager served model as it runs on a CPU worker: as it is, unless a task speeds it up there."""
+        return model
 
     def options(self, request: Any) -> dict:
         """This request's answer options (form or JSON fields); BadRequest when one is unusable."""

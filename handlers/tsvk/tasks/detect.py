@@ -20,8 +20,9 @@ from ..defaults import MAX_DETECTIONS_LIMIT
 from ..labels import label_for
 from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import _as_batch
+from ..roi_pool import gather_roi_pooling
 from .base import Task
-from .detector_model import detections, set_score_threshold
+from .detector_model import detections, is_detector, served_detector, set_score_threshold
 from .geometry import detector_resize, map_boxes, original_size, same_size_slices
 from .params import number, whole
 from .masks import encode_masks
@@ -47,6 +48,20 @@ class DetectTask(Task):
         self.mean = torch.tensor(settings.preprocess.mean, device=model.device).view(1, 3, 1, 1)
         self.std = torch.tensor(settings.preprocess.std, device=model.device).view(1, 3, 1, 1)
         set_score_threshold(model.forward, settings.detect.score_floor)  # the lowest a request may ask for
+
+    @staticmethod
+    def served_form(model: Any) -> Any:
+        """A detector takes prepared images: the served form leaves its own resize out (detector_model.py)."""
+        if not is_detector(model):
+            raise TypeError(f"a detection model must be a torchvision-style detector with a GeneralizedRCNNTransform "
+                            f"`transform` (Faster/Mask R-CNN, RetinaNet, FCOS, SSD), got {type(model).__name__}")
+        return served_detector(model)
+
+    @staticmethod
+    def on_cpu(model: Any) -> Any:
+        """torchvision's CPU RoIAlign is scalar: the same numbers, vectorised (roi_pool.py)."""
+        gather_roi_pooling(model)
+        return model
 
     def options(self, request: Any) -> dict:
         detect = self.settings.detect

@@ -13,8 +13,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tsvk import defaults
-
+from ... import defaults
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
 from ...allocator import describe as describe_allocator

@@ -1,0 +1,114 @@
+"""Every build-time and serving default of tsvk, written once: what `tsvk` builds, serves, tunes,
+benchmarks and soaks when nothing else is asked for.
+
+The worker's own defaults (settings schema, limits) are in `tsvk.defaults`, which every archive
+carries; they are re-exported here, so `tools/` reads every default from this one module. The
+Makefile leaves its variables empty so that `tsvk` decides, and tests check that docs/commands.md
+and the Helm chart say the same.
+"""
+
+from tsvk.defaults import *  # noqa: F401,F403 - the worker's defaults, which tools/ reads too
+
+# What `tsvk archive` builds when nothing else is asked for.
+MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
+WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
+BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
+DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
+# The malloc `tsvk serve` starts TorchServe and its workers with: glibc's (with the workers' heap trim, what
+# `make soak` measures), or jemalloc through LD_PRELOAD, which many CPU deployments of PyTorch prefer; auto:
+# jemalloc where libjemalloc.so.2 is installed, else glibc (said in the log).
+ALLOCATOR = "glibc"
+ALLOCATORS = ("auto", "jemalloc", "glibc")
+
+# Segmentation builds.
+SEGMENT_RESIZE = 520  # a --model-file segmenter's shorter side when --resize does not say (torchvision's weights use 520)
+SEGMENT_MAX_SIDE = 2048  # the longest side a segmentation artifact accepts (its height and width are dynamic)
+
+# Verification of detection and segmentation artifacts against the eager model (fp32).
+DETECT_VERIFY_MIN_IOU = 0.9  # a compiled box matches an eager box of the same label overlapping at least this much
+DETECT_VERIFY_MIN_MATCHED = 0.95  # share of the eager model's boxes the compiled model must match
+DETECT_VERIFY_SCORE_ATOL = 1e-3  # largest score difference allowed between matched boxes
+DETECT_VERIFY_SCORE_THRESHOLD = 0.0  # verification keeps every box: random weights score below any useful threshold
+SEGMENT_VERIFY_MIN_PIXEL_AGREEMENT = 0.999  # share of pixels whose class must agree (semantic label maps)
+MASK_VERIFY_MIN_PIXEL_AGREEMENT = 0.99  # share of mask pixels (matched instances) that must agree
+# int8 detectors (OpenVINO backbone in fp32, the R-CNN box head's fully connected layers in dynamic int8):
+DETECT_INT8_HEAD_RTOL = 0.05  # |int8 - fp32| of the box head's class logits and box deltas, x their largest value
+# A score moves by up to a quarter of its logit's change (the softmax's slope peaks at 0.25): logits within 5%
+# of a largest logit near 12 may move a score by 0.15. Not yet measured with trained detector weights.
+DETECT_INT8_VERIFY_SCORE_ATOL = 0.15  # trained weights: largest score difference between matched boxes
+DETECT_INT8_VERIFY_MIN_SCORE = 0.3  # trained weights: eager boxes scoring below this are not required to match
+
+# int8 (--backend openvino --precision int8): calibration photos and the accuracy an archive must keep.
+CALIBRATION_MAX_IMAGES = 300  # NNCF's own default subset; more adds build time, not accuracy
+CALIBRATION_SHARE = 0.4  # of a --calibration directory's photos; the rest are held out for verification
+HELD_OUT_MAX_IMAGES = 300  # verification runs eager fp32 and the int8 artifact on each of these
+INT8_MIN_TOP1_AGREEMENT = 0.97  # int8 top-1 equals eager fp32 top-1 on at least this share of held-out photos
+INT8_MAX_TOP1_DROP = 0.01  # where labels are known: top-1 accuracy may fall by at most this (1 point)
+# int8 segmenters: share of held-out photos' pixels whose class equals eager fp32's (enforced with trained weights).
+SEGMENT_INT8_MIN_PIXEL_AGREEMENT = 0.95
+
+# `tsvk config` where the archive does not say (its batch and delay defaults are the worker's: tsvk.defaults).
+WORKERS = 1  # workers per model where nothing else decides: no GPU, no archive to size them (--no-archive-check)
+# On the CPU `tsvk config` plans single-threaded workers, one per vCPU of each model's share, as many as
+# memory holds (docs/benchmarks.md, "The rule and the tune"). A worker's memory is estimated as:
+WORKER_RUNTIME_MB = 700  # what a CPU worker holds beyond its model: torch, the handler, a batch of images
+WORKER_ARCHIVE_FACTOR = 4  # plus this many times its archive's size: weights, compiled code, activations
+FRONTEND_MB = 512  # TorchServe's Java frontend, beside the workers
+
+# `tsvk config`: the TorchServe config.properties it writes.
+CONCURRENCY = 64  # expected concurrent clients; the job queue holds twice as many
+MAX_REQUEST_MB = 16  # TorchServe's own 6.5 MiB rejects large phone JPEGs
+TOKEN_EXPIRY_MIN = 60  # token-auth keys expire after this; `tsvk serve` renews them at half that age
+INFERENCE_ADDRESS = "http://0.0.0.0:8080"
+MANAGEMENT_ADDRESS = "http://127.0.0.1:8081"
+METRICS_ADDRESS = "http://127.0.0.1:8082"
+GRPC_INFERENCE_PORT = 7070
+GRPC_MANAGEMENT_PORT = 7071
+
+# Where things are, relative to the working directory.
+MODEL_STORE = "model_store"
+CONFIG = "configs/generated.properties"
+RUN_DIR = ".tsvk/run"  # the TorchServe that `tsvk serve` starts: its logs, pid and key file
+READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
+# How long a stop (`tsvk stop`, the container's SIGTERM) waits for the requests TorchServe has taken in to be
+# answered before it stops TorchServe anyway; the chart's terminationGracePeriodSeconds follows it.
+DRAIN_TIMEOUT_S = 30
+STOP_GRACE_S = 3  # after the drain, how long TorchServe may take to exit before it is killed (nothing is in flight then)
+
+# What `tsvk predict` and `tsvk demo` classify when no image is named.
+IMAGE = "skimage:chelsea"
+DRAW_OUTPUT = "drawn.png"  # where `tsvk draw` writes its picture
+# The Open Inference Protocol front checks JSON bodies with the worker's limits (tsvk.defaults.MAX_JSON_*), and:
+OIP_JSON_PIXEL_IMAGES = 8  # images of FP32 pixels (3 x crop x crop numbers each) one JSON request may carry
+
+# `tsvk bench`: the fastest verified CPU artifact, served ("ours_fast") and probed ("ceiling_fast") next to
+# the fp32 one. OpenVINO int8 ran ResNet-50 4.1x AOTInductor fp32 in-process on a 2-vCPU AMD EPYC (VNNI).
+FAST_BACKEND = "openvino"
+FAST_PRECISION = "int8"  # a detector's fast row too: its backbone in OpenVINO, its box head in dynamic int8
+ACCURACY_IMAGES = "../shared/imagenet-samples"  # `tsvk bench accuracy`: labelled photos (wnids.txt + <wnid>_*.JPEG)
+
+# `tsvk robustness` and `tsvk soak`.
+ROBUSTNESS_MODEL = "resnet18"  # served with random weights: robustness does not depend on their values
+FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus
+SOAK_MINUTES = 70.0  # long enough to span TorchServe's 60-minute key expiry
+SOAK_LOAD = 0.7  # share of the measured capacity the soak sends
+SOAK_MALFORMED = 0.05  # share of malformed requests in the soak
+
+# `tsvk tune`: the measured search for the best workers x threads x batch x delay.
+TUNE_MINUTES = 10.0  # the whole search, server starts included
+TUNE_OUTPUT = "configs/tuned.properties"
+TUNE_RESULTS_DIR = "benchmarks/results"
+TUNE_DELAYS_MS = (0, 5, 10, 20, 50, 100, 200)  # max batch delays tried; the archive's suggestion is added
+TUNE_MAX_INTER_OP = 2  # inter-op threads tried per worker: 1 (a classifier is one chain of ops) and 2
+TUNE_NOISE = 0.03  # a neighbour must beat the current point by this share to move the climb
+TUNE_CONFIRM = 2  # leaders measured once more at the end, when the budget allows (besides the rule's own plan)
+TUNE_EARLY_STOP_SHARE = 0.6  # stop a candidate whose first window runs under this share of the best
+TUNE_MEMORY_MARGIN = 0.1  # a candidate's estimated memory is its workers' measured RSS plus this share
+
+# The Open Inference Protocol (KServe v2): `tsvk config --protocol oip` and the front `tsvk serve` starts.
+PROTOCOLS = ("predictions", "oip")  # predictions: TorchServe's /predictions only; oip: that plus the front
+PROTOCOL = "predictions"
+OIP_ADDRESS = "127.0.0.1"  # the front's REST and gRPC listen here: nothing new on a public address unless asked
+OIP_REST_PORT = 8000  # Triton's ports, where tritonclient users look first
+OIP_GRPC_PORT = 8001
+OIP_MAX_IMAGES = 64  # images in one request; each is one TorchServe request, so TorchServe's queue bounds them too

@@ -1,0 +1,102 @@
+"""What a build needs to know about each task, keyed by the run-time registry's names (`tsvk.tasks.TASKS`).
+
+The run-time facts of a task (its handler module, what its model takes, its served form) are its
+`tsvk.tasks.TaskKind`; the build-time ones are here, written once: which compile backends can build
+it and which one it gets by default, where its int8 can be verified, how its artifact is verified,
+whether int8 calibrates on photos, and how its preprocessing is read from a model. A new task is a
+`TaskKind` there and a `TaskBuild` here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+from tsvk.tasks import TASKS, TaskKind
+
+from . import defaults
+from . import task_preprocess
+from .backends import BACKENDS
+from .errors import UsageError
+from .verify import verify_artifact
+from .verify_int8 import verify_int8, verify_segmenter_int8
+from .verify_tasks import verify_detector, verify_segmenter
+
+_EXPORT_DETECTOR = ("torch.export cannot capture a torchvision detector: non-maximum suppression keeps a number of "
+                    "boxes that depends on the image (GuardOnDataDependentSymNode in batched_nms)")
+
+
+@dataclass(frozen=True)
+class TaskBuild:
+    kind: TaskKind
+    default_backend: str  # --backend when none is asked for
+    # (compiled, eager_fp32, target, tolerance, random_weights) -> report: the artifact against eager, no photos
+    verify: Callable
+    preprocess: Callable  # (torchvision model, its weights' metadata) -> PreprocessSettings
+    custom_preprocess: Callable  # (CustomModel, model) -> PreprocessSettings, from --resize/--crop/--mean/--std
+    torchvision_models: str  # the torchvision module whose builders serve this task
+    unsupported: Mapping[str, str] = field(default_factory=dict)  # backend -> why it cannot build this task
+    int8_backends: tuple[str, ...] | None = None  # where its int8 can be verified; None: every backend with int8
+    # (compiled, eager_fp32, target, photos, held_out, enforce, min_agreement) -> report, on calibration photos;
+    # None: its int8 needs no photos (dynamic int8) and `verify` judges it
+    verify_int8: Callable | None = None
+
+    @property
+    def name(self) -> str:
+        return self.kind.name
+
+
+def _without_random(verify: Callable) -> Callable:
+    """A verifier that judges the same with random and trained weights."""
+    return lambda compiled, eager_fp32, target, tolerance, random_weights: verify(compiled, eager_fp32, target, tolerance)
+
+
+def _detector(compiled, eager_fp32, target, tolerance, random_weights):
+    return verify_detector(compiled, eager_fp32, target, random_weights, tolerance)
+
+
+_BUILDS = (
+    TaskBuild(TASKS["classify"], default_backend=defaults.BACKEND, verify=_without_random(verify_artifact),
+              preprocess=task_preprocess.classifier_weights, custom_preprocess=task_preprocess.classifier_custom,
+              torchvision_models="torchvision.models", verify_int8=verify_int8),
+    # int8 detectors: OpenVINO backbone, dynamic int8 box head, judged by the head's outputs and, trained, the boxes.
+    TaskBuild(TASKS["detect"], default_backend=defaults.DETECT_BACKEND, verify=_detector,
+              preprocess=task_preprocess.detector_weights, custom_preprocess=task_preprocess.detector_custom,
+              torchvision_models="torchvision.models.detection", int8_backends=("openvino",),
+              unsupported={"aoti": _EXPORT_DETECTOR, "export": _EXPORT_DETECTOR,
+                           "tensorrt": _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)"}),
+    TaskBuild(TASKS["segment"], default_backend=defaults.BACKEND, verify=_without_random(verify_segmenter),
+              preprocess=task_preprocess.segmenter_weights, custom_preprocess=task_preprocess.segmenter_custom,
+              torchvision_models="torchvision.models.segmentation", int8_backends=("openvino",),
+              unsupported={"tensorrt": "not built for dynamic height and width here yet"},
+              verify_int8=verify_segmenter_int8),
+)
+TASK_BUILDS: dict[str, TaskBuild] = {build.name: build for build in _BUILDS}
+
+
+def task_build(name: str) -> TaskBuild:
+    if name not in TASK_BUILDS:
+        raise UsageError(f"--task must be one of {', '.join(TASK_BUILDS)}, got {name!r}")
+    return TASK_BUILDS[name]
+
+
+def task_backends(task: str) -> list[str]:
+    """The compile backends that can build the task."""
+    return [name for name in BACKENDS if name not in task_build(task).unsupported]
+
+
+def check_task(backend: str, task: str) -> None:
+    """Refuse a backend that cannot serve the task, saying why and which can."""
+    reason = task_build(task).unsupported.get(backend)
+    if reason:
+        raise UsageError(f"--backend {backend} cannot build a {task} model: {reason}; for {task} use "
+                         f"--backend {' or '.join(task_backends(task))}")
+
+
+def check_int8_task(task: str, backend: str, request) -> None:
+    """int8 where it can be verified (`int8_backends`): a BuildRequest's precision, for its model."""
+    allowed = task_build(task).int8_backends
+    if request.precision != "int8" or allowed is None or backend in allowed:
+        return
+    raise UsageError(f"--precision int8 for the {task} model {request.model} needs --backend {' or '.join(allowed)} "
+                     f"(got {backend})")
