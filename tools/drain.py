@@ -1,37 +1,56 @@
-"""Stop a TorchServe of our own without dropping the requests it has taken in.
+"""Stop a TorchServe of our own without dropping a request it has taken in.
 
 What TorchServe 0.12 does by itself (frontend source, `ModelServer.stop`, the JVM's SIGTERM hook): it
 closes its listening channels, then shuts its Netty event loops down, which closes every open
 connection at once, requests in flight included; then it unregisters each model, and
 `WorkLoadManager.modelChanged` kills the workers without waiting for the batch they hold. Scaling a
-model to 0 workers or unregistering it through the management API takes the same path. And a SIGTERM
-to the whole process group (what `tsvk stop` used to send) kills the workers at the same moment.
-TorchServe has no way to stop accepting while it finishes what it has.
+model to 0 workers or unregistering it through the management API takes the same path. TorchServe has
+no way to stop accepting while it finishes what it has, so the stop does that from outside, in order:
 
-So the drain waits, before TorchServe is signalled, for a moment when TorchServe holds no request:
-every inference request it has counted on arrival (`ts_inference_requests_total`, metrics API) has
-been answered (a line in its access log, written as the answer goes out). Only then is TorchServe
-signalled (its process session: frontend and workers; none has a request in flight), and killed if it
-has not exited a few seconds later (its own shutdown waits out Netty's quiet periods: about 5 s idle).
-A request that arrives after that moment and before the listener closes (a few milliseconds) finds the
-connection closed: it was never taken in, and the client may send it again. The wait is bounded by
-the drain timeout; past it TorchServe is stopped anyway. The OIP front is stopped first: it stops
-accepting and finishes its requests while TorchServe still answers them.
+1. Stop accepting: the frontend's listening sockets (all but the management and metrics APIs) are shut
+   down for reading (a copy of each taken with pidfd_getfd(2); shutdown(2) on a listening socket resets
+   it without touching the connections it accepted). A new connection is refused from then on; where
+   the kernel does not allow it (no pidfd_getfd, a seccomp filter), TorchServe goes on accepting and the
+   steps below still hold, with the window described at the end.
+2. Answer what was taken in: read how many requests TorchServe has counted on arrival, per model
+   (`ts_inference_requests_total`, metrics API): these are the accepted requests. Wait until its access
+   log (a line per answer, written as the answer goes out) holds at least as many answers per model.
+   TorchServe queues a model's requests first in, first out, so by then every accepted request has been
+   answered or is in a worker's batch, which the worker finishes.
+3. Refuse the rest: create the stop marker (handlers/tsvk/stopping.py); a worker answers every request of
+   a batch it starts from then on with 503 `server_stopping` at once. Those are requests that arrived
+   after the stop began, on connections clients kept open (or on new ones where step 1 was not
+   possible); each gets an answer saying to send it again, not a closed connection.
+4. Wait until TorchServe holds no request (every counted request answered; refusals take no longer than
+   the batch delay), let SETTLE_S pass so the last answers leave the frontend, check again, then signal its
+   process session (frontend and workers), and kill what has not
+   exited a few seconds later (its own shutdown waits out Netty's quiet periods: about 5 s idle).
+
+Steps 2-4 are bounded together by the drain timeout; past it TorchServe is stopped anyway. What remains:
+a request that arrives on a kept-alive connection (or, without step 1, a new one) between the last check
+of step 4 and the moment the frontend closes its connections (a few milliseconds) is cut. The OIP front
+is stopped before all this: it stops accepting and finishes its requests while TorchServe still answers.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gzip
+import json
 import os
 import re
+import socket
 import time
 import urllib.error
 import urllib.request
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Protocol
 
 import psutil
+from tsvk.errors import ServerStopping
 
 from . import defaults
 
@@ -39,10 +58,27 @@ ACCESS_LOG = "access_log.log"
 ARRIVALS_METRIC = "ts_inference_requests_total"
 FRONTEND_MARKER = "org.pytorch.serve.ModelServer"  # the Java frontend's main class on its command line
 POLL_S = 0.02
-# An inference path in TorchServe's access log ("POST /predictions/m HTTP/1.1" 200 47), and the statuses it sends
-# before counting a request (unknown model, wrong method): those lines are no answer to a counted request.
-_ANSWER = re.compile(rb'"(?:POST|PUT) /(?:predictions|explanations|v1/models|v2/models)/\S* HTTP/[\d.]+" (\d{3}) ')
+# TorchServe writes an answer's access-log line as it hands the answer to Netty, which sends it when its event loop
+# next runs; signalled at once, the frontend may close the connection first (seen under a load average of 12 on 2
+# vCPUs: 1 counted request in 28 cut). Once idle, the drain lets this long pass, then checks again.
+SETTLE_S = 0.5
+# An inference request in TorchServe's access log ("POST /predictions/m HTTP/1.1" 200 47): its path, and the
+# status; the statuses it sends before counting a request (unknown model, wrong method) answer no counted request.
+_ANSWER = re.compile(rb'"(?:POST|PUT) (/(?:predictions|explanations|v1/models|v2/models)/\S*) HTTP/[\d.]+" (\d{3}) ')
 _UNCOUNTED = {b"404", b"405"}
+# The model an inference path names: /predictions/<m>[/<version>], /explanations/<m>, /v1/models/<m>:predict,
+# /v2/models/<m>[/versions/<v>]/infer.
+_MODEL_IN_PATH = re.compile(rb"^/(?:predictions|explanations|v[12]/models)/([^/:?\s]+)")
+_MODEL_LABEL = re.compile(r'model_name="([^"]*)"')
+_PIDFD_GETFD = 438  # the same number on every Linux architecture (Linux 5.6+)
+
+
+class Counts(Protocol):
+    """TorchServe's requests per model: counted on arrival, and answered."""
+
+    def arrived(self) -> Counter | None: ...  # None: TorchServe's metrics API does not answer
+
+    def answered(self) -> Counter: ...
 
 
 @dataclass
@@ -50,76 +86,171 @@ class DrainReport:
     drained: bool  # every counted request was answered before TorchServe was signalled
     waited_s: float
     in_flight_at_stop: int | None  # None: TorchServe's counts could not be read
+    accepted: int | None = None  # requests TorchServe had counted when the stop began (all models)
+    earlier_answered_s: float | None = None  # when those had all been answered (None: not within the timeout)
+    stopped_accepting: bool = False  # new connections were refused from the stop's start (step 1)
+    arrived: int | None = None  # requests TorchServe had counted (all models, since it started) when it was signalled
 
 
 class AccessLog:
-    """Inference answers in TorchServe's access log, counted incrementally (the log rolls daily and at
+    """Inference answers per model in TorchServe's access log, counted incrementally (the log rolls daily and at
     100 MiB into access_log.<day>.log.gz; rolled files are counted once each)."""
 
     def __init__(self, log_dir: Path):
         self.log_dir = Path(log_dir)
-        self._offset, self._inode, self._current = 0, None, 0
-        self._rolled: dict[tuple[str, int], int] = {}
+        self._offset, self._inode, self._current = 0, None, Counter()
+        self._rolled: dict[tuple[str, int], Counter] = {}
 
-    def answers(self) -> int:
-        return self._count_current() + sum(self._count_rolled(path) for path in self.log_dir.glob("access_log.*.log.gz"))
+    def answers(self) -> Counter:
+        total = Counter(self._count_current())
+        for path in self.log_dir.glob("access_log.*.log.gz"):
+            total.update(self._count_rolled(path))
+        return total
 
-    def _count_current(self) -> int:
+    def _count_current(self) -> Counter:
         path = self.log_dir / ACCESS_LOG
         try:
             with open(path, "rb") as log:
                 stat = path.stat()
                 if stat.st_ino != self._inode or stat.st_size < self._offset:  # rolled over: a new file
-                    self._offset, self._inode, self._current = 0, stat.st_ino, 0
+                    self._offset, self._inode, self._current = 0, stat.st_ino, Counter()
                 log.seek(self._offset)
                 chunk = log.read()
         except OSError:
             return self._current
         complete = chunk[:chunk.rfind(b"\n") + 1]  # a line still being written is counted next time
         self._offset += len(complete)
-        self._current += count_answers(complete)
+        self._current.update(count_answers(complete))
         return self._current
 
-    def _count_rolled(self, path: Path) -> int:
+    def _count_rolled(self, path: Path) -> Counter:
         key = (path.name, path.stat().st_size)
         if key not in self._rolled:
             try:
                 self._rolled[key] = count_answers(gzip.decompress(path.read_bytes()))
             except (OSError, EOFError):
-                return 0
+                return Counter()
         return self._rolled[key]
 
 
-def count_answers(text: bytes) -> int:
-    """Answers to counted inference requests in access-log text."""
-    return sum(1 for match in _ANSWER.finditer(text) if match.group(1) not in _UNCOUNTED)
+def count_answers(text: bytes) -> Counter:
+    """Answers to counted inference requests in access-log text, per model."""
+    answers: Counter = Counter()
+    for match in _ANSWER.finditer(text):
+        model = _MODEL_IN_PATH.match(match.group(1))
+        if match.group(2) not in _UNCOUNTED and model:
+            answers[model.group(1).decode(errors="replace")] += 1
+    return answers
 
 
-def arrivals(metrics_url: str) -> int | None:
-    """Inference requests TorchServe has counted on arrival, all models; None when the metrics API does not say."""
+def arrivals(metrics_url: str) -> Counter | None:
+    """Inference requests TorchServe has counted on arrival, per model; None when the metrics API does not say."""
     try:
         with urllib.request.urlopen(f"{metrics_url}/metrics?name[]={ARRIVALS_METRIC}", timeout=5) as response:
             text = response.read().decode(errors="replace")
     except (urllib.error.URLError, OSError):
         return None
-    return int(sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(ARRIVALS_METRIC + "{")))
+    counted: Counter = Counter()
+    for line in text.splitlines():
+        model = _MODEL_LABEL.search(line) if line.startswith(ARRIVALS_METRIC + "{") else None
+        if model:
+            counted[model.group(1)] += int(float(line.rsplit(" ", 1)[1]))
+    return counted
 
 
-def wait_until_idle(log: AccessLog, metrics_url: str, timeout_s: float) -> DrainReport:
+@dataclass
+class TorchServeCounts:
+    """`Counts` read from TorchServe itself: its metrics API and its access log."""
+
+    log: AccessLog
+    metrics_url: str
+
+    def arrived(self) -> Counter | None:
+        return arrivals(self.metrics_url)
+
+    def answered(self) -> Counter:
+        return self.log.answers()
+
+
+def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stopped_accepting: bool = False) -> DrainReport:
+    """Steps 2-4 of the module docstring: the requests counted now are answered, then the workers refuse
+    the rest, then wait until nothing is in flight; all within `timeout_s`."""
+    started = time.monotonic()
+    deadline = started + timeout_s
+    accepted = counts.arrived()
+    if accepted is None:  # the metrics API is not answering: nothing to wait for that could be known
+        refuse_new()
+        return DrainReport(False, 0.0, None, stopped_accepting=stopped_accepting)
+    earlier = _wait_for(lambda: _covers(counts.answered(), accepted), deadline)
+    refuse_new()
+    report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()))
+    if report.drained:  # the last answers are logged as they are written: give the frontend time to send them
+        time.sleep(min(SETTLE_S, max(0.0, deadline - time.monotonic())))
+        report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()))
+    report.waited_s = time.monotonic() - started
+    report.accepted = sum(accepted.values())
+    report.earlier_answered_s = earlier - started if earlier is not None else None
+    report.stopped_accepting = stopped_accepting
+    return report
+
+
+def wait_until_idle(counts: Counts, timeout_s: float) -> DrainReport:
     """Until every request TorchServe counted has been answered (the answers are read first, then the
     arrivals, so a match means nothing was in flight when the answers were read), or `timeout_s`."""
     started = time.monotonic()
     while True:
-        answered = log.answers()
-        arrived = arrivals(metrics_url)
-        if arrived is None:  # the metrics API is not answering: nothing to wait for that could be known
+        answered = counts.answered()
+        arrived = counts.arrived()
+        if arrived is None:
             return DrainReport(False, time.monotonic() - started, None)
-        in_flight = max(0, arrived - answered)
-        if in_flight == 0:
-            return DrainReport(True, time.monotonic() - started, 0)
-        if time.monotonic() - started >= timeout_s:
-            return DrainReport(False, time.monotonic() - started, in_flight)
+        in_flight = sum(max(0, count - answered[model]) for model, count in arrived.items())
+        if in_flight == 0 or time.monotonic() - started >= timeout_s:
+            return DrainReport(in_flight == 0, time.monotonic() - started, in_flight, arrived=sum(arrived.values()))
         time.sleep(POLL_S)
+
+
+def _covers(answered: Counter, accepted: Counter) -> bool:
+    return all(answered[model] >= count for model, count in accepted.items())
+
+
+def _wait_for(condition: Callable[[], bool], deadline: float) -> float | None:
+    """The monotonic time `condition` first held, or None if it did not before `deadline`."""
+    while True:
+        if condition():
+            return time.monotonic()
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_S)
+
+
+def stop_accepting(pid: int, kept_ports: Iterable[int]) -> bool:
+    """Step 1: shut down process `pid`'s listening TCP sockets except those on `kept_ports`; False where the
+    kernel would not let us (the caller checked that `pid` is ours)."""
+    kept = set(kept_ports)
+    try:
+        listeners = [c.fd for c in psutil.Process(pid).net_connections("tcp")
+                     if c.status == psutil.CONN_LISTEN and c.laddr.port not in kept and c.fd >= 0]
+        pidfd = os.pidfd_open(pid)
+    except (OSError, psutil.Error, AttributeError):
+        return False
+    try:
+        return bool(listeners) and all(_shut_listener(pidfd, fd) for fd in listeners)
+    finally:
+        os.close(pidfd)
+
+
+def _shut_listener(pidfd: int, fd: int) -> bool:
+    """shutdown(2) on a copy of another process's listening socket: it refuses new connections from then on,
+    and the connections it accepted stay open (only our copy of the descriptor is closed)."""
+    copy = ctypes.CDLL(None, use_errno=True).syscall(_PIDFD_GETFD, pidfd, fd, 0)
+    if copy < 0:
+        return False
+    with socket.socket(fileno=copy) as listener:
+        try:
+            listener.shutdown(socket.SHUT_RD)
+        except OSError:
+            return False
+    return True
 
 
 def frontend_pid(group: int) -> int | None:
@@ -133,14 +264,27 @@ def frontend_pid(group: int) -> int | None:
     return None
 
 
+def is_stop_refusal(status: int | None, body: str | bytes) -> bool:
+    """An answer saying the server is stopping and took the request in no further (step 3): not a lost request."""
+    if status != ServerStopping.status:
+        return False
+    try:
+        document = json.loads(body)
+    except ValueError:
+        return False
+    return isinstance(document, dict) and document.get("error") == ServerStopping.code
+
+
 def describe_drain(report: DrainReport | None) -> str:
     if report is None:
         return "nothing was running to drain"
+    accepting = "" if report.stopped_accepting else " (new connections were not refused: the kernel did not allow it)"
     if report.drained:
-        return f"every request it had taken in was answered first ({report.waited_s:.1f} s)"
+        return f"every request it had taken in was answered first ({report.waited_s:.1f} s){accepting}"
     if report.in_flight_at_stop is None:
         return "its metrics API did not answer, so it was stopped without waiting"
-    return f"the drain timeout ({report.waited_s:.0f} s) passed with {report.in_flight_at_stop} request(s) still unanswered"
+    return (f"the drain timeout ({report.waited_s:.0f} s) passed with {report.in_flight_at_stop} request(s) still "
+            f"unanswered{accepting}")
 
 
 def add_drain_timeout_argument(p: argparse.ArgumentParser) -> None:

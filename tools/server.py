@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tsvk.properties import read_properties
+from tsvk.stopping import STOP_MARKER_ENV
 
 from . import defaults
 from .allocator import allocator_env
-from .drain import AccessLog, DrainReport, frontend_pid, wait_until_idle
+from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid, stop_accepting
 from .errors import PortTaken, UsageError
 from .keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
 from .oip.process import stop_front
@@ -33,6 +34,7 @@ from .processes import Owned, group_alive, recorded_if_ours, start_detached, sto
 from .processes import group_is_ours as _group_is_ours
 
 PID_FILE = "torchserve.pid"
+STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/stopping.py)
 # TorchServe's frontend talks to each worker over the Unix socket <java.io.tmpdir>/.ts.sock.<port>; the port
 # counts up from initial_worker_port (9000) with every worker started (WorkLoadManager's AtomicInteger), so
 # 4 digits for the first 1000 starts. Linux refuses a socket path longer than 107 bytes (sun_path holds 108
@@ -126,19 +128,30 @@ class TorchServeRun:
         return "\n".join(text)
 
     def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
-        """Drain, then stop (tools/drain.py): the OIP front first, then TorchServe once every request it has
-        taken in is answered (at most `drain_timeout` s); then SIGTERM to our process session, and SIGKILL to
-        what is still ours and running `kill_timeout` s later (after the drain nothing in flight depends on
-        TorchServe's own slow shutdown). Nothing is signalled once the pid is no longer ours."""
+        """Drain, then stop (tools/drain.py): the OIP front first; then TorchServe stops accepting, answers every
+        request it had taken in, refuses the rest with a 503 and, once it holds none (at most `drain_timeout` s
+        in all), gets SIGTERM to our process session, and SIGKILL to what is still ours and running
+        `kill_timeout` s later (after the drain nothing in flight depends on TorchServe's own slow shutdown).
+        Nothing is signalled once the pid is no longer ours."""
         stop_front(self.run_dir, timeout=max(drain_timeout, 1))
         report = None
-        if self.owned() and frontend_pid(self.pid) is not None:
-            report = wait_until_idle(AccessLog(self.run_dir / "logs"), self.url("metrics"), drain_timeout)
+        frontend = frontend_pid(self.pid) if self.owned() else None
+        if frontend is not None:
+            accepting_stopped = drain_timeout > 0 and stop_accepting(frontend, self._kept_ports())
+            report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics")), self._refuse_new,
+                           drain_timeout, accepting_stopped)
         stop_group(self.owned_process, kill_timeout, self.process)
         stop_key_renewer(self.run_dir)
-        (self.run_dir / PID_FILE).unlink(missing_ok=True)
-        (self.run_dir / KEY_FILE).unlink(missing_ok=True)
+        for name in (PID_FILE, KEY_FILE, STOP_MARKER):
+            (self.run_dir / name).unlink(missing_ok=True)
         return report
+
+    def _refuse_new(self) -> None:
+        (self.run_dir / STOP_MARKER).touch()
+
+    def _kept_ports(self) -> set[int]:
+        """The APIs that stay open while stopping: the drain reads the metrics; management is not client traffic."""
+        return {int(self.url(api).rsplit(":", 1)[1].split("/")[0]) for api in ("management", "metrics")}
 
     def session_alive(self) -> bool:
         if self.process is not None:
@@ -168,10 +181,12 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
     make_private_dir(run_dir)
     for sub in ("tmp", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
+    (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a stop that was killed may have left it: workers would refuse all
     child = start_detached([_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
                            run_dir / "logs" / "stdout.log", cwd=run_dir,
-                           env=_server_env(run_dir, {**allocator_env(allocator), **(env or {})}), umask=PRIVATE_UMASK,
-                           markers=TORCHSERVE_MARKERS)
+                           env=_server_env(run_dir, {**allocator_env(allocator), STOP_MARKER_ENV: str(run_dir / STOP_MARKER),
+                                                     **(env or {})}),
+                           umask=PRIVATE_UMASK, markers=TORCHSERVE_MARKERS)
     write_pid_file(run_dir / PID_FILE, child.owned, str(config))
     return TorchServeRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)
 

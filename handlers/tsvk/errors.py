@@ -100,6 +100,15 @@ class DeadlineExceeded(RequestError):
     code = "deadline_exceeded"
 
 
+class ServerStopping(RequestError):
+    """The server is stopping (stopping.py): a request that reached the worker after every earlier one was
+    answered is refused unread, so that the stop cuts none; it may be sent again."""
+
+    status = 503
+    kind = "ServiceUnavailable"
+    code = "server_stopping"
+
+
 class InferenceFailed(RequestError):
     """The model failed on a batch; every request of that batch gets this, and the worker lives on."""
 
@@ -109,6 +118,6 @@ class InferenceFailed(RequestError):
 
 
 ERROR_CLASSES = (BadRequest, BadImage, BadTensor, JsonTooDeep, UnsupportedFormat, ImageTooLarge, DecodeTooCostly, JsonTooLarge,
-                 DeadlineExceeded, InferenceFailed)
+                 DeadlineExceeded, ServerStopping, InferenceFailed)
 PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
            503: "Service Unavailable"}

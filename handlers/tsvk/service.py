@@ -37,6 +37,7 @@ from .metrics import BatchMetrics
 from .postprocess import write_answer, write_error
 from .preprocess import BackendChoice, build_preprocessor
 from .settings import HandlerSettings
+from .stopping import StopMarker, refusal
 from .tasks import task_kind
 from .tasks.base import Task
 from .tasks.geometry import check_resized_pixels
@@ -110,7 +111,8 @@ class WorkerInfo:
 
 
 class VisionService:
-    def __init__(self, task: Task, metrics: BatchMetrics | None = None, worker: WorkerInfo = WorkerInfo()):
+    def __init__(self, task: Task, metrics: BatchMetrics | None = None, worker: WorkerInfo = WorkerInfo(),
+                 stop_marker: StopMarker | None = None):
         self.task = task
         self.settings: HandlerSettings = task.settings
         self.model: LoadedModel = task.model
@@ -119,6 +121,7 @@ class VisionService:
         self.metrics = metrics
         self.worker = worker
         self.heap = HeapTrimmer(self.settings.runtime.heap_trim_interval_ms)
+        self.stop_marker = stop_marker or StopMarker()
 
     @classmethod
     def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
@@ -153,6 +156,9 @@ class VisionService:
         record = BatchRecord(len(data))
         started = time.perf_counter()  # preprocessing time includes reading the headers: a bomb's cost shows
         payloads = [read_request(request, self.settings.preprocess.crop, self.task.parameters) for request in data]
+        if self.stop_marker.stopping():  # a stop is under way: refuse before decoding, in the protocol each request spoke
+            record.add({position: refusal() for position in range(len(data))})
+            return record.outcome(payloads, self.settings.model_name)
         read = self._read_requests(data, payloads, arrivals)
         record.add(read.failed)
         prepared = self._preprocess(read.produced)

@@ -13,6 +13,7 @@ from PIL import Image
 from tsvk import metrics as tsvk_metrics
 from tsvk.service import VisionService
 from tsvk.settings import SettingsError
+from tsvk.stopping import STOP_MARKER_ENV
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
 from tests.support.torchserve import model_metrics_yaml_section
@@ -315,3 +316,16 @@ def test_initialize_freezes_what_the_load_created(archive, monkeypatch):
         assert gc.get_freeze_count() > 1000
     finally:
         gc.unfreeze()
+
+
+def test_once_the_stop_marker_exists_every_request_of_a_batch_is_refused_unanswered_with_503(context, tmp_path, monkeypatch):
+    marker = tmp_path / "stopping"
+    monkeypatch.setenv(STOP_MARKER_ENV, str(marker))
+    service = VisionService.from_context(context)
+    assert service.handle([{"data": _good()}], context)[0] and context.statuses == {}
+    marker.touch()
+    oip = {"body": json.dumps({"inputs": [{"name": "x", "shape": [1], "datatype": "BYTES", "data": ["a"]}]}).encode()}
+    answers = service.handle([{"data": _good()}, oip], context)
+    assert {i: code for i, (code, _) in context.statuses.items()} == {0: 503, 1: 503}
+    assert answers[0]["error"] == "server_stopping" and "send this request again" in answers[0]["message"]
+    assert answers[1]["error"].startswith("server_stopping: ")  # the Open Inference Protocol's error shape

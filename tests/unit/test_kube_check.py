@@ -6,9 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+import requests
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.kube import drain
+from tsvk_tools.kube import drain, load
 from tsvk_tools.kube.check import image_values, local_repository
 from tsvk_tools.kube.load import OpenLoop, Sent
 from tsvk_tools.kube.pod import _ours
@@ -34,15 +35,17 @@ def test_drain_timeout_is_read_from_the_rendered_container(container, timeout):
 
 
 def test_a_stop_that_answers_everything_accepted_in_time_passes():
-    records = [sent(90, "answered"), sent(99.9, "answered"), sent(101, "refused", 0), sent(102, "failed", 503)]
+    records = [sent(90, "answered"), sent(99.9, "answered"), sent(101, "refused", 0), sent(102, "refused", 503)]
     result = drain.summarize(records, SIGTERM_AT, exit_s=12.0, timeout=30, grace=60, rate=7.0, first="tsvk-entrypoint",
                              states={"torchserve": {"ExitCode": 0}})
     assert result["ok"], result["problems"]
     assert result["sent_before_sigterm"] == {"answered": 2}
-    assert result["sent_after_sigterm"] == {"refused": 1, "failed": 1}
+    assert result["sent_after_sigterm"] == {"refused": 2}
+    assert result["refused_with_503_server_stopping"] == 1
 
 
-@pytest.mark.parametrize("record", [sent(99, "lost", 0), sent(99, "failed", 503), sent(101, "failed", 500), sent(101, "lost", 0)])
+@pytest.mark.parametrize("record", [sent(99, "lost", 0), sent(99, "failed", 503), sent(101, "failed", 500), sent(101, "lost", 0),
+                                    sent(101, "failed", 503)])
 def test_an_accepted_request_left_unanswered_fails_the_stop(record):
     result = drain.summarize([sent(90, "answered"), record], SIGTERM_AT, 5.0, 30, 60, 7.0, "x", {"torchserve": {"ExitCode": 0}})
     assert not result["ok"] and "not answered" in result["problems"][0]
@@ -105,3 +108,17 @@ def test_results_are_one_dated_file_and_a_link_to_the_latest(tmp_path):
     assert latest.is_symlink() and latest.readlink().name == second.name, "a pointer, not a copy"
     assert json.loads(latest.read_text()) == {"date": "1970-01-01T01:00:00Z", "passed": False}
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, second.name, LATEST])
+
+
+def test_a_connect_that_never_completes_was_not_accepted_and_a_read_that_never_ends_was(monkeypatch):
+    def raising(error):
+        def post(*args, **kwargs):
+            raise error
+        return post
+
+    monkeypatch.setattr(load.requests, "post", raising(requests.ConnectTimeout("Max retries exceeded (ConnectTimeoutError)")))
+    assert load.send_fresh("http://10.88.0.9:8080/predictions/m", b"x", 1).outcome == "refused"
+    monkeypatch.setattr(load.requests, "post", raising(requests.ReadTimeout("Read timed out")))
+    assert load.send_fresh("http://10.88.0.9:8080/predictions/m", b"x", 1).outcome == "lost"
+    monkeypatch.setattr(load.requests, "post", raising(requests.ConnectionError("Connection aborted: reset by peer")))
+    assert load.send_fresh("http://10.88.0.9:8080/predictions/m", b"x", 1).outcome == "lost"

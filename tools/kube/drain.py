@@ -4,8 +4,9 @@ timeout + 5 s.
 The pod is stopped as the kubelet stops it, SIGTERM to each container's PID 1 and SIGKILL after
 terminationGracePeriodSeconds, while an open loop keeps sending at a fraction of the pod's capacity.
 podman runs no preStop hook and removes no Service endpoint, so requests keep arriving during the
-drain: a request the pod refuses to connect was never accepted; one it connected and then dropped
-(or answered with a 5xx) is lost.
+drain. A request the pod refuses to connect was never accepted, nor was one answered 503
+`server_stopping` (a worker sent it back unread once the stop had answered everything taken in:
+tools/drain.py); one it connected and then dropped (or answered with another error status) is lost.
 """
 
 from __future__ import annotations
@@ -60,21 +61,20 @@ def measure(pod: Pod, rendered: Rendered, url: str, photo: bytes, rate: float) -
     time.sleep(AFTER_EXIT_S)
     records = loop.stop()
     states = {name: pod.state(name) for name in pod.containers}
-    return summarize(records, sigterm_at, exit_s, timeout, grace, rate, first, states)
+    said = pod.logs("torchserve", lines=2).splitlines()  # the entrypoint's last words: how its drain went
+    return {**summarize(records, sigterm_at, exit_s, timeout, grace, rate, first, states), "entrypoint_said": said[-1:]}
 
 
-def is_lost(record: Sent, sigterm_at: float) -> bool:
-    """Connected and never answered, or an error status; a 503 to a request sent after SIGTERM is a refusal."""
-    if record.outcome == "lost":
-        return True
-    return record.outcome == "failed" and (record.started < sigterm_at or record.status != 503)
+def is_lost(record: Sent) -> bool:
+    """Connected and never answered, or an error status other than the stop's refusal (load.py sorts those out)."""
+    return record.outcome in ("lost", "failed")
 
 
 def summarize(records: list[Sent], sigterm_at: float, exit_s: float, timeout: int | None, grace: int, rate: float,
               first: str, states: dict[str, dict]) -> dict:
     before = Counter(r.outcome for r in records if r.started < sigterm_at)
     after = Counter(r.outcome for r in records if r.started >= sigterm_at)
-    lost = [r for r in records if is_lost(r, sigterm_at)]
+    lost = [r for r in records if is_lost(r)]
     bound = (timeout if timeout is not None else grace) + EXIT_MARGIN_S
     killed = {name: s.get("ExitCode") for name, s in states.items() if s.get("ExitCode") == 137}
     ok = timeout is not None and not lost and exit_s <= bound and not killed
@@ -98,5 +98,6 @@ def summarize(records: list[Sent], sigterm_at: float, exit_s: float, timeout: in
         "exit_codes": {name: s.get("ExitCode") for name, s in states.items()},
         "sent_before_sigterm": dict(before),
         "sent_after_sigterm": dict(after),
+        "refused_with_503_server_stopping": sum(1 for r in records if r.outcome == "refused" and r.status == 503),
         "lost_examples": [r.error for r in lost[:3]],
     }

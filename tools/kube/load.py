@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import requests
 
 from ..bench.loadgen import HttpTarget, run_closed_loop, summarize_records
+from ..drain import is_stop_refusal
 
 OPEN_LOOP_THREADS = 64
 
@@ -32,7 +33,9 @@ class Sent:
     started: float
     finished: float
     status: int  # 0: no HTTP answer
-    outcome: str  # answered | refused (never connected) | lost (connected, no answer) | failed (an error status)
+    # answered | refused (never connected, or a 503 saying the server is stopping: not taken in)
+    # | lost (connected, no answer) | failed (an error status)
+    outcome: str
     error: str = ""
 
 
@@ -44,11 +47,12 @@ def send_fresh(url: str, photo: bytes, timeout_s: float) -> Sent:
                                  headers={"Content-Type": "image/jpeg", "Connection": "close"})
     except requests.ConnectionError as err:
         text = str(err)
-        refused = "Connection refused" in text or "No route to host" in text
+        # never connected: refused, no route, or no answer to the connect at all (the pod's address is gone)
+        refused = "Connection refused" in text or "No route to host" in text or isinstance(err, requests.ConnectTimeout)
         return Sent(started, time.monotonic(), 0, "refused" if refused else "lost", text[:200])
     except requests.RequestException as err:
         return Sent(started, time.monotonic(), 0, "lost", f"{type(err).__name__}: {err}"[:200])
-    outcome = "answered" if response.status_code == 200 else "failed"
+    outcome = "answered" if response.status_code == 200 else "refused" if is_stop_refusal(response.status_code, response.content) else "failed"
     return Sent(started, time.monotonic(), response.status_code, outcome, "" if outcome == "answered" else response.text[:200])
 
 

@@ -69,10 +69,15 @@ class Pod:
         return (result.stdout + result.stderr).strip()
 
     def stop(self, timeout_s: int) -> float:
-        """SIGTERM every container (SIGKILL after timeout_s), as the kubelet does; seconds until all exited."""
+        """SIGTERM every container of the spec (SIGKILL after timeout_s), as the kubelet does; seconds until all
+        exited. Only then the pod itself: `podman pod stop` stops the infra container at once too, which takes
+        the pod's network away while the containers are still draining (their answers never reach a client),
+        whereas the kubelet stops the sandbox after the containers."""
         started = time.monotonic()
-        podman("pod", "stop", "--time", str(timeout_s), self.name, timeout=timeout_s + 60)
-        return time.monotonic() - started
+        podman("stop", "--time", str(timeout_s), *self.containers.values(), timeout=timeout_s + 60)
+        exited = time.monotonic() - started
+        podman("pod", "stop", "--time", "0", self.name, timeout=60)
+        return exited
 
     def remove(self) -> None:
         podman("pod", "rm", "--force", _ours(self.name), check=False, timeout=120)

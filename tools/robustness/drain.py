@@ -1,18 +1,22 @@
 """Measure a stop under load: does the server answer every request it took in, and how long does it take to exit?
 
-`measure_drain` sends requests at a steady rate (open loop: a slow answer does not slow the sending), calls
-`stop` (e.g. `tsvk stop`, or SIGTERM to a container's entrypoint) part-way through, keeps sending until
-`stop` has returned, and sorts every request:
-- sent before the stop began: the server had taken it in (or was taking it in); it must be answered;
-- sent after: answered, refused (connection refused: not taken in), or cut (the connection closed
-  without an answer: taken in during the drain and dropped when the drain timeout passed).
-Lost = requests sent before the stop began that got no answer. Exit = from the stop's start to its return
-(the caller's `stop` returns once the server's processes are gone).
+`measure_drain` sends requests at a steady rate (open loop: a slow answer does not slow the sending), each on
+a connection of its own, calls `stop` (e.g. `tsvk stop`, or SIGTERM to a container's entrypoint) part-way
+through, keeps sending until `stop` has returned, and sorts every request by what became of it:
+- answered (200, or any status of the model's own: a 4xx);
+- refused at connect (connection refused): the server had stopped accepting; never taken in;
+- refused with 503 `server_stopping`: it reached a worker after the stop had answered what was taken in,
+  and was sent back unread (handlers/tsvk/stopping.py), an answer telling the client to send it again;
+- lost: the connection was accepted and closed without an answer, or a 5xx other than that refusal.
+A request accepted by the kernel but never read by TorchServe (in the listening socket's queue when it
+closes) cannot be told apart from one TorchServe had counted: both are counted lost, so nothing is hidden.
+Exit = from the stop's start until the server's processes are gone.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import Counter
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -21,6 +25,7 @@ from typing import Callable
 import requests
 
 from .. import defaults
+from ..drain import DrainReport, arrivals, is_stop_refusal
 from .service import ServiceSpec, running_service
 
 SENDERS = 128  # threads sending; enough that none waits for a free one at the rates measured here
@@ -31,7 +36,17 @@ REQUEST_TIMEOUT_S = 120.0
 class Outcome:
     sent_at: float
     status: int | None = None  # None: no HTTP answer
-    error: str = ""
+    error: str = ""  # why there was no answer
+    stop_refusal: bool = False  # a 503 saying the server is stopping (tools/drain.py, is_stop_refusal)
+
+    @property
+    def refused(self) -> bool:
+        """Not taken in: the connection was refused, or a worker refused it unread because the server is stopping."""
+        return self.error.startswith("refused: ") or self.stop_refusal
+
+    @property
+    def lost(self) -> bool:
+        return not self.refused and (self.status is None or self.status >= 500)
 
 
 def capacity(url: str, body: bytes, headers: dict[str, str], concurrency: int = 8, seconds: float = 5.0) -> float:
@@ -65,7 +80,8 @@ def measure_drain(url: str, body: bytes, rate: float, stop: Callable[[], object]
 
     def send(outcome: Outcome) -> None:
         try:
-            outcome.status = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S).status_code
+            response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
+            outcome.status, outcome.stop_refusal = response.status_code, is_stop_refusal(response.status_code, response.content)
         except requests.RequestException as err:
             refused = isinstance(err, requests.ConnectionError) and "NewConnectionError" in str(err) and "refused" in str(err)
             outcome.error = ("refused: " if refused else "") + type(err).__name__ + ": " + str(err)[:160]
@@ -110,34 +126,55 @@ def drain_report(outcomes: list[Outcome], stop_times: dict[str, float], rate: fl
     began = stop_times["began"]
     before = [o for o in outcomes if o.sent_at < began]
     after = [o for o in outcomes if o.sent_at >= began]
-    answered_after = [o for o in after if o.status is not None]
-    refused = [o for o in after if o.status is None and o.error.startswith("refused: ")]
-    lost = [o for o in before if o.status is None]
+    lost = [o for o in outcomes if o.lost]
+    refused_503 = [o for o in outcomes if o.refused and o.status == 503]
     statuses: dict[str, int] = {}
     for outcome in outcomes:
         key = str(outcome.status) if outcome.status is not None else "no answer"
         statuses[key] = statuses.get(key, 0) + 1
     return {
         "rate_per_s": round(rate, 1), "sent": len(outcomes),
-        "accepted": len(before) + len(answered_after), "answered": len(before) - len(lost) + len(answered_after),
-        "lost": len(lost), "sent_before_stop": len(before), "answered_after_stop_began": len(answered_after),
-        "refused_after_stop_began": len(refused), "cut_after_stop_began": len(after) - len(answered_after) - len(refused),
+        "accepted": sum(1 for o in outcomes if not o.refused), "answered": sum(1 for o in outcomes if not o.refused and not o.lost),
+        "lost": len(lost), "lost_before_stop": sum(1 for o in before if o.lost), "sent_before_stop": len(before),
+        "answered_after_stop_began": sum(1 for o in after if not o.refused and not o.lost),
+        "refused_at_connect": sum(1 for o in outcomes if o.refused and o.status is None),
+        "refused_503_server_stopping": len(refused_503),
+        "refused_503_sent_before_stop": sum(1 for o in refused_503 if o.sent_at < began),
+        "cut": sum(1 for o in lost if o.status is None),
         "statuses": statuses,
-        "server_errors": sum(1 for o in outcomes if o.status is not None and o.status >= 500),
-        "exit_s": round(stop_times["gone"] - began, 2), "stop_returned_s": round(stop_times["returned"] - began, 2), "lost_examples": sorted({o.error for o in lost})[:3],
-        "unanswered_after_examples": sorted({o.error for o in after if o.status is None})[:3],
+        "server_errors": sum(1 for o in outcomes if o.status is not None and o.status >= 500 and not o.refused),
+        "exit_s": round(stop_times["gone"] - began, 2), "stop_returned_s": round(stop_times["returned"] - began, 2),
+        "lost_examples": sorted({o.error for o in lost})[:3],
     }
 
 
 def stop_under_load(spec: ServiceSpec, load: float, drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S) -> dict:
     """`make robustness`'s drain part: serve `spec`, measure its capacity, send `load` x capacity and stop it the
-    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal). Lost counts every request the server took in
-    and never answered: those sent before the stop and those cut after it began alike."""
+    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal)."""
     with running_service(spec) as service:
         run, body = service.run, service.photo
         url, headers = f"{run.url('inference')}/predictions/{service.model}", run.headers("inference")
         rate = load * capacity(url, body, headers)
-        report = measure_drain(url, body, rate, lambda: run.stop(drain_timeout=drain_timeout_s), headers=headers,
+        counted_before = arrivals(run.url("metrics"))
+        stops: list[DrainReport | None] = []
+        report = measure_drain(url, body, rate, lambda: stops.append(run.stop(drain_timeout=drain_timeout_s)), headers=headers,
                                gone=lambda: not run.session_alive())
-    return {**report, "lost": report["lost"] + report["cut_after_stop_began"], "lost_before_stop": report["lost"],
+    return {**report, **counted_by_torchserve(report, counted_before, stops[0] if stops else None),
             "drain_timeout_s": drain_timeout_s, "load": load}
+
+
+def counted_by_torchserve(report: dict, counted_before: Counter | None, stop: DrainReport | None) -> dict:
+    """Lost, exactly as docs/robustness.md defines accepted: requests TorchServe counted on arrival and never answered.
+
+    Every answer the clients got is to a request TorchServe counted, so counted - answered is what it counted and
+    left unanswered. That holds only where nothing could be counted after the drain's last look: new connections
+    refused from the stop's start, and every request here on a connection of its own. Otherwise (or without the
+    counts) the clients' own view stands: every connection closed without an answer is lost."""
+    if stop is None or counted_before is None or stop.arrived is None or not (stop.stopped_accepting and stop.drained):
+        return {"lost_counted_by": "clients: every connection closed without an answer"}
+    counted = stop.arrived - sum(counted_before.values())
+    got_answer = report["sent"] - report["statuses"].get("no answer", 0)
+    lost = max(0, counted - got_answer) + report["server_errors"]
+    return {"lost": lost, "lost_counted_by": "TorchServe's arrival count minus the answers the clients got",
+            "counted_by_torchserve": counted, "cut_never_counted": max(0, report["cut"] - (lost - report["server_errors"])),
+            "lost_by_the_clients_view": report["lost"]}
