@@ -16,10 +16,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from tsvk.decode import probe
+from tsvk.preprocess.cpu import CpuPreprocessor
+from tsvk.preprocess.tensor_ops import Normalizer
 from tsvk.tasks import task_kind
+from tsvk.tasks.segment import resize_groups
 
 from . import defaults
 from .errors import UsageError
+from .images import SKIMAGE_PHOTOS, image_bytes
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
 WNIDS_FILE = "wnids.txt"
@@ -83,9 +88,6 @@ def preprocess_bytes(names: list[str], payloads: list[bytes], settings, labels: 
                      task: str = "classify") -> PhotoSet:
     import torch
 
-    from tsvk.decode import probe
-    from tsvk.preprocess.cpu import CpuPreprocessor
-
     preprocessor = CpuPreprocessor(settings)
     crops = task_kind(task).crops  # else each photo at its own size, resized as the task does it
     parts = []
@@ -106,9 +108,6 @@ def _crops(preprocessor, chunk) -> tuple:
 
 def _resized_photos(preprocessor, chunk, settings) -> tuple[list, dict]:
     """One (1, 3, H, W) tensor per photo, resized and normalized as the segmentation task does it."""
-    from tsvk.preprocess.tensor_ops import Normalizer
-    from tsvk.tasks.segment import resize_groups
-
     decoded, failed = preprocessor.decode(chunk)
     normalize = Normalizer(settings, preprocessor.device)
     return [resize_groups([decoded[i]], settings, normalize)[0][1] for i in sorted(decoded)], failed
@@ -125,8 +124,6 @@ def imagenet_labels(files: Sequence[Path], directory: Path) -> list[int] | None:
 
 def skimage_photos(settings, task: str = "classify") -> PhotoSet:
     """scikit-image's bundled photos: what random-weight builds calibrate on when no directory is given."""
-    from .images import SKIMAGE_PHOTOS, image_bytes
-
     return preprocess_bytes(list(SKIMAGE_PHOTOS), [image_bytes(f"skimage:{n}") for n in SKIMAGE_PHOTOS], settings, task=task)
 
 

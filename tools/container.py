@@ -22,7 +22,8 @@ from tsvk.properties import read_properties
 from .drain import add_drain_timeout_argument, describe_drain
 from .oip.config import is_oip_config
 from .oip.process import start_front
-from .server import TorchServeRun, signal_group, start_torchserve
+from .processes import signal_group
+from .server import TorchServeRun, start_torchserve
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)

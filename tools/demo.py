@@ -19,8 +19,9 @@ from .build import BuildRequest
 from .errors import UsageError, WeightsUnavailable
 from .models import CustomModel
 from .predict import predict
-from .serving_config import ServingRequest, write_config
 from .server import start_torchserve
+from .serving_config import ServingRequest, write_config
+from .zoo import efficientnet_lite0 as lite0
 
 DEMO_CONFIG = Path("configs/demo.properties")
 DEMO_RUN_DIR = Path(".tsvk/demo")
@@ -73,8 +74,6 @@ def _build_offline_model(store: Path) -> None:
 
 def offline_request(labels: Path) -> BuildRequest:
     """EfficientNet-Lite0 through `--model-file`, with its packaged weights and its own preprocessing."""
-    from .zoo import efficientnet_lite0 as lite0
-
     try:
         weights = lite0.weights_path()
     except ImportError as err:

@@ -11,8 +11,10 @@ import base64
 import io
 from pathlib import Path
 
+from . import defaults
 from .errors import UsageError
 from .fsutil import atomic_path
+from .predict import ask
 
 COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
            (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128), (220, 190, 255))
@@ -39,7 +41,7 @@ def draw_answer(photo_bytes: bytes, answer) -> "Image.Image":
 def draw_detections(photo, detections: list[dict]):
     from PIL import Image, ImageDraw
 
-    from tsvk.tasks.rle import decode_mask
+    from tsvk.tasks.rle import decode_mask  # torch: only answers with masks need it
 
     canvas = photo.copy()
     labels = sorted({d["label"] for d in detections})
@@ -74,8 +76,6 @@ def draw_label_map(photo, answer: dict):
 
 
 def draw(run_dir: Path, image: str, model: str | None, output: Path) -> Path:
-    from .predict import ask
-
     body, answer = ask(run_dir, image, model)
     picture = draw_answer(body, answer)
     output.parent.mkdir(parents=True, exist_ok=True)
@@ -85,8 +85,6 @@ def draw(run_dir: Path, image: str, model: str | None, output: Path) -> Path:
 
 
 def register(commands) -> None:
-    from . import defaults
-
     p = commands.add_parser("draw", help="draw a served detector's boxes or a segmenter's label map over the photo sent")
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model", help="model name (default: the first in the running config)")

@@ -44,3 +44,13 @@ def scratch_dir(near: Path, prefix: str) -> Iterator[Path]:
         yield path
     finally:
         shutil.rmtree(path, ignore_errors=True)
+
+
+def point_latest(link: Path, target: Path) -> None:
+    """Make `link` a symlink to `target` (a file beside it), swapped in whole: a results folder keeps one file
+    per run and a `latest` name that follows the newest, never a second copy of it."""
+    link, target = Path(link), Path(target)
+    part = link.with_name(f".{link.name}.part")
+    part.unlink(missing_ok=True)
+    os.symlink(target.name if target.parent.resolve() == link.parent.resolve() else target.resolve(), part)
+    part.replace(link)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -26,8 +25,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from . import defaults
 from .errors import UsageError
+from .processes import Owned, read_pid_file, signal_if_ours, start_detached, write_pid_file
 
 KEY_FILE = "key_file.json"
 RENEWER_PID_FILE = "key-renewer.pid"
@@ -93,56 +92,44 @@ def renewal_period_s(properties: dict[str, str]) -> float:
 
 
 def start_key_renewer(run) -> subprocess.Popen | None:
-    """Start the renewer for a TorchServe run with token auth on; it exits by itself when the run ends."""
+    """Start the renewer for a TorchServe run (server.TorchServeRun) with token auth on; it exits by itself
+    when the run ends. Its command line says all it needs: where the keys are, whom to ask, how often,
+    and which process group to outlive no longer."""
     if run.properties.get("disable_token_authorization", "false").lower() == "true":
         return None
-    command = [sys.executable, "-m", "tsvk_tools.keys", "--run-dir", str(run.run_dir), "--watch-pid", str(run.pid),
-               "--watch-started-at", str(run.started_at or 0)]
-    with open(run.run_dir / "logs" / "key-renewer.log", "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=run.run_dir)
-    from .server import process_start_time
-
-    (run.run_dir / RENEWER_PID_FILE).write_text(f"{process.pid}\n{process_start_time(process.pid) or ''}\n")
-    return process
+    watched = run.owned_process
+    command = [sys.executable, "-m", "tsvk_tools.keys", "--run-dir", str(run.run_dir), "--management-url", run.url("management"),
+               "--period-s", str(renewal_period_s(run.properties)), "--watch-pid", str(watched.pid),
+               "--watch-started-at", str(watched.started_at or 0), *[f"--watch-marker={m}" for m in watched.markers]]
+    child = start_detached(command, run.run_dir / "logs" / "key-renewer.log", cwd=run.run_dir)
+    write_pid_file(run.run_dir / RENEWER_PID_FILE, child.owned)
+    return child.process
 
 
 def stop_key_renewer(run_dir: Path) -> None:
     """SIGTERM the renewer recorded in `run_dir`, only if that pid is still the renewer we started."""
-    from .server import process_start_time
-
     pid_file = Path(run_dir) / RENEWER_PID_FILE
-    try:
-        pid_text, stamp = (pid_file.read_text().splitlines() + [""])[:2]
-        pid, started_at = int(pid_text), float(stamp)
-    except (OSError, ValueError):
+    recorded = read_pid_file(pid_file)
+    if recorded is None:
         return
-    current = process_start_time(pid)
-    if current is not None and abs(current - started_at) < 0.05:
-        os.kill(pid, signal.SIGTERM)
+    signal_if_ours(recorded[0], signal.SIGTERM)
     pid_file.unlink(missing_ok=True)
 
 
-def renew_while_running(run_dir: Path, watch_pid: int, watch_started_at: float) -> int:
-    """The renewer's loop: renew at half the keys' lifetime until the watched TorchServe is gone."""
-    from tsvk.properties import read_properties
-
-    from .server import PID_FILE, TorchServeRun, group_is_ours
-
-    pid_text, config = ((Path(run_dir) / PID_FILE).read_text().splitlines() + [""])[:2]
-    run = TorchServeRun(Path(run_dir), Path(config), watch_pid, started_at=watch_started_at)
-    period = renewal_period_s(read_properties(run.config))
+def renew_while_running(run_dir: Path, management_url: str, period: float, watched: Owned) -> int:
+    """The renewer's loop: renew every `period` s until the watched TorchServe is gone."""
     next_renewal = time.monotonic() + period
-    while group_is_ours(watch_pid, watch_started_at):
+    while watched.group_is_ours():
         if time.monotonic() >= next_renewal:
-            next_renewal = time.monotonic() + _renew_logged(run, period)
+            next_renewal = time.monotonic() + _renew_logged(run_dir, management_url, period)
         time.sleep(min(1.0, period / 4))
     return 0
 
 
-def _renew_logged(run, period: float) -> float:
+def _renew_logged(run_dir: Path, management_url: str, period: float) -> float:
     """Renew once; seconds until the next try (sooner after a failure)."""
     try:
-        renew_keys(run.run_dir, run.url("management"))
+        renew_keys(run_dir, management_url)
     except UsageError as err:
         print(f"{time.strftime('%H:%M:%S')} key renewal failed, retrying in 2 s: {err}", flush=True)
         return 2.0
@@ -150,36 +137,17 @@ def _renew_logged(run, period: float) -> float:
     return period
 
 
-def register(commands) -> None:
-    p = commands.add_parser("keys", help="print the running TorchServe's inference key, or renew the keys (--renew)")
-    p.add_argument("--run-dir", type=Path, default=Path(defaults.RUN_DIR))
-    p.add_argument("--renew", action="store_true", help="replace the inference and management keys now")
-    p.add_argument("--kind", choices=KEY_TYPES, default="inference", help="which key to print (default inference)")
-    p.set_defaults(func=cmd_keys)
-
-
-def cmd_keys(args: argparse.Namespace) -> int:
-    from .server import find_running
-
-    run = find_running(args.run_dir)
-    if run is None:
-        raise UsageError(f"no TorchServe started from {args.run_dir} is running; `tsvk serve` first")
-    if args.renew:
-        renew_keys(run.run_dir, run.url("management"))
-    key = current_key(run.run_dir, args.kind)
-    if key is None:
-        raise UsageError(f"no {args.kind} key in {run.run_dir / KEY_FILE}: token authorization is off")
-    print(key)
-    return 0
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tsvk_tools.keys", description="renew TorchServe's keys while it runs")
     parser.add_argument("--run-dir", type=Path, required=True)
+    parser.add_argument("--management-url", required=True)
+    parser.add_argument("--period-s", type=float, required=True)
     parser.add_argument("--watch-pid", type=int, required=True)
     parser.add_argument("--watch-started-at", type=float, required=True)
+    parser.add_argument("--watch-marker", action="append", default=[])
     args = parser.parse_args(argv)
-    return renew_while_running(args.run_dir, args.watch_pid, args.watch_started_at)
+    watched = Owned(args.watch_pid, args.watch_started_at, tuple(args.watch_marker))
+    return renew_while_running(args.run_dir, args.management_url, args.period_s, watched)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import time
 import urllib.error
@@ -10,10 +11,12 @@ from pathlib import Path
 
 from tsvk.deadline import ARRIVAL_HEADER
 
+from . import defaults
 from .errors import UsageError
 from .images import image_bytes
 from .keys import call_with_fresh_key
 from .server import find_running
+from .oip.client import predict_oip
 
 
 PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")
@@ -21,8 +24,6 @@ PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")
 
 def predict(run_dir: Path, image: str, model: str | None = None, protocol: str = "predictions") -> str:
     if protocol != "predictions":
-        from .oip.client import predict_oip
-
         run, model = _running_model(run_dir, model)
         return predict_oip(run, model, image_bytes(image), grpc=protocol == "oip-grpc")
     _, answer = ask(run_dir, image, model)
@@ -59,3 +60,19 @@ def _post(url: str, body: bytes, auth: dict[str, str]) -> tuple[int, bytes]:
             return response.status, response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+
+
+def register(commands) -> None:
+    p = commands.add_parser("predict", help="classify an image with the running TorchServe")
+    p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
+    p.add_argument("--model", help="model name (default: the first in the running config)")
+    p.add_argument("--run-dir", type=Path, default=Path(defaults.RUN_DIR))
+    p.add_argument("--protocol", choices=("predictions", "oip-rest", "oip-grpc"), default="predictions",
+                   help="predictions (TorchServe's /predictions, default), or the Open Inference Protocol front over REST "
+                        "or gRPC (tritonclient; the server must run a config from `tsvk config --protocol oip`)")
+    p.set_defaults(func=cmd_predict)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    print(predict(args.run_dir, args.image, args.model, args.protocol))
+    return 0

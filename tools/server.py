@@ -3,8 +3,8 @@
 TorchServe keeps one pid file in the system temp dir and writes key_file.json to its working
 directory, so two of them collide. Each run here gets its own directory (working dir, temp dir,
 logs, key file), runs in its own process session, and is stopped by signalling exactly that session.
-A pid is only trusted while it is still the process we started: the pid file records its start time,
-and a pid that now belongs to another process (pids are reused) is never signalled.
+A pid is only trusted while it is still the process we started (tools/processes.py): the pid file records
+its start time, and a pid that now belongs to another process (pids are reused) is never signalled.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -22,7 +21,6 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import psutil
 from tsvk.properties import read_properties
 from tsvk.stopping import STOP_MARKER_ENV
 
@@ -30,7 +28,10 @@ from . import defaults
 from .allocator import allocator_env
 from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid, stop_accepting
 from .errors import PortTaken, UsageError
-from .keys import KEY_FILE
+from .keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
+from .oip.process import stop_front
+from .processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
+from .processes import group_is_ours as _group_is_ours
 
 PID_FILE = "torchserve.pid"
 STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/stopping.py)
@@ -47,7 +48,7 @@ PRIVATE_UMASK = 0o077
 BIND_FAILURE = "Address already in use"  # what the JVM logs when a port of the config is taken
 _FAILED_ADDRESS = re.compile(r"Failed to bind to address:? (\S+)")  # and the address it names (REST and gRPC)
 # Command-line words of a TorchServe frontend or one of its workers: what may remain in our group.
-_TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", "model_service_worker", "torchserve")
+TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", "model_service_worker", "torchserve")
 
 
 @dataclass
@@ -72,8 +73,6 @@ class TorchServeRun:
     def keys(self) -> dict[str, str]:
         """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off,
         and while TorchServe is still writing the file (wait_ready then simply polls again)."""
-        from .keys import KEY_TYPES, read_key_file
-
         raw = read_key_file(self.run_dir)
         return {api: raw[api]["key"] for api in KEY_TYPES if isinstance(raw.get(api), dict) and "key" in raw[api]}
 
@@ -134,9 +133,6 @@ class TorchServeRun:
         in all), gets SIGTERM to our process session, and SIGKILL to what is still ours and running
         `kill_timeout` s later (after the drain nothing in flight depends on TorchServe's own slow shutdown).
         Nothing is signalled once the pid is no longer ours."""
-        from .keys import stop_key_renewer
-        from .oip.process import stop_front
-
         stop_front(self.run_dir, timeout=max(drain_timeout, 1))
         report = None
         frontend = frontend_pid(self.pid) if self.owned() else None
@@ -144,13 +140,7 @@ class TorchServeRun:
             accepting_stopped = drain_timeout > 0 and stop_accepting(frontend, self._kept_ports())
             report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics")), self._refuse_new,
                            drain_timeout, accepting_stopped)
-        if self.owned():
-            signal_group(self.pid, signal.SIGTERM)
-        deadline = time.monotonic() + kill_timeout
-        while time.monotonic() < deadline and self.session_alive():
-            time.sleep(0.1)
-        if self.session_alive() and self.owned():
-            signal_group(self.pid, signal.SIGKILL)
+        stop_group(self.owned_process, kill_timeout, self.process)
         stop_key_renewer(self.run_dir)
         for name in (PID_FILE, KEY_FILE, STOP_MARKER):
             (self.run_dir / name).unlink(missing_ok=True)
@@ -168,9 +158,13 @@ class TorchServeRun:
             self.process.poll()  # reap our own child so it does not linger as a zombie
         return group_alive(self.pid)
 
+    @property
+    def owned_process(self) -> Owned:
+        return Owned(self.pid, self.started_at, TORCHSERVE_MARKERS)
+
     def owned(self) -> bool:
-        """True while process group `pid` is still the one we started (see `group_is_ours`)."""
-        return group_is_ours(self.pid, self.started_at)
+        """True while process group `pid` is still the one we started (see `processes.group_is_ours`)."""
+        return self.owned_process.group_is_ours()
 
 
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None,
@@ -188,17 +182,13 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
     for sub in ("tmp", "logs"):
         (run_dir / sub).mkdir(parents=True, exist_ok=True)
     (run_dir / STOP_MARKER).unlink(missing_ok=True)  # a stop that was killed may have left it: workers would refuse all
-    with open(run_dir / "logs" / "stdout.log", "ab") as stdout:
-        stdout_offset = stdout.tell()
-        process = subprocess.Popen(
-            [_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
-            cwd=run_dir, env=_server_env(run_dir, {**allocator_env(allocator), STOP_MARKER_ENV: str(run_dir / STOP_MARKER), **(env or {})}),
-            start_new_session=True, stdout=stdout, stderr=subprocess.STDOUT,
-            umask=PRIVATE_UMASK,
-        )
-    started_at = process_start_time(process.pid)
-    (run_dir / PID_FILE).write_text(f"{process.pid}\n{config}\n{started_at or ''}\n")
-    return TorchServeRun(run_dir, config, process.pid, process, started_at, stdout_offset)
+    child = start_detached([_torchserve_bin(), "--start", "--foreground", "--ncs", "--ts-config", str(config)],
+                           run_dir / "logs" / "stdout.log", cwd=run_dir,
+                           env=_server_env(run_dir, {**allocator_env(allocator), STOP_MARKER_ENV: str(run_dir / STOP_MARKER),
+                                                     **(env or {})}),
+                           umask=PRIVATE_UMASK, markers=TORCHSERVE_MARKERS)
+    write_pid_file(run_dir / PID_FILE, child.owned, str(config))
+    return TorchServeRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)
 
 
 def make_private_dir(path: Path) -> None:
@@ -220,55 +210,17 @@ def check_worker_socket_path(run_dir: Path) -> None:
 
 def find_running(run_dir: Path) -> TorchServeRun | None:
     """The TorchServe started from `run_dir`, if its pid file names a process group that is still ours."""
-    pid_file = Path(run_dir) / PID_FILE
-    if not pid_file.is_file():
+    recorded = recorded_if_ours(Path(run_dir) / PID_FILE, notes=1, markers=TORCHSERVE_MARKERS)
+    if recorded is None:  # none, or stale: that pid is gone or belongs to someone else now
         return None
-    pid_text, config, stamp = (pid_file.read_text().splitlines() + ["", ""])[:3]
-    try:
-        pid, started_at = int(pid_text), (float(stamp) if stamp else None)
-    except ValueError:
-        pid_file.unlink(missing_ok=True)
-        return None
-    run = TorchServeRun(Path(run_dir).resolve(), Path(config), pid, started_at=started_at)
-    if not run.owned():
-        pid_file.unlink(missing_ok=True)  # stale: that pid is gone or belongs to someone else now
-        return None
-    return run
-
-
-def process_start_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
+    owned, (config,) = recorded
+    return TorchServeRun(Path(run_dir).resolve(), Path(config), owned.pid, started_at=owned.started_at)
 
 
 def group_is_ours(pgid: int, started_at: float | None) -> bool:
-    """Whether process group `pgid` is still the TorchServe we started at `started_at`.
-
-    While the leader lives, its start time must match (a reused pid starts later). Once the leader
-    is gone, Linux does not hand its pid to a new process while the group still has members, but a
-    group of that id may still have been formed by another process since; so the members left must
-    be TorchServe processes that started no earlier than ours."""
-    if started_at is None or not group_alive(pgid):
-        return False
-    leader_start = process_start_time(pgid)
-    if leader_start is not None:
-        return abs(leader_start - started_at) < 0.05
-    members = [p for p in psutil.process_iter(["pid", "cmdline", "create_time"]) if _pgid(p.pid) == pgid]
-    return bool(members) and all(_is_torchserve(m) and m.info["create_time"] >= started_at - 0.05 for m in members)
-
-
-def _pgid(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except OSError:
-        return None
-
-
-def _is_torchserve(process: psutil.Process) -> bool:
-    words = " ".join(process.info.get("cmdline") or [])
-    return any(marker in words for marker in _TORCHSERVE_MARKERS)
+    """Whether process group `pgid` is still the TorchServe we started at `started_at` (its leader, or only
+    TorchServe processes left in it that started no earlier: see `processes.group_is_ours`)."""
+    return _group_is_ours(pgid, started_at, TORCHSERVE_MARKERS)
 
 
 def _torchserve_bin() -> str:
@@ -320,17 +272,3 @@ def _model_ready(run: TorchServeRun, model: str) -> bool:
     workers = info.get("workers", [])
     return len(workers) >= info.get("minWorkers", 1) and all(w.get("status") == "READY" for w in workers)
 
-
-def signal_group(pid: int, sig: int) -> None:
-    try:
-        os.killpg(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def group_alive(pid: int) -> bool:
-    try:
-        os.killpg(pid, 0)
-    except (ProcessLookupError, PermissionError):
-        return False
-    return True

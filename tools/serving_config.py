@@ -14,14 +14,14 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import defaults
-from .cpus import detect_vcpus
 from tsvk.deadline import DEADLINE_KEY_PREFIX
-from tsvk.properties import escape_value
+from tsvk.properties import escape_value, read_properties
 from tsvk.settings import HandlerSettings, ServingDefaults
-from tsvk.threads import THREADS_KEY_PREFIX
+from tsvk.threads import THREADS_KEY_PREFIX, threads_from_config
 
+from . import defaults
 from .archive_info import MODEL_VERSION, list_archives, read_archive_settings
+from .cpus import detect_vcpus
 from .errors import UsageError
 from .fsutil import write_text_atomic
 from .limits import BOUNDS, bound_problem, model_name_problem
@@ -146,9 +146,6 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
 def tuned_choices(config: Path) -> dict[str, ModelChoice]:
     """Per model, the numbers a config written by `tsvk tune` holds, with the measurement behind them
     (the `# tuned:` comment above its threads line). Refused when the file holds no tuned model."""
-    from tsvk.properties import read_properties
-    from tsvk.threads import threads_from_config
-
     if not Path(config).is_file():
         raise UsageError(f"--tuned {config}: no such file; write it with `tsvk tune`")
     properties, text = read_properties(config), Path(config).read_text()

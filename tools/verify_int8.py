@@ -17,6 +17,7 @@ from . import defaults
 from .backends import CompileTarget
 from .calibration import PhotoSet, one_photo_batches
 from .errors import UsageError
+from .verify_tasks import segmentation_sizes
 
 
 @dataclass(frozen=True)
@@ -118,8 +119,6 @@ def verify_segmenter_int8(compiled, eager_fp32, target: CompileTarget, photos: P
                           min_agreement: float | None = None) -> PixelAgreementReport:
     """Pixel agreement of int8 vs eager fp32 label maps, photo by photo; shapes checked at sizes the photos may not have."""
     import torch
-
-    from .verify_tasks import segmentation_sizes
 
     with torch.no_grad():
         for seed, (batch, height, width) in enumerate(segmentation_sizes(target)):

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from . import defaults
 
+from .memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
+
 
 def worker_estimate_mb(archive: Path) -> float:
     """One CPU worker's memory: the runtime plus a multiple of what its archive holds."""
@@ -24,8 +26,6 @@ def worker_estimate_mb(archive: Path) -> float:
 
 def memory_budget_mb(requested_mb: int | None) -> tuple[float, str]:
     """The memory TorchServe may use, and where the number comes from."""
-    from .tune.memory import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
-
     return memory_cap_mb(requested_mb, cgroup_limit_mb(), machine_memory_mb())
 
 

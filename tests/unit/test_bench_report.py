@@ -92,15 +92,21 @@ def test_diagnosis_explains_the_worker_split(result):
     assert "preprocessing is 5%" in text
 
 
-def test_outputs_are_timestamped_and_copied_to_latest(result, tmp_path):
+def test_outputs_are_timestamped_and_latest_links_to_them(result, tmp_path):
     written = write_outputs(result, tmp_path, tag="central")
     assert written["json"].name == "20261122T051000Z-central.json"
     latest = json.loads((tmp_path / "latest-central.json").read_text())
     assert latest["ratios"] == result["ratios"]
     assert set(latest) >= {"systems", "ratios", "goals", "options", "machine", "software", "git", "command"}
-    assert "latest-central.png" in (tmp_path / "latest-central.md").read_text()
+    for suffix in ("json", "md"):
+        link = tmp_path / f"latest-central.{suffix}"
+        assert link.is_symlink() and link.readlink().name == f"20261122T051000Z-central.{suffix}", "a link, not a copy"
+    write_outputs({**result, "created": "2026-11-22T06:00:00+00:00"}, tmp_path, tag="central")
+    assert (tmp_path / "latest-central.json").readlink().name == "20261122T060000Z-central.json"
+    assert len(list(tmp_path.glob("*.json"))) == 3  # two runs and the link
     pytest.importorskip("matplotlib")
-    assert (tmp_path / "latest-central.png").stat().st_size < 200_000
+    assert "20261122T060000Z-central.png" in (tmp_path / "latest-central.md").read_text()
+    assert (tmp_path / "latest-central.png").resolve().stat().st_size < 200_000
 
 
 def test_render_rewrites_the_report_from_a_saved_result(result, tmp_path):

@@ -1,6 +1,6 @@
 """No script of the project signals processes by name pattern: that reaches servers it did not start
 (another user's TorchServe, a running benchmark). Processes are stopped by the pid or process group
-that was started, checked to still be that process (tools/server.py)."""
+that was started, checked to still be that process (tools/processes.py)."""
 
 from __future__ import annotations
 

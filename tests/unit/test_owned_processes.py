@@ -9,8 +9,10 @@ import time
 
 import psutil
 
+from tsvk_tools import processes
 from tsvk_tools.keys import RENEWER_PID_FILE, stop_key_renewer
-from tsvk_tools.server import PID_FILE, TorchServeRun, find_running, group_is_ours, process_start_time
+from tsvk_tools.processes import process_start_time
+from tsvk_tools.server import PID_FILE, TorchServeRun, find_running, group_is_ours
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 
@@ -59,10 +61,8 @@ def test_stop_terminates_our_own_group_and_sends_no_sigkill_once_it_is_gone(tmp_
     child = _sleeper()
     run = TorchServeRun(tmp_path, tmp_path / "c.properties", child.pid, process=child, started_at=process_start_time(child.pid))
     sent = []
-    import tsvk_tools.server as server
-
-    real = server.signal_group
-    monkeypatch.setattr(server, "signal_group", lambda pid, sig: (sent.append(sig), real(pid, sig)))
+    real = processes.signal_group
+    monkeypatch.setattr(processes, "signal_group", lambda pid, sig: (sent.append(sig), real(pid, sig)))
     run.stop(kill_timeout=10)
     assert child.poll() is not None
     assert [int(s) for s in sent] == [15]  # SIGTERM only: the group was gone before any SIGKILL
@@ -82,3 +82,52 @@ def test_the_key_renewer_is_stopped_only_while_its_pid_is_still_the_renewer(tmp_
         if child.poll() is None:
             child.kill()
             child.wait()
+
+
+def test_a_pid_file_reads_back_the_process_it_records_and_its_notes(tmp_path):
+    child = _sleeper()
+    try:
+        owned = processes.Owned(child.pid, process_start_time(child.pid))
+        processes.write_pid_file(tmp_path / "x.pid", owned, "a note")
+        assert processes.read_pid_file(tmp_path / "x.pid", notes=1) == (owned, ["a note"])
+        assert processes.recorded_if_ours(tmp_path / "x.pid", notes=1) == (owned, ["a note"])
+    finally:
+        child.kill()
+        child.wait()
+    assert processes.recorded_if_ours(tmp_path / "x.pid", notes=1) is None  # gone: the stale file is removed
+    assert not (tmp_path / "x.pid").exists()
+
+
+def test_a_started_child_is_stopped_with_its_group_and_reaped(tmp_path):
+    command = [sys.executable, "-c", "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
+               "'import time; time.sleep(60)']); print('up', flush=True); time.sleep(60)"]
+    child = processes.start_detached(command, tmp_path / "out.log", cwd=tmp_path)
+    deadline = time.monotonic() + 30
+    while "up" not in (tmp_path / "out.log").read_text() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert child.is_ours() and processes.group_alive(child.pid)
+    child.stop(timeout=10)
+    assert child.process.returncode is not None and not processes.group_alive(child.pid)
+    assert child.log_tail() == "up"
+
+
+def test_nothing_is_signalled_for_a_record_whose_start_time_does_not_match():
+    child = _sleeper()
+    try:
+        stale = processes.Owned(child.pid, process_start_time(child.pid) - 1000)
+        assert not processes.signal_if_ours(stale, 9)
+        processes.stop_group(stale, timeout=0.3)
+        assert child.poll() is None
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_a_failed_start_up_step_stops_what_was_started():
+    stopped = []
+    try:
+        with processes.stopped_on_failure(lambda: stopped.append(True)):
+            raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        pass
+    assert stopped == [True]

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from tsvk_tools import archive as archive_module
-from tsvk_tools.bench import assets
+from tsvk_tools.robustness import run
 from tsvk_tools.robustness.run import ensure_archive
 
 
@@ -17,8 +16,8 @@ def builds(monkeypatch):
         store.mkdir(parents=True, exist_ok=True)
         (store / f"{request.model}.mar").write_text(f"build {len(calls)}")
 
-    monkeypatch.setattr(archive_module, "build_archive", fake_build)
-    monkeypatch.setattr(assets, "sources_digest", lambda: "handler-v1")
+    monkeypatch.setattr(run, "build_archive", fake_build)  # patched where ensure_archive looks them up
+    monkeypatch.setattr(run, "sources_digest", lambda: "handler-v1")
     return calls
 
 
@@ -30,7 +29,7 @@ def test_built_once_then_reused_while_the_handler_is_unchanged(tmp_path, builds)
 
 def test_rebuilt_when_the_handler_changed(tmp_path, builds, monkeypatch):
     ensure_archive(tmp_path, "resnet18")
-    monkeypatch.setattr(assets, "sources_digest", lambda: "handler-v2")
+    monkeypatch.setattr(run, "sources_digest", lambda: "handler-v2")
     ensure_archive(tmp_path, "resnet18")
     assert builds == [False, True] and (tmp_path / "resnet18.mar").read_text() == "build 2"
     assert (tmp_path / "resnet18.sources").read_text() == "handler-v2"

@@ -18,7 +18,6 @@ from pathlib import Path
 from tsvk.openvino_ir import write_ir_zip
 from tsvk.tasks import task_kind
 
-from ..calibration import one_photo_batches
 from ..errors import UsageError
 from .base import Backend, CompileTarget
 from .export import SEGMENT_MIN_SIDE
@@ -58,6 +57,8 @@ def quantize(ov_model, calibration):
     """NNCF post-training int8 on every calibration photo, one photo per inference as served at batch 1."""
     import nncf
 
+    from ..calibration import one_photo_batches  # torch: the handler's preprocessing, only once int8 is built
+
     if calibration is None or len(calibration) == 0:
         raise UsageError("--precision int8 needs calibration photos (--calibration DIR)")
     samples = [photo.numpy() for photo in one_photo_batches(calibration)]
@@ -77,7 +78,7 @@ def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
 def compile_detector_backbone(ov, detector, target: CompileTarget, artifact: Path) -> None:
     """The backbone (with its FPN) as IR, dynamic in batch, height and width (the padded batch of
     whatever photos come), and the heads' weights beside it in the zip (`tsvk.openvino_detector`)."""
-    from tsvk.openvino_detector import FeatureMapTuple, heads_members, linear_box_head
+    from tsvk.openvino_detector import FeatureMapTuple, heads_members, linear_box_head  # torch: only for a detector's IR
 
     if target.precision == "int8" and linear_box_head(detector) is None:
         raise UsageError(f"--precision int8 runs an R-CNN box head's fully connected layers in int8, and "

@@ -8,7 +8,7 @@ with our generated config, and sent every held-out photo's JPEG bytes over HTTP.
 So the figures include our decode and preprocessing, not only the model. Only held-out photos are
 scored (never the ones int8 calibrated on), the same photos for every variant. A photo counts as
 correct when the served label equals its class name (ImageNet names two pairs of classes alike).
-Writes benchmarks/results/accuracy-<timestamp>.{json,md} and accuracy-latest.{json,md}.
+Writes benchmarks/results/accuracy-<timestamp>.{json,md} and links accuracy-latest.{json,md} to them.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from .. import defaults
 from ..archive import build_archive
 from ..calibration import imagenet_labels, list_photos, split
 from ..errors import UsageError
-from ..fsutil import atomic_path
+from ..fsutil import atomic_path, point_latest
 from ..ports import serving_on_free_ports
 from ..server import start_torchserve
 from ..serving_config import write_config
@@ -135,14 +135,15 @@ def render(result: dict) -> str:
 
 
 def write_result(result: dict, output_dir: Path) -> list[Path]:
+    """accuracy-<timestamp>.{json,md}, and accuracy-latest.{json,md} linked to them."""
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     written = []
-    for stem in (f"accuracy-{stamp}", "accuracy-latest"):
-        for suffix, text in ((".json", json.dumps(result, indent=2) + "\n"), (".md", render(result))):
-            path = Path(output_dir) / f"{stem}{suffix}"
-            with atomic_path(path) as tmp:
-                Path(tmp).write_text(text)
-            written.append(path)
+    for suffix, text in ((".json", json.dumps(result, indent=2) + "\n"), (".md", render(result))):
+        path = Path(output_dir) / f"accuracy-{stamp}{suffix}"
+        with atomic_path(path) as tmp:
+            Path(tmp).write_text(text)
+        point_latest(Path(output_dir) / f"accuracy-latest{suffix}", path)
+        written.append(path)
     return written
 
 

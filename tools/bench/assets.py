@@ -15,11 +15,16 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsvk.settings import ServingDefaults
 from tsvk.tasks import TASKS, task_kind
 
+from ..archive import build_archive, handler_sources
+from ..build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
-from ..models import WEIGHTS_NONE
+from ..images import image_bytes, image_name
+from ..models import WEIGHTS_NONE, torchvision_builders
+from .apps.eager import load_eager_model
 from .options import BenchOptions
 
 WEIGHTS_SEED = 0
@@ -68,8 +73,6 @@ def shared_weights(options: BenchOptions) -> Path:
 
 
 def _check_torchvision_model(name: str) -> None:
-    from ..models import torchvision_builders
-
     if name not in torchvision_builders():
         raise UsageError(f"--model must be a torchvision classification, detection or segmentation model (resnet18, "
                          f"fasterrcnn_mobilenet_v3_large_320_fpn, deeplabv3_mobilenet_v3_large, ...), got {name!r}")
@@ -91,8 +94,6 @@ def file_digest(path: Path) -> str:
 
 def sources_digest() -> str:
     """The handler, its run-time package and the compile backends: what ends up in our archive."""
-    from ..archive import handler_sources
-
     handler, package = handler_sources()
     backends = Path(__file__).resolve().parents[1] / "backends"
     handlers = [handler.parent / kind.handler_file for kind in TASKS.values()]
@@ -127,8 +128,6 @@ def ours_archive(options: BenchOptions, weights: Path) -> Path:
 def _build_ours(options: BenchOptions, weights: Path, store: Path) -> None:
     import torch
 
-    from ..archive import build_archive
-
     request = ours_build_request(options, weights)
     if request.weights == WEIGHTS_NONE:
         torch.manual_seed(WEIGHTS_SEED)  # the builder draws the same random weights as shared_weights did
@@ -142,10 +141,6 @@ def ours_build_request(options: BenchOptions, weights: Path):
     file counts as trained weights, whose int8 build needs labelled photos to verify accuracy against and
     whose detector boxes must match eager's; these weights are random, score every box alike to about six
     digits, and which of those near-ties a detector keeps turns on float rounding."""
-    from tsvk.settings import ServingDefaults
-
-    from ..build import BuildRequest
-
     return BuildRequest(
         model=options.model, backend=options.backend, device=options.device, precision=options.precision,
         max_batch=options.max_batch,
@@ -185,8 +180,6 @@ def _trace_eager(model_name: str, weights: Path, output: Path) -> Path:
     import warnings
 
     import torch
-
-    from .apps.eager import load_eager_model
 
     model = load_eager_model(model_name, weights)
     with warnings.catch_warnings(), torch.no_grad():
@@ -230,8 +223,6 @@ def _archive_stock_task(options: BenchOptions, weights: Path, labels: Path, work
 
 def photos(options: BenchOptions) -> list[Photo]:
     """The real photographs as JPEG bytes (and files), `skimage:<name>` resized to the benchmark size."""
-    from ..images import image_bytes, image_name
-
     folder = Path(options.cache_dir).resolve() / "images"
     folder.mkdir(parents=True, exist_ok=True)
     found = []

@@ -16,14 +16,16 @@ import tempfile
 import time
 from pathlib import Path
 
+from tsvk.loading import load_model
+
+from .. import defaults
 from ..archive import build_archive
 from ..archive_info import read_archive_settings
-from .. import defaults
 from ..backends import BACKENDS, CompileTarget
-from ..task_builds import task_backends
 from ..build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
 from ..models import WEIGHTS_NONE
+from ..task_builds import task_backends
 
 
 def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:
@@ -31,8 +33,6 @@ def build_and_load(name: str, model: str, weights: str, max_batch: int, store: P
     import zipfile
 
     import torch
-
-    from tsvk.loading import load_model
 
     start = time.perf_counter()
     mar, result = build_archive(BuildRequest(model=model, backend=name, weights=weights, max_batch=max_batch), store)

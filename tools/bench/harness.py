@@ -19,6 +19,7 @@ import psutil
 from .. import progress
 from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
+from .report import build_result
 from .sampler import TreeSampler, leftover, window_stats
 from .systems import registry
 from .systems.base import RunContext, System
@@ -31,8 +32,6 @@ LEFTOVER_GRACE_S = 10.0
 
 def run_benchmark(options: BenchOptions, log=print) -> dict:
     """Measure every system in `options.systems`; returns the result document (see report.py)."""
-    from .report import build_result
-
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
     hidden = _hide_gpus_unless_asked(options.device)

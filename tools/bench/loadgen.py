@@ -16,6 +16,8 @@ from typing import Callable, Sequence
 
 import requests
 
+from .stats import latency_summary, rate
+
 
 @dataclass(frozen=True)
 class HttpTarget:
@@ -104,8 +106,6 @@ def run_closed_loop(target: HttpTarget, images: Sequence[bytes], total: int, con
 
 def summarize_records(records: Sequence[RequestRecord]) -> dict:
     """Throughput over the measured span (first send to last answer), latencies of the successes."""
-    from .stats import latency_summary, rate
-
     ok = [r for r in records if r.ok]
     span = (max(r.finished for r in records) - min(r.started for r in records)) if records else 0.0
     errors = [r for r in records if not r.ok]

@@ -30,6 +30,7 @@ from ..calibration import int8_photos
 from ..errors import UsageError
 from ..models import CustomModel
 from ..verify_int8 import accuracy, logits
+from ..zoo import efficientnet_lite0 as lite0
 
 SPEED_VARIANTS = (("aoti", "fp32"), ("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))
 ACCURACY_VARIANTS = (("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))
@@ -75,8 +76,6 @@ def speed(rounds: int, work: Path) -> list[str]:
 
 
 def lite0_request(backend: str, precision: str, photos: Path) -> BuildRequest:
-    from ..zoo import efficientnet_lite0 as lite0
-
     custom = CustomModel(file=Path(lite0.__file__), factory="EfficientNetLite0", resize=lite0.RESIZE, crop=lite0.CROP,
                          mean=lite0.MEAN, std=lite0.STD)
     return BuildRequest(model="efficientnet_lite0", backend=backend, precision=precision, weights=str(lite0.weights_path()),

@@ -5,10 +5,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from tsvk import features
 from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
 
 from .. import defaults
+from ..backends import get_backend
+from ..cpus import detect_vcpus
+from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
 from ..task_builds import task_build
 
@@ -76,7 +80,7 @@ class BenchOptions:
     @property
     def task(self) -> str:
         """The model's task, from torchvision's own lists (classify for anything it does not list)."""
-        from ..models import torchvision_builders
+        from ..models import torchvision_builders  # torch: the options load without it
 
         return torchvision_builders().get(self.model, "classify")
 
@@ -87,8 +91,6 @@ class BenchOptions:
             object.__setattr__(self, "backend", task_build(self.task).default_backend)  # torch.export cannot capture a detector
         problems = validation_problems(self)
         if problems:
-            from ..errors import UsageError
-
             raise UsageError("; ".join(problems))
 
     @property
@@ -138,8 +140,6 @@ def validation_problems(options: BenchOptions) -> list[str]:
 
 def _target_problems(backend: str, device: str, precision: str) -> list[str]:
     """The backend/device/precision combinations our archive can be built for (no device is probed here)."""
-    from ..backends import get_backend
-
     supported = get_backend(backend).precisions
     if device not in supported:
         return [f"backend {backend} does not run on device {device}; it runs on {', '.join(supported)}"]
@@ -160,8 +160,6 @@ def _fast_problems(options: BenchOptions) -> list[str]:
 
 def gpu_backend() -> tuple[str, str]:
     """The GPU mode's backend for our archive, and why: TensorRT where it imports, else AOTInductor on CUDA."""
-    from tsvk import features
-
     if features.has_torch_tensorrt():
         return "tensorrt", "torch_tensorrt imports"
     return "aoti", f"torch_tensorrt is not usable here ({features.unavailable_reason('torch_tensorrt')}), so AOTInductor on CUDA"
@@ -174,8 +172,6 @@ def require_device(options: BenchOptions) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        from ..errors import UsageError
-
         raise UsageError(f"the GPU mode (--gpu) needs a CUDA GPU, and torch {torch.__version__} sees none here "
                          "(torch.cuda.is_available() is False); run without --gpu for the CPU table")
 
@@ -189,6 +185,4 @@ def with_preset(preset: Preset, **overrides) -> BenchOptions:
 
 
 def resolved_vcpus(options: BenchOptions) -> int:
-    from ..cpus import detect_vcpus
-
     return options.vcpus or detect_vcpus()

@@ -19,6 +19,13 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
+from tsvk import features
+from tsvk.decode import probe
+from tsvk.inputs import request_payload
+from tsvk.preprocess import build_preprocessor
+from tsvk.preprocess.cpu import DCT_OVERSAMPLE
+from tsvk.settings import PreprocessSettings
+
 from .. import defaults
 
 DEFAULT_SIZE = (640, 480)
@@ -67,10 +74,6 @@ def torchserve_builtin_path() -> Callable[[list[dict]], object]:
 def tsvk_path(backend: str, resize: int = 256, crop: int = 224, jpeg_dct_scaling: bool = True) -> Callable[[list[dict]], object]:
     """Our handler's path for one backend: find the bytes, probe the header, preprocess the batch."""
     import torch
-    from tsvk.decode import probe
-    from tsvk.inputs import request_payload
-    from tsvk.preprocess import build_preprocessor
-    from tsvk.settings import PreprocessSettings
 
     settings = PreprocessSettings(resize=resize, crop=crop, backend=backend, strict=True, jpeg_dct_scaling=jpeg_dct_scaling)
     device = torch.device("cuda" if backend != "cpu" else "cpu")
@@ -87,9 +90,6 @@ def tsvk_path(backend: str, resize: int = 256, crop: int = 224, jpeg_dct_scaling
 
 def available_paths(size: tuple[int, int] = DEFAULT_SIZE) -> dict[str, Callable[[list[dict]], object]]:
     """The baseline plus every tsvk backend this machine can run (GPU ones only with CUDA)."""
-    from tsvk import features
-    from tsvk.preprocess.cpu import DCT_OVERSAMPLE
-
     paths = {BASELINE: torchserve_builtin_path(), "tsvk cpu": tsvk_path("cpu")}
     if min(size) >= 2 * DCT_OVERSAMPLE * 256:  # large enough for a reduced scale: show what it buys
         paths["tsvk cpu, full-size decode"] = tsvk_path("cpu", jpeg_dct_scaling=False)

@@ -1,7 +1,7 @@
 """The result document: systems, ratios measured in the same run, goals met or missed, and why.
 
-`build_result` assembles it; `write_outputs` writes <timestamp>[-tag].json/.md/.png and copies them to
-latest[-tag].*. The ratios are plain quotients of throughputs measured minutes apart on one machine.
+`build_result` assembles it; `write_outputs` writes <timestamp>[-tag].json/.md/.png and points the links
+latest[-tag].* at them. The ratios are plain quotients of throughputs measured minutes apart on one machine.
 """
 
 from __future__ import annotations
@@ -15,7 +15,11 @@ from pathlib import Path
 
 from tsvk.tasks import task_kind
 
+from ..fsutil import point_latest
+from .chart import write_chart
 from .compute import compute_use, fp32_peak, gflop_per_image
+from .diagnosis import explain
+from .markdown import render_markdown
 from .options import BenchOptions
 from .stats import ratio
 
@@ -147,8 +151,6 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
 
 def diagnose(systems: dict) -> list[str]:
     """Where ours spends its time, in numbers, from TorchServe's counters and our handler's metrics."""
-    from .diagnosis import explain
-
     return explain(systems)
 
 
@@ -228,16 +230,16 @@ def result_stem(result: dict, tag: str) -> str:
 
 
 def write_outputs(result: dict, output_dir: Path, tag: str = "") -> dict[str, Path]:
-    """<stem>.json/.md/.png, and the same as latest[-tag].*; the chart is skipped without matplotlib."""
-    from .chart import write_chart
-    from .markdown import render_markdown
-
+    """<stem>.json/.md/.png, and latest[-tag].* linked to them; the chart is skipped without matplotlib."""
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    written: dict[str, Path] = {}
-    for stem in (result_stem(result, tag), f"latest-{tag}" if tag else "latest"):
-        chart = write_chart(result, output_dir / f"{stem}.png")
-        (output_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
-        (output_dir / f"{stem}.md").write_text(render_markdown(result, chart.name if chart else None))
-        written = written or {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md", **({"png": chart} if chart else {})}
+    stem = result_stem(result, tag)
+    chart = write_chart(result, output_dir / f"{stem}.png")
+    (output_dir / f"{stem}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (output_dir / f"{stem}.md").write_text(render_markdown(result, chart.name if chart else None))
+    written = {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md", **({"png": chart} if chart else {})}
+    latest = f"latest-{tag}" if tag else "latest"
+    (output_dir / f"{latest}.png").unlink(missing_ok=True)  # an older run's chart is not this run's
+    for suffix, path in written.items():
+        point_latest(output_dir / f"{latest}.{suffix}", path)
     return written

@@ -25,6 +25,9 @@ from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
 from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
+from .report import refresh, write_outputs
+from .harness import prepare, run_benchmark
+from .markdown import render_markdown
 
 CENTRAL_FIGURE_CONCURRENCY = 32
 # `tsvk bench <name>`: the narrower benchmarks, each a module of this package with build_parser() and main().
@@ -128,8 +131,6 @@ def render_existing(path: Path, tag: str) -> int:
     """Rewrite <stem>.md/.png (and latest[-tag].*) of an existing result, recomputing what is derived."""
     import json
 
-    from .report import refresh, write_outputs
-
     if not path.is_file():
         print(f"tsvk bench: error: {path} does not exist", file=sys.stderr)
         return 2
@@ -162,10 +163,6 @@ def main(argv: list[str] | None = None) -> int:
     if args.render:
         return render_existing(args.render, args.tag or "")
     try:
-        from .harness import prepare, run_benchmark
-        from .markdown import render_markdown
-        from .report import write_outputs
-
         options = options_from_args(args, argv)
         if args.prepare_only:
             prepare(options)
@@ -182,6 +179,23 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         print(f"tsvk bench: {len(failed)} system(s) failed: {', '.join(failed)} (see their 'error' in the JSON)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def register(commands) -> None:
+    """`tsvk bench`: every word after it goes to the benchmark's own parser (`build_parser`, or a narrower
+    benchmark's), so its options and help are the same as `python -m tsvk_tools.bench.run`'s."""
+    p = commands.add_parser("bench", add_help=False, prefix_chars=_NO_OPTIONS,
+                            help="benchmark every way of serving the model, side by side, and the preprocessing, "
+                                 "compile and pinning benchmarks (`tsvk bench --help`)")
+    p.add_argument("bench_argv", nargs=argparse.REMAINDER)
+    p.set_defaults(func=cmd_bench)
+
+
+_NO_OPTIONS = "\x00"  # a prefix no argument starts with: argparse then hands every word on, `--help` included
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    return main(args.bench_argv)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from . import check
 from .run import OUTPUT_DIR
 from .steps import DEFAULT_MODEL, DEFAULT_WEIGHTS
 
@@ -23,8 +24,6 @@ def _step_names(text: str) -> tuple[str, ...]:
 
 
 def cmd_gpu_check(args: argparse.Namespace) -> int:
-    from . import check
-
     report, written = check(args.model, args.weights, args.output_dir, args.steps)
     print(f"gpu-check: {report['summary']}; wrote {written['json']} and {written['md']}")
     return 0 if report["summary"]["passed"] == len(report["steps"]) else 1

@@ -7,6 +7,11 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
+from tsvk import features
+
+from ..bench.report import git_state, machine_info, software_versions
+from ..cpus import detect_vcpus
+
 SCHEMA_VERSION = 2  # 2: per-step GPU memory peaks, the GPU packages' versions
 OPTIONAL_PACKAGES = ("cvcuda", "torch_tensorrt")
 GPU_PACKAGES = ("cvcuda-cu13", "torch-tensorrt", "tensorrt-cu13")  # as requirements-gpu.txt pins them
@@ -36,11 +41,6 @@ def _environment_or_why() -> dict:
 def environment() -> dict:
     """The machine, the GPU stack and what the handler's feature probes find: what a figure depends on."""
     import torch
-
-    from tsvk import features
-    from ..cpus import detect_vcpus
-
-    from ..bench.report import git_state, machine_info, software_versions
 
     return {
         "machine": machine_info(detect_vcpus(), "cuda"),
@@ -78,8 +78,6 @@ def gpu_package_versions() -> dict[str, str | None]:
 
 
 def _version(module: str) -> str | None:
-    from tsvk import features
-
     try:
         return getattr(features.optional_module(module), "__version__", "unknown")
     except ImportError:

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from ..archive_info import read_archive_settings
+from .report import gpu_package_versions
 from .weights import SEEDED, weights_argument
 
 DEFAULT_MODEL = "resnet50"
@@ -90,8 +92,6 @@ def archive_step(work_dir: Path, model: str, weights: str, backend: str, precisi
 
 def package_figures(output: str, work_dir: Path) -> dict:
     """The versions of the GPU packages now installed (None: missing)."""
-    from .report import gpu_package_versions
-
     versions = gpu_package_versions()
     return {"headline": ", ".join(f"{name} {version or 'missing'}" for name, version in versions.items()), "versions": versions}
 
@@ -133,8 +133,6 @@ def preprocess_figures(output: str, work_dir: Path) -> dict:
 
 def archive_figures(mar: Path, output: str, work_dir: Path) -> dict:
     """The verification the archive carries, its size and how long it took to build."""
-    from ..archive_info import read_archive_settings
-
     settings = read_archive_settings(mar)
     verification = dict(settings.provenance.get("verification") or {})
     headline = (f"verification {'PASS' if verification.get('passed') else 'FAIL'}: max |diff| "

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
+
+from ..fsutil import point_latest
 
 LATEST = "kube-check-latest.json"
 
@@ -19,10 +20,5 @@ def write_results(report: dict, directory: Path, started: float) -> Path:
     part = path.with_suffix(".json.part")
     part.write_text(json.dumps(report, indent=2) + "\n")
     part.replace(path)
-    link = directory / LATEST
-    tmp_link = directory / f".{LATEST}.part"
-    if tmp_link.is_symlink() or tmp_link.exists():
-        tmp_link.unlink()
-    os.symlink(path.name, tmp_link)
-    tmp_link.replace(link)
+    point_latest(directory / LATEST, path)
     return path

@@ -8,8 +8,6 @@ still the process we started.
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
 import time
 import urllib.error
@@ -17,6 +15,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import UsageError
+from ..processes import read_pid_file, reap, start_detached, stop_group, write_pid_file
 from .config import FrontConfig, read_front_config
 
 FRONT_PID_FILE = "oip-front.pid"
@@ -25,17 +24,13 @@ FRONT_LOG = "oip-front.log"
 
 def start_front(config_path: Path, run_dir: Path, env: dict[str, str] | None = None) -> int:
     """Start the front on `config_path`'s settings (checked here first, so a bad config fails in this process)."""
-    from ..server import process_start_time
-
     read_front_config(config_path)
     run_dir = Path(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "tsvk_tools.oip", "--ts-config", str(Path(config_path).resolve()), "--run-dir", str(run_dir.resolve())]
-    with open(run_dir / "logs" / FRONT_LOG, "ab") as log:
-        process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, start_new_session=True, cwd=run_dir,
-                                   env={**os.environ, **(env or {})})
-    (run_dir / FRONT_PID_FILE).write_text(f"{process.pid}\n{process_start_time(process.pid) or ''}\n")
-    return process.pid
+    child = start_detached(command, run_dir / "logs" / FRONT_LOG, cwd=run_dir, env={**os.environ, **(env or {})})
+    write_pid_file(run_dir / FRONT_PID_FILE, child.owned)
+    return child.pid
 
 
 def wait_front_ready(config: FrontConfig, run_dir: Path, timeout: float = 60) -> None:
@@ -44,7 +39,7 @@ def wait_front_ready(config: FrontConfig, run_dir: Path, timeout: float = 60) ->
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = front_pid(run_dir)
-        if pid is None or _exited(pid):
+        if pid is None or reap(pid):
             raise UsageError(f"the Open Inference Protocol front exited during start-up; see {Path(run_dir) / 'logs' / FRONT_LOG}:\n"
                              f"{_log_tail(run_dir)}")
         if _status(url) == 200:
@@ -55,48 +50,16 @@ def wait_front_ready(config: FrontConfig, run_dir: Path, timeout: float = 60) ->
 
 def front_pid(run_dir: Path) -> int | None:
     """The front's pid while it is still the process we started, else None."""
-    from ..server import process_start_time
-
-    try:
-        pid_text, stamp = ((Path(run_dir) / FRONT_PID_FILE).read_text().splitlines() + [""])[:2]
-        pid, started_at = int(pid_text), float(stamp)
-    except (OSError, ValueError):
-        return None
-    current = process_start_time(pid)
-    return pid if current is not None and abs(current - started_at) < 0.05 else None
+    recorded = read_pid_file(Path(run_dir) / FRONT_PID_FILE)
+    return recorded[0].pid if recorded is not None and recorded[0].leader_is_ours() else None
 
 
 def stop_front(run_dir: Path, timeout: float = 15) -> None:
     """SIGTERM the front's session; SIGKILL it only if it is still ours after `timeout`."""
-    from ..server import signal_group
-
-    pid = front_pid(run_dir)
-    if pid is not None:
-        signal_group(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and front_pid(run_dir) is not None and not _exited(pid):
-            time.sleep(0.2)
-        if front_pid(run_dir) is not None and not _exited(pid):
-            signal_group(pid, signal.SIGKILL)
+    recorded = read_pid_file(Path(run_dir) / FRONT_PID_FILE)
+    if recorded is not None and recorded[0].leader_is_ours():
+        stop_group(recorded[0], timeout)
     (Path(run_dir) / FRONT_PID_FILE).unlink(missing_ok=True)
-
-
-def _exited(pid: int) -> bool:
-    """Reap our own child if it has exited (a zombie still has a start time)."""
-    try:
-        done, _ = os.waitpid(pid, os.WNOHANG)
-    except ChildProcessError:
-        return not _running(pid)
-    return done == pid or not _running(pid)
-
-
-def _running(pid: int) -> bool:
-    import psutil
-
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _host(address: str) -> str:

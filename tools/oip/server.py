@@ -20,13 +20,15 @@ import sys
 from concurrent import futures
 from pathlib import Path
 
-from tsvk import oip
-
-from ..defaults import OIP_JSON_PIXEL_IMAGES
+from tsvk import __version__, oip
 from tsvk.errors import RequestError
 from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
 
+from ..defaults import OIP_JSON_PIXEL_IMAGES
+from ..keys import current_key
 from .config import FrontConfig, read_front_config
+from .health import TorchServeHealth
+from .upstream import TorchServeClient
 
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
 _PROTOCOL_PATHS = re.compile(r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$")
@@ -123,10 +125,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
-    from ..keys import current_key
-    from .forward import ForwardedError, TorchServeModel
-    from .health import TorchServeHealth
-    from .upstream import TorchServeClient
+    from .forward import ForwardedError, TorchServeModel  # kserve: the front's own process only
 
     _quiet_logs()
 
@@ -176,7 +175,8 @@ def _quiet_logs() -> None:
 def _torchserve_dataplane(registry, health):
     """KServe's data plane, but the server is ready only while TorchServe is (its /ping), and says it is tsvk."""
     from kserve.protocol.dataplane import DataPlane
-    from tsvk import __version__
+
+    from .binary import request_from_binary  # kserve: the front's own process only
 
     class TorchServeDataPlane(DataPlane):
         def __init__(self):
@@ -188,8 +188,6 @@ def _torchserve_dataplane(registry, health):
 
         def decode_inference_request(self, body, headers, model_name):
             from kserve.constants.constants import INFERENCE_CONTENT_LENGTH_HEADER
-
-            from .binary import request_from_binary
 
             json_length = (headers or {}).get(INFERENCE_CONTENT_LENGTH_HEADER)
             if isinstance(body, bytes) and json_length is not None:

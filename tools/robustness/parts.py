@@ -21,6 +21,7 @@ from . import checks, watch
 from .checks import judged
 from .client import CLIENT_ERROR, Answer, Target, closed_loop, histogram, percentile, send, send_all, send_together
 from .corpus import BOMB_FORMATS, declare_size, generate_corpus, seed_images
+from .hey import burst as hey_burst
 
 FUZZ_ALLOWED_STATUSES = (200, 400, 413, 415)
 METRICS_LAG_S = 0.5  # the handler's metrics reach /metrics through the frontend's log parsing
@@ -172,8 +173,6 @@ def _worker_rss(service: Service) -> float:
 def overload(service: Service, factor: int) -> dict:
     """A burst of `factor` x job_queue_size requests (sent by hey): the excess must get fast 503s,
     every other request an answer; no worker restarts; normal service right after."""
-    from .hey import burst as hey_burst
-
     pids_before = service.worker_pids()
     requested = factor * service.job_queue_size
     burst = hey_burst(service.target, service.photo, requested)

@@ -1,5 +1,5 @@
 """The robustness and soak results: JSON with the command, versions, machine and git revision, and a
-Markdown page with every figure, written as <name>-latest.* and a dated copy."""
+Markdown page with every figure, written as <name>-<timestamp>.* with the links <name>-latest.* to the newest."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from ..bench.report import git_state, machine_info, software_versions
+from ..fsutil import point_latest
 
 RESULTS_DIR = Path("benchmarks/results")
 
@@ -28,14 +29,14 @@ def envelope(kind: str, vcpus: int, parts: dict, started: datetime, git: dict | 
 
 
 def write(result: dict, name: str, output_dir: Path = RESULTS_DIR, extra_md: str = "") -> dict[str, Path]:
-    """<name>-latest.{json,md} and <name>-<timestamp>.{json,md}."""
+    """<name>-<timestamp>.{json,md}, and <name>-latest.{json,md} linked to them."""
     output_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.fromisoformat(result["created"]).strftime("%Y%m%dT%H%M%SZ")
-    written = {}
-    for stem in (f"{name}-latest", f"{name}-{stamp}"):
-        (output_dir / f"{stem}.json").write_text(json.dumps(result, indent=1, default=str) + "\n")
-        (output_dir / f"{stem}.md").write_text(render(result, name) + extra_md)
-        written = written or {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md"}
+    stem = f"{name}-{datetime.fromisoformat(result['created']).strftime('%Y%m%dT%H%M%SZ')}"
+    written = {"json": output_dir / f"{stem}.json", "md": output_dir / f"{stem}.md"}
+    written["json"].write_text(json.dumps(result, indent=1, default=str) + "\n")
+    written["md"].write_text(render(result, name) + extra_md)
+    for suffix, path in written.items():
+        point_latest(output_dir / f"{name}-latest.{suffix}", path)
     return written
 
 

@@ -13,6 +13,10 @@ from ..cpus import detect_vcpus
 from tsvk.tasks import task_kind
 
 from .. import progress
+from ..archive import build_archive, handler_sources
+from ..archive_info import handler_differences
+from ..bench.assets import sources_digest
+from ..build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path
 from ..models import torchvision_builders
@@ -161,8 +165,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
     (speed and robustness do not depend on the weights' values). An archive built here earlier is
     built again once the handler's sources have changed, so a run never measures yesterday's handler;
     an archive the user put there is served as it is, with a warning when it packs another handler."""
-    from ..bench.assets import sources_digest
-
     archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
     digest = sources_digest()
     if archive.is_file() and not stamp.is_file():
@@ -170,8 +172,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
         return store
     if archive.is_file() and stamp.read_text() == digest:
         return store
-    from ..archive import build_archive
-    from ..build import BuildRequest
 
     why = "the handler changed since it was built" if archive.is_file() else f"weights: {weights}"
     print(f"robustness: building {archive} ({why})", flush=True)
@@ -182,9 +182,6 @@ def ensure_archive(store: Path, model: str, weights: str = "none", **options) ->
 
 def served_handler_differences(store: Path, model: str) -> list[str]:
     """Files of the handler's package that differ between the served archive and this checkout."""
-    from ..archive import handler_sources
-    from ..archive_info import handler_differences
-
     return handler_differences(store / f"{model}.mar", handler_sources()[1])
 
 

@@ -1,6 +1,6 @@
 """`tsvk soak`: an hour and more at a steady share of measured capacity, with a share of malformed
 requests and token auth on (so the run spans key renewals), sampling every process's memory and
-open files and the good requests' p99 each minute. Writes soak-latest.{json,md,png} and a dated copy."""
+open files and the good requests' p99 each minute. Writes soak-<timestamp>.{json,md,png} and links soak-latest.* to them."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from ..cpus import detect_vcpus
 from ..allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
 from ..bench.report import git_state
 from ..errors import UsageError
+from ..fsutil import point_latest
 from ..keys import RENEWER_PID_FILE
 from . import checks, watch
 from .client import Answer, closed_loop, percentile, send
@@ -107,7 +108,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     plot = write_plot(figures["per_minute"], args.output_dir / f"soak-{started.strftime('%Y%m%dT%H%M%SZ')}.png")
     written = write(result, "soak", args.output_dir, extra_md=f"\n![soak]({plot.name})\n" if plot else "")
     if plot:
-        (args.output_dir / "soak-latest.png").write_bytes(plot.read_bytes())
+        point_latest(args.output_dir / "soak-latest.png", plot)
     for name, ok in result["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
     print(f"wrote {written['json']} and {written['md']}")

@@ -14,7 +14,7 @@ from pathlib import Path
 from ..fsutil import write_text_atomic
 from ..serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
 from .measure import choices_of
-from .search import SearchResult, Trial, problems_of, violation
+from .search import Goal, SearchResult, Trial, problems_of, violation
 
 
 def tuned_notes(result: SearchResult) -> dict[str, str]:
@@ -65,8 +65,6 @@ def result_document(result: SearchResult, context: dict) -> dict:
 
 
 def _trial_row(trial: Trial, front: set[int], context: dict) -> dict:
-    from .search import Goal
-
     goal = Goal(**context["goal"])
     row = {"number": trial.number, "phase": trial.phase, "config": {n: asdict(c) for n, c in trial.candidate.models},
            "describe": trial.candidate.describe(), "estimated_mb": trial.estimated_mb, "skipped": trial.skipped,

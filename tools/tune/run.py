@@ -21,11 +21,12 @@ from pathlib import Path
 
 from .. import defaults
 from ..archive_info import list_archives, read_archive_settings
+from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
+from ..memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from ..serving_config import ServingRequest, plan_serving
 from .measure import Bench, measure_candidate, socket_path_problem
-from .memory import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from .report import result_document, write_results, write_tuned_config
 from .search import Goal, Search
 from .space import ModelLimits, Space
@@ -46,8 +47,6 @@ def positive_float(text: str) -> float:
 
 
 def register(commands) -> None:
-    from ..cli import name_list, on_off, positive_int
-
     p = commands.add_parser("tune", help="measure workers x threads x batch x delay on a real TorchServe and write the best "
                                          f"into {defaults.TUNE_OUTPUT}")
     p.add_argument("--models", type=name_list, help="comma-separated models to tune together (default: every archive in the model store)")

@@ -17,6 +17,13 @@ from pathlib import Path
 
 import torch
 
+from tsvk.decode import decode_rgb, probe
+from tsvk.labels import label_for, load_labels
+from tsvk.loading import load_model
+from tsvk.preprocess import build_preprocessor
+from tsvk.settings import HandlerSettings
+from tsvk.tasks import task_kind
+
 
 def no_sync() -> None:
     """On the CPU a call is done when it returns."""
@@ -74,10 +81,6 @@ def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, secon
 def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cpu")):
     """Settings, loaded model, preprocessor and labels of an unpacked archive, as the handler loads them."""
     import yaml
-    from tsvk.labels import load_labels
-    from tsvk.loading import load_model
-    from tsvk.preprocess import build_preprocessor
-    from tsvk.settings import HandlerSettings
 
     zipfile.ZipFile(mar).extractall(folder)
     settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
@@ -87,8 +90,6 @@ def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cp
 
 
 def top1_labels(model, batch: torch.Tensor, labels) -> dict[str, str]:
-    from tsvk.labels import label_for
-
     with torch.inference_mode():
         indices = model.forward(batch).argmax(1).tolist()
     return {str(i): label_for(labels, index) for i, index in enumerate(indices)}
@@ -119,9 +120,6 @@ def task_forward(model):
 
 
 def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.device = torch.device("cpu")) -> dict:
-    from tsvk.decode import decode_rgb, probe
-    from tsvk.tasks import task_kind
-
     started = time.monotonic()
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from .eager import EagerClassifier
+    from .eager import EagerClassifier  # timed: the job's import time includes the model code's
 
     imported = time.monotonic()
     classifier = EagerClassifier(args.model, args.weights, args.device)

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
+from .ceiling import ComputeCeiling, FastCeiling
+from .decentralized import Decentralized
+from .oip import OursOipGrpc, OursOipRest
+from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
+from .webapps import FlaskGunicorn, LitServeBatched
+
 
 def registry() -> dict:
-    from .ceiling import ComputeCeiling, FastCeiling
-    from .decentralized import Decentralized
-    from .oip import OursOipGrpc, OursOipRest
-    from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
-    from .webapps import FlaskGunicorn, LitServeBatched
-
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
                FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling()]
     return {system.name: system for system in systems}

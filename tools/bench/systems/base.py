@@ -7,7 +7,7 @@ its measurements. Both run under the same process-tree sampler.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
@@ -36,42 +36,38 @@ class RunContext:
 
     @cached_property
     def weights(self) -> Path:
-        from ..assets import shared_weights
-
-        return shared_weights(self.options)
+        return _assets().shared_weights(self.options)
 
     @cached_property
     def photos(self) -> list:
-        from ..assets import photos
-
-        return photos(self.options)
+        return _assets().photos(self.options)
 
     @cached_property
     def ours_mar(self) -> Path:
-        from ..assets import ours_archive
-
-        return ours_archive(self.options, self.weights)
+        return _assets().ours_archive(self.options, self.weights)
 
     @cached_property
     def fast_mar(self) -> Path:
         """Our archive built with the fastest verified CPU artifact (`fast_backend` / `fast_precision`)."""
-        from dataclasses import replace
-
-        from ..assets import ours_archive
-
         fast = replace(self.options, backend=self.options.fast_backend, precision=self.options.fast_precision)
-        return ours_archive(fast, self.weights)
+        return _assets().ours_archive(fast, self.weights)
 
     @cached_property
     def stock_mar(self) -> Path:
-        from ..assets import stock_archive
-
-        return stock_archive(self.options, self.weights)
+        return _assets().stock_archive(self.options, self.weights)
 
     def system_dir(self, name: str) -> Path:
         path = self.run_dir / name
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+
+def _assets():
+    """tools/bench/assets.py, which builds weights and archives with torch: imported once a system needs one, so
+    that the harness, the report and `tsvk bench --render` work without torch."""
+    from .. import assets  # torch: only once a system needs weights, photos or an archive
+
+    return assets
 
 
 class System:

@@ -16,6 +16,11 @@ import threading
 from tsvk import oip
 
 from ..loadgen import HttpTarget
+from ...oip.config import read_front_config
+from ...oip.process import front_urls, start_front, wait_front_ready
+from ...ports import free_ports
+from ...processes import stopped_on_failure
+from ...serving_config import write_config
 from .base import Deployment, RunContext
 from .torchserve import Ours, serve
 
@@ -71,23 +76,15 @@ class OursOipRest(Ours):
     transport = "rest"
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        from ...oip.config import read_front_config
-        from ...oip.process import front_urls, start_front, wait_front_ready
-        from ...ports import free_ports
-        from ...serving_config import write_config
-
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
         rest_port, grpc_port = free_ports(2)
         plan = write_config(self.serving_request(ctx, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port), config)
         deployment = serve(ctx, folder, config, ctx.options.model)
-        try:
+        with stopped_on_failure(deployment.stop):  # Ctrl+C or SIGTERM while waiting: leave nothing running
             start_front(config, folder / "run")
             front = read_front_config(config)
             wait_front_ready(front, folder / "run")
-        except BaseException:
-            deployment.stop()
-            raise
         rest, grpc = front_urls(front)
         model, timeout = ctx.options.model, deployment.target.timeout_s
         deployment.target = (HttpTarget(f"{rest}/v2/models/{model}/infer", rest_body, "application/json", timeout)

@@ -17,7 +17,11 @@ from ... import defaults
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
 from ...allocator import describe as describe_allocator
+from ...errors import UsageError
 from ...ports import free_ports, serving_on_free_ports
+from ...processes import stopped_on_failure
+from ...server import start_torchserve
+from ...serving_config import plan_with_choices, tuned_choices, write_config, write_plan
 from .base import Deployment, RunContext, System, identity
 
 RESPONSE_TIMEOUT_S = 300
@@ -60,14 +64,9 @@ def serve(ctx: RunContext, folder: Path, config: Path, model: str, env: dict[str
           allocator: str = defaults.ALLOCATOR) -> Deployment:
     """Start TorchServe on `config`, wait for every worker, and describe how to reach it. Stock systems
     pass allocator glibc: what a TorchServe started as its docs say runs with."""
-    from ...server import start_torchserve
-
     run = start_torchserve(config, folder / "run", env=env, allocator=allocator)
-    try:
+    with stopped_on_failure(run.stop):  # Ctrl+C or SIGTERM while waiting: leave nothing running
         run.wait_ready([model], timeout=ctx.options.ready_timeout_s)
-    except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
-        run.stop()
-        raise
     target = HttpTarget(f"{run.url('inference')}/predictions/{model}", identity, timeout_s=RESPONSE_TIMEOUT_S)
     details = {"config": str(config), "logs": str(folder / "run" / "logs"), "worker_env": read_worker_env(run.pid),
                "allocator": describe_allocator(allocator)}
@@ -118,9 +117,6 @@ def tuned_worker_counts(vcpus: int, device: str) -> list[int]:
 
 def tuned_choice(config: Path, model: str):
     """The workers, threads, batch and delay `tsvk tune` wrote for `model` into `config`; None when it has none."""
-    from ...errors import UsageError
-    from ...serving_config import tuned_choices
-
     try:
         return tuned_choices(config).get(model)
     except UsageError:
@@ -142,8 +138,6 @@ class OursTuned(System):
         ctx.ours_mar
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        from ...serving_config import plan_with_choices, write_plan
-
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
         choice = tuned_choice(ctx.options.tuned_config, ctx.options.model)
@@ -171,8 +165,6 @@ class Ours(System):
         self.archive(ctx)
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        from ...serving_config import write_config
-
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
         plan = write_config(self.serving_request(ctx), config)

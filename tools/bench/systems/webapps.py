@@ -17,7 +17,8 @@ from ..apps import environment
 from ..loadgen import HttpTarget
 from ...ports import free_port
 from .base import Deployment, RunContext, System
-from .process import ServerProcess, clean_env, http_ok, wait_until
+from ...processes import start_detached, stopped_on_failure
+from .process import clean_env, http_ok, wait_until
 
 GUNICORN_CONF = "python:tsvk_tools.bench.apps.gunicorn_conf"
 
@@ -44,12 +45,9 @@ class FlaskGunicorn(System):
         env = clean_env(**{environment.MODEL_ENV: ctx.options.model, environment.WEIGHTS_ENV: str(ctx.weights),
                            environment.THREADS_ENV: "1", "OMP_NUM_THREADS": "1", environment.READY_DIR_ENV: str(ready_dir),
                            environment.DEVICE_ENV: ctx.options.device})
-        server = ServerProcess(command, env, folder / "server.log", folder)
-        try:
+        server = start_detached(command, folder / "server.log", cwd=folder, env=env)
+        with stopped_on_failure(server.stop):  # Ctrl+C or SIGTERM while waiting: leave nothing running
             wait_until(lambda: len(list(ready_dir.iterdir())) >= workers, server, ctx.options.ready_timeout_s, "gunicorn")
-        except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
-            server.stop()
-            raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predictions", lambda jpeg: jpeg)
         return Deployment(target, server.stop, {"workers": workers, "threads": 1, "device": ctx.options.device,
                                                 "log": str(folder / "server.log")})
@@ -73,12 +71,9 @@ class LitServeBatched(System):
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_app", "--model", ctx.options.model,
                    "--weights", str(ctx.weights), "--port", str(port), "--max-batch-size", str(ctx.options.batch),
                    "--batch-timeout", "0.1", "--device", ctx.options.device]
-        server = ServerProcess(command, clean_env(), folder / "server.log", folder)
-        try:
+        server = start_detached(command, folder / "server.log", cwd=folder, env=clean_env())
+        with stopped_on_failure(server.stop):  # Ctrl+C or SIGTERM while waiting: leave nothing running
             wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/health"), server, ctx.options.ready_timeout_s, "LitServe")
-        except BaseException:  # Ctrl+C or SIGTERM while waiting: leave nothing running
-            server.stop()
-            raise
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
         return Deployment(target, server.stop, {"max_batch_size": ctx.options.batch, "batch_timeout_s": 0.1,
                                                 "device": ctx.options.device, "log": str(folder / "server.log")})

@@ -1,0 +1,50 @@
+"""Every command registers the same way, and reaches its request by name."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import pytest
+
+from tsvk_tools import cli
+from tsvk_tools.arguments import request_from
+from tsvk_tools.bench import run as bench_run
+
+COMMANDS = {"archive", "bench", "compile", "config", "demo", "doctor", "draw", "gpu-check", "keys", "predict", "robustness",
+            "run-container", "serve", "soak", "status", "stop", "tune"}
+
+
+def test_tsvk_help_lists_every_command_each_with_its_function():
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) == COMMANDS
+    for name, sub in commands.items():
+        assert callable(sub.get_default("func")), f"tsvk {name} sets no function"
+
+
+def test_bench_goes_through_argparse_and_hands_every_word_to_its_own_parser(monkeypatch):
+    seen = []
+    monkeypatch.setattr(bench_run, "main", lambda argv: seen.append(argv) or 0)
+    for argv in (["--quick", "--jobs", "3"], ["--help"], [], ["preprocess", "--help"]):
+        assert cli.main(["bench", *argv]) == 0
+    assert seen == [["--quick", "--jobs", "3"], ["--help"], [], ["preprocess", "--help"]]
+
+
+def test_tsvk_bench_help_is_the_benchmarks_own(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["bench", "--help"])
+    assert capsys.readouterr().out == bench_run.build_parser().format_help()
+
+
+@dataclass
+class _Request:
+    model: str
+    workers: int = 1
+    computed: str = ""
+
+
+def test_a_request_takes_each_field_from_the_argument_of_its_name():
+    args = argparse.Namespace(model="resnet18", workers=4, unrelated=True)
+    assert request_from(_Request, args, computed="x") == _Request("resnet18", 4, "x")
+    assert request_from(_Request, argparse.Namespace(model="m")) == _Request("m")

@@ -1,0 +1,155 @@
+"""tsvk's own import graph, drawn from the code (ast), not from what happens to be imported.
+
+Module-level imports of tsvk and tsvk_tools form no circle (a circle makes what a module holds depend on
+which one was imported first). Imports of tsvk's own modules inside functions are few, and each says why
+in a comment on its line or the line above (an optional or heavy dependency such as torch behind it).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = {"tsvk": ROOT / "handlers" / "tsvk", "tsvk_tools": ROOT / "tools"}
+MAX_FUNCTION_LEVEL_IMPORTS = 25
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for package, folder in PACKAGES.items():
+        for path in folder.rglob("*.py"):
+            parts = list(path.relative_to(folder).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            found[".".join([package, *parts])] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _is_package(name: str) -> bool:
+    return MODULES.get(name, Path()).name == "__init__.py"
+
+
+def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
+    """The modules of tsvk's own packages that one import statement imports."""
+    if isinstance(node, ast.Import):
+        names = [alias.name for alias in node.names]
+    else:
+        if node.level:
+            base = module.split(".") if _is_package(module) else module.split(".")[:-1]
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join(base + ([node.module] if node.module else []))
+        else:
+            source = node.module or ""
+        submodules = [f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in MODULES]
+        # `from package import module` needs the module; the package's __init__ only when a name is taken from it
+        names = submodules + ([source] if len(submodules) < len(node.names) else [])
+    return [name for name in names if name in MODULES]
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    """Imports that run when the module is imported: not in functions, nor under `if TYPE_CHECKING:`."""
+    found, pending = [], list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            pending.extend(node.orelse)
+        elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            pending.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
+    return found
+
+
+def _function_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found = []
+    for function in ast.walk(tree):
+        if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            found += [n for n in ast.walk(function) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    return list({id(n): n for n in found}.values())  # a nested function's imports are counted once
+
+
+def _graph() -> dict[str, set[str]]:
+    graph = {}
+    for module, path in MODULES.items():
+        tree = ast.parse(path.read_text(), str(path))
+        graph[module] = {t for node in _module_level_imports(tree) for t in _targets(node, module) if t != module}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan), each one circle or more."""
+    index, low, stack, on_stack, circles, counter = {}, {}, [], set(), [], [0]
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = counter[0]
+        counter[0] += 1
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return circles
+
+
+def test_module_level_imports_of_tsvk_and_tsvk_tools_form_no_circle():
+    circles = _circles(_graph())
+    assert not circles, "module-level import circles: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_tsvk_tools_has_no_circle_even_through_imports_inside_functions():
+    """A circle hidden by moving one of its imports into a function is still a circle: tools/ has none."""
+    graph = {}
+    for module, path in MODULES.items():
+        if module.startswith("tsvk_tools"):
+            nodes = [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            graph[module] = {t for node in nodes for t in _targets(node, module) if t != module and t.startswith("tsvk_tools")}
+    circles = _circles(graph)
+    assert not circles, "import circles in tsvk_tools: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_the_circle_finder_finds_a_circle():
+    assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def _own_function_level_imports() -> list[tuple[str, int, bool]]:
+    """(file, line, has a reason comment) for each import of tsvk's own modules inside a function."""
+    found = []
+    for module, path in MODULES.items():
+        lines = path.read_text().splitlines()
+        tree = ast.parse("\n".join(lines), str(path))
+        for node in _function_level_imports(tree):
+            if not _targets(node, module):
+                continue
+            own_line, above = lines[node.lineno - 1], lines[node.lineno - 2].strip() if node.lineno > 1 else ""
+            found.append((str(path.relative_to(ROOT)), node.lineno, "#" in own_line or above.startswith("#")))
+    return found
+
+
+def test_few_imports_of_tsvk_modules_inside_functions_each_saying_why():
+    found = _own_function_level_imports()
+    unexplained = [f"{path}:{line}" for path, line, reason in found if not reason]
+    assert not unexplained, "function-level imports of tsvk's own modules without a reason comment: " + ", ".join(unexplained)
+    assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS, (
+        f"{len(found)} function-level imports of tsvk's own modules (at most {MAX_FUNCTION_LEVEL_IMPORTS}): "
+        + ", ".join(f"{path}:{line}" for path, line, _ in found))
