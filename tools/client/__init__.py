@@ -1,0 +1,1 @@
+"""Clients of a running TorchServe: predict, draw, demo, status."""
