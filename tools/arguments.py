@@ -11,7 +11,7 @@ import argparse
 from dataclasses import fields
 
 from . import defaults
-from .verify import Tolerance
+from .build.verify import Tolerance
 
 
 def positive_int(text: str) -> int:

@@ -11,7 +11,10 @@ import argparse
 import signal
 import sys
 
-from . import build_cli, container, demo, doctor, draw, predict, progress, serve_cli, status
+from . import doctor, progress
+from .build import build_cli
+from .client import demo, draw, predict, status
+from .serve import container, serve_cli
 from .bench import run as bench
 from .errors import UsageError
 from .gpu_check import cli as gpu_check

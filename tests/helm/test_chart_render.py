@@ -390,7 +390,7 @@ def test_set_file_config_reaches_the_config_map(render, tmp_path):
 
 
 def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain(render):
-    """SIGTERM goes to `tsvk run-container` (tools/container.py), which drains for drainTimeoutSeconds;
+    """SIGTERM goes to `tsvk run-container` (tools/serve/container.py), which drains for drainTimeoutSeconds;
     SIGKILL comes only after the preStop sleep, the drain and room for TorchServe to exit."""
     from tsvk_tools import defaults
 
@@ -398,7 +398,7 @@ def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain
                                  ({"drainTimeoutSeconds": 90, "preStopSleepSeconds": 5}, 90, 105)):
         rendered = render(values)
         server = rendered.server()
-        assert server["command"] == ["python", "-m", "tsvk_tools.container"]
+        assert server["command"] == ["python", "-m", "tsvk_tools.serve.container"]
         args = server["args"]
         assert args[args.index("--drain-timeout") + 1] == str(drain)
         assert args[args.index("--config") + 1] == "/etc/tsvk/config.properties"
@@ -407,7 +407,7 @@ def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain
 
 
 def test_the_run_dir_holds_what_torchserve_writes_and_fits_the_worker_sockets(render):
-    from tsvk_tools.server import check_worker_socket_path
+    from tsvk_tools.serve.server import check_worker_socket_path
 
     args = render({}).server()["args"]
     check_worker_socket_path(Path(args[args.index("--run-dir") + 1]))

@@ -13,7 +13,7 @@ import yaml
 from tests.support.helm import REPO
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
+from tsvk_tools.serve.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
 from tsvk_tools.tune.chart import chart_values
 
 pytestmark = pytest.mark.helm

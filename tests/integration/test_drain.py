@@ -21,11 +21,11 @@ import requests
 from PIL import Image
 
 from tests.support.torchserve import isolated_env, archive_tiny
-from tsvk_tools.drain import describe_drain
-from tsvk_tools.ports import serving_on_free_ports
+from tsvk_tools.serve.drain import describe_drain
+from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.robustness.drain import capacity, measure_drain
-from tsvk_tools.server import find_running, start_torchserve
-from tsvk_tools.serving_config import write_config
+from tsvk_tools.serve.server import find_running, start_torchserve
+from tsvk_tools.serve.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from tsvk_tools import defaults
-from tsvk_tools import allocator, cli
+from tsvk_tools import cli
+from tsvk_tools.serve import allocator
 from tsvk_tools.errors import UsageError
 
 

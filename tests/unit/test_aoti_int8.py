@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tsvk.loading import load_model
-from tsvk_tools.backends import pt2e
-from tsvk_tools.build import BuildRequest, build
+from tsvk_tools.build.backends import pt2e
+from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
-from tsvk_tools.models import CustomModel
+from tsvk_tools.build.models import CustomModel
 
 pytest.importorskip("torchao")
 

@@ -61,7 +61,7 @@ def test_int8_and_detector_bench_archives_are_built_from_the_same_random_weights
 
     from tsvk_tools.bench.assets import WEIGHTS_SEED, ours_build_request, shared_weights
     from tsvk_tools.bench.options import BenchOptions
-    from tsvk_tools.models import resolve_model
+    from tsvk_tools.build.models import resolve_model
 
     options = BenchOptions(model=model, cache_dir=tmp_path, **extra)
     request = ours_build_request(options, shared_weights(options))

@@ -14,11 +14,11 @@ import pytest
 
 from tsvk.settings import ARTIFACT_FORMATS, DEVICES, PRECISIONS, ArtifactSettings, PreprocessSettings, RuntimeSettings, ServingDefaults
 from tsvk_tools import cli, defaults
-from tsvk_tools.backends import BACKENDS
+from tsvk_tools.build.backends import BACKENDS
 from tsvk_tools.bench import options as bench_options
 from tsvk_tools.bench import run as bench_run
-from tsvk_tools.build import BuildRequest
-from tsvk_tools.serving_config import ServingRequest
+from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.serve.serving_config import ServingRequest
 
 SERVING = {"batch_size": defaults.BATCH, "max_batch_delay_ms": defaults.MAX_BATCH_DELAY_MS, "workers": None,  # None: tsvk config plans them
            "response_timeout_s": defaults.RESPONSE_TIMEOUT_S}
@@ -53,7 +53,7 @@ def test_an_archive_without_serving_suggestions_reads_the_same_defaults():
 
 
 def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
-    from tsvk_tools.build import default_backend
+    from tsvk_tools.build.build import default_backend
 
     build = BuildRequest(model=defaults.MODEL)
     assert build.backend is None and default_backend(defaults.TASK) == defaults.BACKEND  # None: the task's default
@@ -73,7 +73,7 @@ def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
 
 
 def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
-    from tsvk_tools.serving_config import plan_serving
+    from tsvk_tools.serve.serving_config import plan_serving
 
     plan = plan_serving(ServingRequest(vcpus=2, gpus=0, models=("m",), archive_check=False))
     model = plan.models[0]
@@ -92,7 +92,7 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
     (("archive",), "--precision", defaults.PRECISION),
     (("archive",), "--max-batch", defaults.MAX_BATCH),
     (("archive",), "--max-batch-delay", defaults.MAX_BATCH_DELAY_MS),
-    (("archive",), "--workers", None),  # None: tsvk config plans them (tools/worker_plan.py)
+    (("archive",), "--workers", None),  # None: tsvk config plans them (tools/serve/worker_plan.py)
     (("archive",), "--topk", defaults.TOPK),
     (("archive",), "--model-store", Path(defaults.MODEL_STORE)),
     (("compile",), "--max-batch", defaults.MAX_BATCH),
@@ -142,7 +142,7 @@ def test_the_handler_loads_every_format_the_schema_names():
 
 
 def test_config_errors_name_the_flag_that_sets_the_field():
-    from tsvk_tools.limits import BOUNDS, flag
+    from tsvk_tools.serve.limits import BOUNDS, flag
 
     config_flags = {a.dest: s for a in _parser("config")._actions for s in a.option_strings if s.startswith("--")}
     assert {name: flag(name) for name in BOUNDS} == {name: config_flags[name] for name in BOUNDS}

@@ -1,4 +1,4 @@
-"""The drain's accounting (tools/drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
+"""The drain's accounting (tools/serve/drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
 and the measurement's sorting of requests (tools/robustness/drain.py)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from collections import Counter
 
 from tsvk.errors import DeadlineExceeded
 from tsvk.stopping import refusal
-from tsvk_tools import drain as drain_module
-from tsvk_tools.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
+from tsvk_tools.serve import drain as drain_module
+from tsvk_tools.serve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
 from tsvk_tools.robustness.drain import Outcome, counted_by_torchserve, drain_report
 
 # Lines as TorchServe 0.12 writes them (log4j2 pattern "%d{ISO8601} - %m%n", NettyUtils' session text).

@@ -240,7 +240,7 @@ def test_an_archive_loads_on_a_gpu_of_the_architecture_it_was_built_for(tmp_path
 
 
 def test_a_cuda_build_records_the_gpu_it_ran_on(cuda):
-    from tsvk_tools.build import built_on
+    from tsvk_tools.build.build import built_on
 
     cuda.set_device(1)
     cuda.architectures[1] = ("NVIDIA L4", (8, 9))

@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tsvk_tools.ports import free_ports
+from tsvk_tools.serve.ports import free_ports
 from tsvk_tools.robustness.attacks import oip_wrong_type_documents
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from tsvk.properties import escape_value
 from tsvk.properties import read_properties
-from tsvk_tools.serving_config import ServingRequest, write_config
+from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 READER = Path(__file__).resolve().parents[1] / "fixtures" / "ReadProperties.java"
 AWKWARD_VALUES = ["file:///srv/model\\-store/.*", "C:\\tmp\\models", " leading blank", "tab\there", "é and 😀",

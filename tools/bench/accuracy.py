@@ -23,14 +23,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import defaults
-from ..archive import build_archive
-from ..calibration import imagenet_labels, list_photos, split
+from ..build.archive import build_archive
+from ..build.calibration import imagenet_labels, list_photos, split
 from ..errors import UsageError
 from ..fsutil import atomic_path, point_latest
-from ..ports import serving_on_free_ports
-from ..server import start_torchserve
-from ..serving_config import write_config
-from ..demo import imagenet_categories, offline_request
+from ..serve.ports import serving_on_free_ports
+from ..serve.server import start_torchserve
+from ..serve.serving_config import write_config
+from ..client.demo import imagenet_categories, offline_request
 
 VARIANTS = ("eager:fp32", "aoti:fp32", "openvino:fp32", "openvino:int8", "aoti:int8")
 CLIENTS = 4  # concurrent requests: enough for TorchServe to batch, few enough for a 2-core machine

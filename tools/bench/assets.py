@@ -18,12 +18,12 @@ from pathlib import Path
 from tsvk.settings import ServingDefaults
 from tsvk.tasks import TASKS, task_kind
 
-from ..archive import build_archive, handler_sources
-from ..build import BuildRequest
+from ..build.archive import build_archive, handler_sources
+from ..build.build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
 from ..images import image_bytes, image_name
-from ..models import WEIGHTS_NONE, torchvision_builders
+from ..build.models import WEIGHTS_NONE, torchvision_builders
 from .apps.eager import load_eager_model
 from .options import BenchOptions
 
@@ -95,7 +95,7 @@ def file_digest(path: Path) -> str:
 def sources_digest() -> str:
     """The handler, its run-time package and the compile backends: what ends up in our archive."""
     handler, package = handler_sources()
-    backends = Path(__file__).resolve().parents[1] / "backends"
+    backends = Path(__file__).resolve().parents[1] / "build" / "backends"
     handlers = [handler.parent / kind.handler_file for kind in TASKS.values()]
     files = [*handlers, *sorted(package.rglob("*.py")), *sorted(backends.rglob("*.py"))]
     digest = hashlib.sha256()

@@ -19,13 +19,13 @@ from pathlib import Path
 from tsvk.loading import load_model
 
 from .. import defaults
-from ..archive import build_archive
-from ..archive_info import read_archive_settings
-from ..backends import BACKENDS, CompileTarget
-from ..build import BuildRequest, example_size, requested_task
+from ..build.archive import build_archive
+from ..build.archive_info import read_archive_settings
+from ..build.backends import BACKENDS, CompileTarget
+from ..build.build import BuildRequest, example_size, requested_task
 from ..errors import UsageError
-from ..models import WEIGHTS_NONE
-from ..task_builds import task_backends
+from ..build.models import WEIGHTS_NONE
+from ..build.task_builds import task_backends
 
 
 def build_and_load(name: str, model: str, weights: str, max_batch: int, store: Path, unpacked: Path) -> tuple[dict, object, CompileTarget]:

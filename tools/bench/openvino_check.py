@@ -2,9 +2,9 @@
 
 Usage: python -m tsvk_tools.bench.openvino_check [--photos DIR] [--rounds N]
 1. Speed: ResNet-50 with random weights at batch 8 and 1 intra-op thread; each variant is built by
-   `tsvk_tools.build.build` (as `tsvk archive` does) and loaded by the handler's loader, then the
+   `tsvk_tools.build.build.build` (as `tsvk archive` does) and loaded by the handler's loader, then the
    variants run in alternating rounds of the same process, so a noisy machine slows them alike.
-2. Accuracy: EfficientNet-Lite0 (real ImageNet weights, tools/zoo) on labelled photos (a directory
+2. Accuracy: EfficientNet-Lite0 (real ImageNet weights, tools/build/zoo) on labelled photos (a directory
    with `wnids.txt`): int8 calibrates on 2 of every 5 photos, and eager fp32, openvino fp32 and
    openvino int8 are all scored on the others (the same held-out photos).
 Prints a plain-text report; commit it as benchmarks/results/openvino-<date>.txt.
@@ -25,12 +25,12 @@ import torch
 
 from tsvk.loading import load_model
 
-from ..build import BuildRequest, build
-from ..calibration import int8_photos
+from ..build.build import BuildRequest, build
+from ..build.calibration import int8_photos
 from ..errors import UsageError
-from ..models import CustomModel
-from ..verify_int8 import accuracy, logits
-from ..zoo import efficientnet_lite0 as lite0
+from ..build.models import CustomModel
+from ..build.verify_int8 import accuracy, logits
+from ..build.zoo import efficientnet_lite0 as lite0
 
 SPEED_VARIANTS = (("aoti", "fp32"), ("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))
 ACCURACY_VARIANTS = (("aoti", "int8"), ("openvino", "fp32"), ("openvino", "int8"))

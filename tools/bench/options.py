@@ -10,11 +10,11 @@ from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
 from tsvk.settings import DEVICES
 
 from .. import defaults
-from ..backends import get_backend
+from ..build.backends import get_backend
 from ..cpus import detect_vcpus
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
-from ..task_builds import task_build
+from ..build.task_builds import task_build
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
@@ -66,7 +66,7 @@ class BenchOptions:
     max_batch: int = defaults.MAX_BATCH
     batch: int = defaults.BATCH  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
-    ours_workers: int | None = None  # None: what `tsvk config` plans (tools/worker_plan.py)
+    ours_workers: int | None = None  # None: what `tsvk config` plans (tools/serve/worker_plan.py)
     tuned_config: Path = Path(defaults.TUNE_OUTPUT)  # ours_tuned serves the numbers `tsvk tune` wrote here, when it has the model
     vcpus: int | None = None  # None: detected
     warmup: int | None = None  # None: 2 rounds of min(concurrency, 2 x batch)
@@ -80,7 +80,7 @@ class BenchOptions:
     @property
     def task(self) -> str:
         """The model's task, from torchvision's own lists (classify for anything it does not list)."""
-        from ..models import torchvision_builders  # torch: the options load without it
+        from ..build.models import torchvision_builders  # torch: the options load without it
 
         return torchvision_builders().get(self.model, "classify")
 

@@ -14,13 +14,13 @@ import tempfile
 from pathlib import Path
 
 from .. import defaults
-from ..archive import build_archive
-from ..build import BuildRequest
+from ..build.archive import build_archive
+from ..build.build import BuildRequest
 from ..images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
-from ..models import WEIGHTS_NONE
-from ..ports import serving_on_free_ports
-from ..server import start_torchserve
-from ..serving_config import write_config
+from ..build.models import WEIGHTS_NONE
+from ..serve.ports import serving_on_free_ports
+from ..serve.server import start_torchserve
+from ..serve.serving_config import write_config
 from .loadgen import HttpTarget, run_closed_loop, summarize_records
 
 

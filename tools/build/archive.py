@@ -19,12 +19,12 @@ import tsvk
 from tsvk.settings import SETTINGS_KEY
 from tsvk.tasks import task_kind
 
-from . import progress
+from .. import progress
 from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
 from .build import BuildRequest, BuildResult, build
-from .errors import UsageError
-from .fsutil import atomic_path, scratch_dir
-from .limits import model_name_problem
+from ..errors import UsageError
+from ..fsutil import atomic_path, scratch_dir
+from ..serve.limits import model_name_problem
 
 LABELS_FILE = "index_to_name.json"
 

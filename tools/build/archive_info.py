@@ -9,7 +9,7 @@ import yaml
 
 from tsvk.settings import HandlerSettings, SettingsError
 
-from .errors import UsageError
+from ..errors import UsageError
 
 MODEL_CONFIG_NAME = "model-config.yaml"
 MODEL_VERSION = "1.0"  # every tsvk archive is built with this version; `tsvk config` names it in models=

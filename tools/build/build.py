@@ -15,10 +15,10 @@ from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, Run
 from tsvk.tasks import task_kind
 from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
 
-from . import defaults, progress
+from .. import defaults, progress
 from .backends import CompileTarget, check_target, get_backend, prepare_model
 from .calibration import Photos, int8_photos
-from .errors import UsageError
+from ..errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model, torchvision_builders
 from .task_builds import check_int8_task, check_task, task_build
 from .verify import Tolerance, VerificationReport

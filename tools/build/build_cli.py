@@ -9,11 +9,11 @@ from pathlib import Path
 
 from tsvk.settings import DEVICES, PRECISIONS, TASKS, ServingDefaults
 
-from . import defaults
-from .arguments import fraction, non_negative_int, positive_int, request_from, tolerance, triple
+from .. import defaults
+from ..arguments import fraction, non_negative_int, positive_int, request_from, tolerance, triple
 from .backends import BACKENDS
-from .errors import UsageError
-from .fsutil import scratch_dir
+from ..errors import UsageError
+from ..fsutil import scratch_dir
 
 
 def register(commands) -> None:
@@ -22,7 +22,7 @@ def register(commands) -> None:
 
 
 def _build_modules():
-    """tools/archive.py, build.py and models.py, which import torch: imported once a build is asked for, so that
+    """tools/build/archive.py, build.py and models.py, which import torch: imported once a build is asked for, so that
     `tsvk --help` and the serving commands start without torch."""
     from . import archive, build, models  # torch: only once a build is asked for
 

@@ -22,9 +22,9 @@ from tsvk.preprocess.tensor_ops import Normalizer
 from tsvk.tasks import task_kind
 from tsvk.tasks.segment import resize_groups
 
-from . import defaults
-from .errors import UsageError
-from .images import SKIMAGE_PHOTOS, image_bytes
+from .. import defaults
+from ..errors import UsageError
+from ..images import SKIMAGE_PHOTOS, image_bytes
 
 PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png")
 WNIDS_FILE = "wnids.txt"

@@ -22,8 +22,8 @@ from typing import Any
 from tsvk.settings import TASKS, ModelSource, PreprocessSettings
 from tsvk.tasks import task_kind
 
-from . import defaults
-from .errors import UsageError, WeightsUnavailable
+from .. import defaults
+from ..errors import UsageError, WeightsUnavailable
 from .task_builds import TASK_BUILDS, task_build
 
 WEIGHTS_DEFAULT = "DEFAULT"

@@ -14,10 +14,10 @@ from typing import Callable, Mapping
 
 from tsvk.tasks import TASKS, TaskKind
 
-from . import defaults
+from .. import defaults
 from . import task_preprocess
 from .backends import BACKENDS
-from .errors import UsageError
+from ..errors import UsageError
 from .verify import verify_artifact
 from .verify_int8 import verify_int8, verify_segmenter_int8
 from .verify_tasks import verify_detector, verify_segmenter

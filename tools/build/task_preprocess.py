@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from tsvk.settings import INTERPOLATIONS, PreprocessSettings
 
-from . import defaults
-from .errors import UsageError
+from .. import defaults
+from ..errors import UsageError
 
 
 def preprocess_from_weights(meta_weights) -> PreprocessSettings:

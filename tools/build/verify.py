@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Iterator
 
 from .backends import CompileTarget
-from .errors import UsageError
+from ..errors import UsageError
 
 
 @dataclass(frozen=True)

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass
 
 from tsvk.postprocess import first_tensor
 
-from . import defaults
+from .. import defaults
 from .backends import CompileTarget
 from .calibration import PhotoSet, one_photo_batches
-from .errors import UsageError
+from ..errors import UsageError
 from .verify_tasks import segmentation_sizes
 
 

@@ -19,9 +19,9 @@ from dataclasses import asdict, dataclass
 from tsvk.postprocess import first_tensor
 from tsvk.tasks.detector_model import detections, set_score_threshold
 
-from . import defaults
+from .. import defaults
 from .backends import CompileTarget
-from .errors import UsageError
+from ..errors import UsageError
 from .verify import Tolerance, exact_fp32, tolerance_for
 
 

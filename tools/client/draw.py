@@ -11,9 +11,9 @@ import base64
 import io
 from pathlib import Path
 
-from . import defaults
-from .errors import UsageError
-from .fsutil import atomic_path
+from .. import defaults
+from ..errors import UsageError
+from ..fsutil import atomic_path
 from .predict import ask
 
 COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),

@@ -11,12 +11,12 @@ from pathlib import Path
 
 from tsvk.deadline import ARRIVAL_HEADER
 
-from . import defaults
-from .errors import UsageError
-from .images import image_bytes
-from .keys import call_with_fresh_key
-from .server import find_running
-from .oip.client import predict_oip
+from .. import defaults
+from ..errors import UsageError
+from ..images import image_bytes
+from ..serve.keys import call_with_fresh_key
+from ..serve.server import find_running
+from ..oip.client import predict_oip
 
 
 PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")

@@ -1,7 +1,7 @@
 """`tsvk status` / `make status`: what our TorchServe is doing right now.
 
 Only a TorchServe that `tsvk serve` started counts, found through its run directory's pid file and
-the same is-it-ours check `tsvk stop` uses (tools/server.py), so another TorchServe on the machine is
+the same is-it-ours check `tsvk stop` uses (tools/serve/server.py), so another TorchServe on the machine is
 never reported as ours. The models and their workers come from TorchServe's management API, memory
 and uptime from the process group, the OIP front from its own pid file.
 """
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import psutil
 
-from . import defaults
-from .keys import KEY_FILE
-from .oip.config import is_oip_config, read_front_config
-from .oip.process import front_pid, front_urls
-from .server import TorchServeRun, find_running
+from .. import defaults
+from ..serve.keys import KEY_FILE
+from ..oip.config import is_oip_config, read_front_config
+from ..oip.process import front_pid, front_urls
+from ..serve.server import TorchServeRun, find_running
 
 GRPC_PORT_KEYS = ("grpc_inference_port", "grpc_management_port")
 API_TIMEOUT_S = 5

@@ -22,8 +22,8 @@ from pathlib import Path
 import yaml
 from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
 
-from ..archive_info import MODEL_CONFIG_NAME
-from ..serving_config import batch_problem
+from ..build.archive_info import MODEL_CONFIG_NAME
+from ..serve.serving_config import batch_problem
 from . import torchserve as ts
 from .config_rules import Context, ServedModel, is_true
 from .findings import ERROR, WARNING, Finding

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from ..archive_info import read_archive_settings
+from ..build.archive_info import read_archive_settings
 from .report import gpu_package_versions
 from .weights import SEEDED, weights_argument
 

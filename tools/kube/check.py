@@ -23,8 +23,8 @@ import yaml
 
 from ..errors import UsageError
 from ..images import image_bytes
-from ..ports import free_ports
-from ..server import start_torchserve
+from ..serve.ports import free_ports
+from ..serve.server import start_torchserve
 from . import checks, drain, load, pod as podlib
 from .chart import REPO, Rendered, Variant, render
 from .probes import wait_ready

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import requests
 
 from ..bench.loadgen import HttpTarget, run_closed_loop, summarize_records
-from ..drain import is_stop_refusal
+from ..serve.drain import is_stop_refusal
 
 OPEN_LOOP_THREADS = 64
 

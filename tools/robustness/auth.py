@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 import psutil
 from tsvk.properties import read_properties
 
-from ..keys import current_key, is_key_refusal, stop_key_renewer
+from ..serve.keys import current_key, is_key_refusal, stop_key_renewer
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
 from . import checks, watch

@@ -1,7 +1,7 @@
 """Send requests to a running TorchServe the way the documented client does, and record each answer.
 
 Every request carries the current inference key (re-read and resent when TorchServe refuses a key:
-tools/keys.py) and an X-Request-Start stamp, so deadlines apply. Concurrency is a thread pool with
+tools/serve/keys.py) and an X-Request-Start stamp, so deadlines apply. Concurrency is a thread pool with
 one HTTP session per thread; nothing here retries a request for any reason but a refused key.
 """
 
@@ -19,7 +19,7 @@ from typing import Callable, Sequence
 import requests
 from tsvk.deadline import ARRIVAL_HEADER
 
-from ..keys import call_with_fresh_key
+from ..serve.keys import call_with_fresh_key
 
 CLIENT_ERROR = 0  # status recorded when no HTTP answer came back (timeout, connection reset)
 ANSWER_BODY_KEPT = 64 * 1024

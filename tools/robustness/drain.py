@@ -25,7 +25,7 @@ from typing import Callable
 import requests
 
 from .. import defaults
-from ..drain import DrainReport, arrivals, is_stop_refusal
+from ..serve.drain import DrainReport, arrivals, is_stop_refusal
 from .service import ServiceSpec, running_service
 
 SENDERS = 128  # threads sending; enough that none waits for a free one at the rates measured here
@@ -37,7 +37,7 @@ class Outcome:
     sent_at: float
     status: int | None = None  # None: no HTTP answer
     error: str = ""  # why there was no answer
-    stop_refusal: bool = False  # a 503 saying the server is stopping (tools/drain.py, is_stop_refusal)
+    stop_refusal: bool = False  # a 503 saying the server is stopping (tools/serve/drain.py, is_stop_refusal)
 
     @property
     def refused(self) -> bool:

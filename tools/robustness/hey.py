@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 
 from ..errors import UsageError
-from ..keys import current_key, renew_keys
-from ..server import find_running
+from ..serve.keys import current_key, renew_keys
+from ..serve.server import find_running
 from .client import Answer, Target
 
 

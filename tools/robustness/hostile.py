@@ -16,7 +16,7 @@ import psutil
 
 from tsvk.tasks import task_kind
 
-from ..keys import call_with_fresh_key, current_key
+from ..serve.keys import call_with_fresh_key, current_key
 from . import checks, watch
 from .attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS, Attack, hostile_classes, large_burst
 from .checks import judged

@@ -13,13 +13,13 @@ from ..cpus import detect_vcpus
 from tsvk.tasks import task_kind
 
 from .. import progress
-from ..archive import build_archive, handler_sources
-from ..archive_info import handler_differences
+from ..build.archive import build_archive, handler_sources
+from ..build.archive_info import handler_differences
 from ..bench.assets import sources_digest
-from ..build import BuildRequest
+from ..build.build import BuildRequest
 from ..errors import UsageError
 from ..fsutil import atomic_path
-from ..models import torchvision_builders
+from ..build.models import torchvision_builders
 from . import auth, checks, hostile, parts
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged

@@ -11,13 +11,13 @@ from typing import Iterator
 from .. import defaults
 from .. import progress
 from ..images import jpeg_bytes, photo_array
-from ..archive_info import read_archive_settings
-from ..keys import start_key_renewer
+from ..build.archive_info import read_archive_settings
+from ..serve.keys import start_key_renewer
 from ..oip.config import read_front_config
 from ..oip.process import front_urls, start_front, wait_front_ready
-from ..ports import free_ports
-from ..server import start_torchserve
-from ..serving_config import ServingRequest, write_config
+from ..serve.ports import free_ports
+from ..serve.server import start_torchserve
+from ..serve.serving_config import ServingRequest, write_config
 from .parts import Service
 
 QUEUE_CLIENTS = 50  # --concurrency for the config: job_queue_size = 100, TorchServe's smallest useful queue

@@ -18,11 +18,11 @@ import psutil
 from .. import defaults
 from ..cpus import detect_vcpus
 
-from ..allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
+from ..serve.allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
 from ..bench.report import git_state
 from ..errors import UsageError
 from ..fsutil import point_latest
-from ..keys import RENEWER_PID_FILE
+from ..serve.keys import RENEWER_PID_FILE
 from . import checks, watch
 from .client import Answer, closed_loop, percentile, send
 from .corpus import generate_corpus

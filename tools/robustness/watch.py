@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ..bench.sampler import Periodic
-from ..server import TorchServeRun, group_is_ours
+from ..serve.server import TorchServeRun, group_is_ours
 
 WORKER_MARKER = "model_service_worker"
 
@@ -126,7 +126,7 @@ def _role(process: psutil.Process) -> str:
         return f"worker {process.pid}"
     if "org.pytorch.serve.ModelServer" in words:
         return "frontend"
-    if "tsvk_tools.keys" in words:
+    if "tsvk_tools.serve.keys" in words:
         return "key renewer"
     return f"{process.name()} {process.pid}"
 

@@ -13,8 +13,8 @@ import ctypes.util
 import os
 from pathlib import Path
 
-from . import defaults
-from .errors import UsageError
+from .. import defaults
+from ..errors import UsageError
 
 JEMALLOC_SONAME = "libjemalloc.so.2"
 # Where Debian/Ubuntu (multiarch), Fedora/RHEL and source builds put it.

@@ -1,5 +1,5 @@
 """`tsvk run-container`: the image's PID 1. Starts TorchServe (and the OIP front when asked), reaps every
-orphan the container's processes leave, and on SIGTERM or SIGINT drains and stops (tools/drain.py) before
+orphan the container's processes leave, and on SIGTERM or SIGINT drains and stops (tools/serve/drain.py) before
 exiting, so that a pod deletion or rollout answers the requests TorchServe has taken in.
 
 A PID 1 gets no default signal actions from the kernel: `torchserve --foreground` as PID 1 ignored
@@ -20,9 +20,9 @@ from pathlib import Path
 from tsvk.properties import read_properties
 
 from .drain import add_drain_timeout_argument, describe_drain
-from .oip.config import is_oip_config
-from .oip.process import start_front
-from .processes import signal_group
+from ..oip.config import is_oip_config
+from ..oip.process import start_front
+from ..processes import signal_group
 from .server import TorchServeRun, start_torchserve
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -83,7 +83,7 @@ def cmd_run_container(args: argparse.Namespace) -> int:
 def workers_pythonpath() -> dict[str, str]:
     """PYTHONPATH for TorchServe without the folder this entrypoint was imported from (the image's /opt/tsvk):
     workers import the handler packed in each archive, never an installed copy."""
-    own = str(Path(__file__).resolve().parents[1])
+    own = str(Path(__file__).resolve().parents[2])
     kept = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and str(Path(entry).resolve()) != own]
     return {"PYTHONPATH": os.pathsep.join(kept)}
 
@@ -113,9 +113,9 @@ def _forward(run: TorchServeRun, signum: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m tsvk_tools.container`: the same command without the rest of the CLI, whose build, bench and
+    """`python -m tsvk_tools.serve.container`: the same command without the rest of the CLI, whose build, bench and
     robustness commands import packages (hypothesis among them) that the serving image does not carry."""
-    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.container")
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.serve.container")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["run-container", *(sys.argv[1:] if argv is None else argv)])
     return args.func(args)

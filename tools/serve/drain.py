@@ -52,7 +52,7 @@ from typing import Callable, Iterable, Protocol
 import psutil
 from tsvk.errors import ServerStopping
 
-from . import defaults
+from .. import defaults
 
 ACCESS_LOG = "access_log.log"
 ARRIVALS_METRIC = "ts_inference_requests_total"

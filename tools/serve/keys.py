@@ -25,8 +25,8 @@ import urllib.request
 from pathlib import Path
 from typing import Callable
 
-from .errors import UsageError
-from .processes import Owned, read_pid_file, signal_if_ours, start_detached, write_pid_file
+from ..errors import UsageError
+from ..processes import Owned, read_pid_file, signal_if_ours, start_detached, write_pid_file
 
 KEY_FILE = "key_file.json"
 RENEWER_PID_FILE = "key-renewer.pid"
@@ -98,7 +98,7 @@ def start_key_renewer(run) -> subprocess.Popen | None:
     if run.properties.get("disable_token_authorization", "false").lower() == "true":
         return None
     watched = run.owned_process
-    command = [sys.executable, "-m", "tsvk_tools.keys", "--run-dir", str(run.run_dir), "--management-url", run.url("management"),
+    command = [sys.executable, "-m", "tsvk_tools.serve.keys", "--run-dir", str(run.run_dir), "--management-url", run.url("management"),
                "--period-s", str(renewal_period_s(run.properties)), "--watch-pid", str(watched.pid),
                "--watch-started-at", str(watched.started_at or 0), *[f"--watch-marker={m}" for m in watched.markers]]
     child = start_detached(command, run.run_dir / "logs" / "key-renewer.log", cwd=run.run_dir)
@@ -138,7 +138,7 @@ def _renew_logged(run_dir: Path, management_url: str, period: float) -> float:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.keys", description="renew TorchServe's keys while it runs")
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.serve.keys", description="renew TorchServe's keys while it runs")
     parser.add_argument("--run-dir", type=Path, required=True)
     parser.add_argument("--management-url", required=True)
     parser.add_argument("--period-s", type=float, required=True)

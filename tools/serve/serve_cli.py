@@ -9,14 +9,14 @@ from pathlib import Path
 
 from tsvk.properties import read_properties
 
-from . import defaults, progress
+from .. import defaults, progress
 from .allocator import add_allocator_argument, describe as describe_allocator
-from .arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
+from ..arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
 from .drain import add_drain_timeout_argument, describe_drain
-from .errors import UsageError
+from ..errors import UsageError
 from .keys import KEY_FILE, KEY_TYPES, current_key, renew_keys, start_key_renewer
-from .oip.config import is_oip_config, read_front_config
-from .oip.process import front_urls, start_front, wait_front_ready
+from ..oip.config import is_oip_config, read_front_config
+from ..oip.process import front_urls, start_front, wait_front_ready
 from .server import find_running, start_torchserve
 from .serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config, write_plan
 

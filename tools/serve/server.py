@@ -24,14 +24,14 @@ from pathlib import Path
 from tsvk.properties import read_properties
 from tsvk.stopping import STOP_MARKER_ENV
 
-from . import defaults
+from .. import defaults
 from .allocator import allocator_env
 from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid, stop_accepting
-from .errors import PortTaken, UsageError
+from ..errors import PortTaken, UsageError
 from .keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
-from .oip.process import stop_front
-from .processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
-from .processes import group_is_ours as _group_is_ours
+from ..oip.process import stop_front
+from ..processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
+from ..processes import group_is_ours as _group_is_ours
 
 PID_FILE = "torchserve.pid"
 STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/stopping.py)
@@ -128,7 +128,7 @@ class TorchServeRun:
         return "\n".join(text)
 
     def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
-        """Drain, then stop (tools/drain.py): the OIP front first; then TorchServe stops accepting, answers every
+        """Drain, then stop (tools/serve/drain.py): the OIP front first; then TorchServe stops accepting, answers every
         request it had taken in, refuses the rest with a 503 and, once it holds none (at most `drain_timeout` s
         in all), gets SIGTERM to our process session, and SIGKILL to what is still ours and running
         `kill_timeout` s later (after the drain nothing in flight depends on TorchServe's own slow shutdown).
@@ -170,7 +170,7 @@ class TorchServeRun:
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None,
                      allocator: str = defaults.ALLOCATOR) -> TorchServeRun:
     """Start TorchServe in the background in its own session, its frontend and workers on `allocator`
-    (tools/allocator.py); refuses if this run dir has a live one."""
+    (tools/serve/allocator.py); refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
         raise UsageError(f"config {config} not found; generate it with `tsvk config`")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from . import defaults
+from .. import defaults
 
 from .memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 

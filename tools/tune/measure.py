@@ -24,9 +24,9 @@ from ..bench.sampler import TreeSampler, window_stats
 from ..bench.stats import latency_summary
 from ..bench.systems.base import identity
 from ..errors import UsageError
-from ..ports import serving_on_free_ports
-from ..server import UNIX_SOCKET_PATH_MAX, WORKER_SOCKET_NAME, TorchServeRun, start_torchserve
-from ..serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
+from ..serve.ports import serving_on_free_ports
+from ..serve.server import UNIX_SOCKET_PATH_MAX, WORKER_SOCKET_NAME, TorchServeRun, start_torchserve
+from ..serve.serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
 from .search import Measurement
 from .space import Candidate
 

@@ -12,7 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ..fsutil import write_text_atomic
-from ..serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
+from ..serve.serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
 from .measure import choices_of
 from .search import Goal, SearchResult, Trial, problems_of, violation
 

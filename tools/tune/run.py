@@ -20,12 +20,12 @@ from functools import partial
 from pathlib import Path
 
 from .. import defaults
-from ..archive_info import list_archives, read_archive_settings
+from ..build.archive_info import list_archives, read_archive_settings
 from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
-from ..memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
-from ..serving_config import ServingRequest, plan_serving
+from ..serve.memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
+from ..serve.serving_config import ServingRequest, plan_serving
 from .measure import Bench, measure_candidate, socket_path_problem
 from .report import result_document, write_results, write_tuned_config
 from .search import Goal, Search

@@ -18,9 +18,9 @@ from tsvk import oip
 from ..loadgen import HttpTarget
 from ...oip.config import read_front_config
 from ...oip.process import front_urls, start_front, wait_front_ready
-from ...ports import free_ports
+from ...serve.ports import free_ports
 from ...processes import stopped_on_failure
-from ...serving_config import write_config
+from ...serve.serving_config import write_config
 from .base import Deployment, RunContext
 from .torchserve import Ours, serve
 

@@ -16,12 +16,12 @@ from pathlib import Path
 from ... import defaults
 from ..loadgen import HttpTarget
 from ..tsmetrics import read_worker_env, torchserve_profile
-from ...allocator import describe as describe_allocator
+from ...serve.allocator import describe as describe_allocator
 from ...errors import UsageError
-from ...ports import free_ports, serving_on_free_ports
+from ...serve.ports import free_ports, serving_on_free_ports
 from ...processes import stopped_on_failure
-from ...server import start_torchserve
-from ...serving_config import plan_with_choices, tuned_choices, write_config, write_plan
+from ...serve.server import start_torchserve
+from ...serve.serving_config import plan_with_choices, tuned_choices, write_config, write_plan
 from .base import Deployment, RunContext, System, identity
 
 RESPONSE_TIMEOUT_S = 300

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..apps import environment
 from ..loadgen import HttpTarget
-from ...ports import free_port
+from ...serve.ports import free_port
 from .base import Deployment, RunContext, System
 from ...processes import start_detached, stopped_on_failure
 from .process import clean_env, http_ok, wait_until

@@ -10,7 +10,7 @@ import importlib
 
 from tsvk.settings import ARTIFACT_FORMATS
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .base import Backend, CompileTarget, prepare_model
 from .tensorrt import require_tensorrt
 

@@ -4,9 +4,9 @@ dynamic int8 (`tsvk.openvino_detector`).
 
 The IR has a dynamic batch 1..max_batch (a segmenter's height and width are dynamic too) and travels
 as one zip (`tsvk.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
-preprocessed as the handler does (`target.calibration`, chosen by `tools/calibration.py`: one tensor
+preprocessed as the handler does (`target.calibration`, chosen by `tools/build/calibration.py`: one tensor
 per photo, each at its own size for a segmenter); its answers are verified on held-out photos, not by
-a logit tolerance (`tools/verify_int8.py`). Like every artifact, it is loaded back
+a logit tolerance (`tools/build/verify_int8.py`). Like every artifact, it is loaded back
 for verification by the handler's own loader (`tsvk.loading`), so the build verifies what a worker runs.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 from tsvk.openvino_ir import write_ir_zip
 from tsvk.tasks import task_kind
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .base import Backend, CompileTarget
 from .export import SEGMENT_MIN_SIDE
 

@@ -18,7 +18,7 @@ import re
 import zipfile
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .base import CompileTarget
 
 CALIBRATION_CHUNK = 8  # photos per calibration forward (at most the exported batch range): the observers see every photo

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 from .base import Backend, CompileTarget
 
 
