@@ -4,12 +4,14 @@ from __future__ import annotations
 
 
 def registry() -> dict:
-    from .ceiling import ComputeCeiling, FastCeiling
+    from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling
     from .decentralized import Decentralized
     from .oip import OursOipGrpc, OursOipRest
+    from .peers import LitServeFast, TorchServeBest, Triton
     from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
     from .webapps import FlaskGunicorn, LitServeBatched
 
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
-               FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling()]
+               FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling(),
+               TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling()]
     return {system.name: system for system in systems}

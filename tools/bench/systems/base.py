@@ -33,6 +33,7 @@ class RunContext:
     options: BenchOptions
     vcpus: int
     run_dir: Path
+    _pt2_mars: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def weights(self) -> Path:
@@ -67,6 +68,14 @@ class RunContext:
         from ..assets import stock_archive
 
         return stock_archive(self.options, self.weights)
+
+    def pt2_mar(self, backend: str) -> Path:
+        """The stock eager archive with TorchServe's `pt2` compile for `backend` (built once per run and backend)."""
+        if backend not in self._pt2_mars:
+            from ..assets import pt2_archive
+
+            self._pt2_mars[backend] = pt2_archive(self.options, self.weights, backend)
+        return self._pt2_mars[backend]
 
     def system_dir(self, name: str) -> Path:
         path = self.run_dir / name

@@ -1,0 +1,110 @@
+"""The peer rows at their seams: TorchServe's pt2 model-config, the variants each peer is tried with, the Triton
+and LitServe command lines and the files they are given from the fast archive, and the pipeline ceiling's probe."""
+
+import json
+import zipfile
+from pathlib import Path
+
+import yaml
+
+from tsvk_tools.bench.assets import pt2_model_config
+from tsvk_tools.bench.options import BenchOptions
+from tsvk_tools.bench.systems import registry
+from tsvk_tools.bench.systems.base import RunContext
+from tsvk_tools.bench.systems.ceiling import FastPipelineCeiling
+from tsvk_tools.bench.systems.peers import (APPS, PT2_BACKENDS, TRITON_PYTHON, Triton, fast_model_files, model_arguments,
+                                           pt2_variants, split_variants, triton_command)
+
+FILES = {"xml": Path("/ir/model.xml"), "labels": Path("/ir/labels.json"), "resize": 232, "crop": 224,
+         "mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]}
+
+
+def test_pt2_model_config_is_what_torchserve_012_base_handler_compiles_with():
+    """ts/torch_handler/base_handler.py 0.12.0: pt2.compile.enable == True, then torch.compile(model, backend=B)."""
+    for backend in PT2_BACKENDS:
+        config = yaml.safe_load(pt2_model_config(backend))
+        assert config == {"pt2": {"compile": {"enable": True, "backend": backend}}}
+
+
+def test_torchserve_best_tries_every_backend_with_every_worker_count():
+    variants = pt2_variants(2, "cpu")
+    assert variants == [{"backend": "inductor", "workers": 1, "threads": 2}, {"backend": "inductor", "workers": 2, "threads": 1},
+                        {"backend": "openvino", "workers": 1, "threads": 2}, {"backend": "openvino", "workers": 2, "threads": 1}]
+
+
+def test_instances_or_workers_split_the_vcpus():
+    assert split_variants(4, "instances") == [{"instances": 1, "threads": 4}, {"instances": 2, "threads": 2},
+                                              {"instances": 3, "threads": 1}, {"instances": 4, "threads": 1}]
+
+
+def test_model_arguments_carry_the_archives_preprocessing():
+    args = model_arguments(FILES, 2)
+    assert args[args.index("--threads") + 1] == "2"
+    assert args[args.index("--resize") + 1] == "232"
+    assert args[args.index("--mean") + 1: args.index("--mean") + 4] == ["0.485", "0.456", "0.406"]
+
+
+def test_triton_command_runs_the_app_script_from_the_triton_venv_without_resolving_its_python():
+    python = Path("/p/.venv-triton/bin/python")
+    command = triton_command(python, FILES, "resnet50", (1, 2, 3), {"instances": 2, "threads": 1}, 8, 100)
+    assert command[:2] == [str(python), str(APPS / "triton_app.py")]
+    for flag, value in (("--http-port", "1"), ("--grpc-port", "2"), ("--metrics-port", "3"), ("--instances", "2"),
+                        ("--max-batch-size", "8"), ("--max-queue-delay-ms", "100"), ("--model-name", "resnet50")):
+        assert command[command.index(flag) + 1] == value
+
+
+def test_triton_app_parses_what_the_harness_passes():
+    from tsvk_tools.bench.apps.triton_app import build_parser
+
+    command = triton_command(Path("python"), FILES, "resnet50", (1, 2, 3), {"instances": 1, "threads": 2}, 8, 100)
+    args = build_parser().parse_args(command[2:])
+    assert (args.instances, args.threads, args.crop, args.std) == (1, 2, 224, [0.229, 0.224, 0.225])
+
+
+def test_triton_is_left_out_without_its_venv(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    reason = Triton().unavailable(None)
+    assert str(TRITON_PYTHON) in reason and "make triton-venv" in reason
+
+
+def _fast_mar(path: Path) -> Path:
+    ir = path / "model.ov.zip"
+    with zipfile.ZipFile(ir, "w") as bundle:
+        bundle.writestr("model.xml", "<net/>")
+        bundle.writestr("model.bin", b"\0")
+    config = {"tsvk": {"model_name": "resnet18", "artifact": {"file": "model.ov.zip", "format": "openvino", "precision": "int8",
+                                                               "source": {"kind": "torchvision", "builder": "resnet18"}},
+                       "task": "classify", "preprocess": {"resize": 240, "crop": 200}}}
+    mar = path / "resnet18.mar"
+    with zipfile.ZipFile(mar, "w") as bundle:
+        bundle.writestr("model-config.yaml", yaml.safe_dump(config))
+        bundle.write(ir, "model.ov.zip")
+    return mar
+
+
+def test_fast_model_files_unpack_the_same_ir_and_preprocessing(tmp_path):
+    ctx = RunContext(BenchOptions(model="resnet18", systems=("triton",)), 2, tmp_path / "run")
+    ctx.__dict__["fast_mar"] = _fast_mar(tmp_path)  # the cached_property, filled as if built
+    folder = tmp_path / "triton"
+    folder.mkdir()
+    files = fast_model_files(ctx, folder)
+    assert files["xml"].read_text() == "<net/>" and (folder / "model.bin").is_file()
+    assert (files["resize"], files["crop"]) == (240, 200)
+    assert len(json.loads(files["labels"].read_text())) == 1000
+    assert not (folder / "ir.zip").exists()
+
+
+def test_pipeline_ceiling_times_the_whole_pipeline_for_the_round(tmp_path):
+    ctx = RunContext(BenchOptions(model="resnet18", systems=("ceiling_pipeline_fast",), round_seconds=20.5), 2, tmp_path)
+    assert FastPipelineCeiling().probe_arguments(ctx) == ["--seconds", "20.5", "--pipeline-batch", "8"]
+
+
+def test_every_peer_is_registered():
+    assert {"torchserve_best", "triton", "litserve_fast", "ceiling_pipeline_fast"} <= set(registry())
+
+
+def test_the_triton_apps_import_nothing_the_triton_venv_lacks():
+    """The Triton venv has NumPy, Pillow, openvino and PyTriton only: no torch, no tsvk."""
+    for app in ("openvino_classifier.py", "triton_app.py"):
+        imports = [line for line in (APPS / app).read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
+        assert not [line for line in imports if "torch" in line.replace("pytriton", "") or "tsvk" in line], app

@@ -1,0 +1,58 @@
+"""LitServe with dynamic batching serving the OpenVINO IR, as a LitServe user would wrap it: base64 JPEG in a
+JSON body, decoded and transformed per request with Pillow and NumPy (apps/openvino_classifier.py), the IR
+run per batch. `--workers` inference workers per CPU, each with its own compiled IR and `--threads` threads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+
+import litserve as ls
+import numpy as np
+
+from .openvino_classifier import add_model_arguments, classifier_from_args
+
+
+class OpenVinoClassifierAPI(ls.LitAPI):
+    """Module level: LitServe pickles the API into its inference worker processes."""
+
+    def __init__(self, model_args: argparse.Namespace, **options):
+        super().__init__(**options)
+        self.model_args = model_args
+
+    def setup(self, device):
+        self.classifier = classifier_from_args(self.model_args)
+
+    def decode_request(self, request):
+        return self.classifier.tensor(base64.b64decode(request["image"]))
+
+    def batch(self, inputs):
+        return np.stack(inputs)
+
+    def predict(self, batch):
+        return self.classifier.logits(batch)
+
+    def unbatch(self, output):
+        return self.classifier.answers(output)
+
+    def encode_response(self, output):
+        return output
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    add_model_arguments(parser)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--workers", type=int, default=1, help="LitServe inference workers (workers_per_device on the CPU)")
+    parser.add_argument("--max-batch-size", type=int, default=8)
+    parser.add_argument("--batch-timeout", type=float, default=0.1)
+    parser.add_argument("--timeout", type=float, default=300)
+    args = parser.parse_args(argv)
+    api = OpenVinoClassifierAPI(args, max_batch_size=args.max_batch_size, batch_timeout=args.batch_timeout, api_path="/predict")
+    server = ls.LitServer(api, accelerator="cpu", workers_per_device=args.workers, timeout=args.timeout)
+    server.run(host="127.0.0.1", port=args.port, generate_client_file=False, log_level="warning")
+
+
+if __name__ == "__main__":
+    main()
