@@ -108,3 +108,26 @@ def test_the_triton_apps_import_nothing_the_triton_venv_lacks():
     for app in ("openvino_classifier.py", "triton_app.py"):
         imports = [line for line in (APPS / app).read_text().splitlines() if line.lstrip().startswith(("import ", "from "))]
         assert not [line for line in imports if "torch" in line.replace("pytriton", "") or "tsvk" in line], app
+
+
+def test_the_eager_model_file_builds_a_classifier_without_arguments(tmp_path, monkeypatch):
+    """TorchServe's _load_pickled_model calls the one class with no arguments; a classifier's builder takes no
+    weights_backbone (torchvision raises TypeError for it)."""
+    import importlib
+
+    import torch
+
+    from tsvk_tools.bench import assets
+
+    captured = {}
+    monkeypatch.setattr(assets, "labels_for", lambda model: ["a"] * 10)
+    monkeypatch.setattr(assets.subprocess, "run", lambda command, **_: captured.setdefault("command", command) and
+                        type("Done", (), {"returncode": 0})())
+    weights = tmp_path / "weights.pt"
+    torch.save(torch.nn.Linear(1, 1).state_dict(), weights)
+    assets._archive_eager(BenchOptions(model="resnet18", systems=("torchserve_best",)), weights, tmp_path / "labels.json",
+                          tmp_path, "image_classifier", tmp_path / "model-config.yaml")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    model = importlib.import_module("model").TorchvisionModel()
+    assert model.model.fc.out_features == 10
+    assert captured["command"][-2:] == ["--config-file", str(tmp_path / "model-config.yaml")]

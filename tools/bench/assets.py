@@ -31,7 +31,7 @@ import torchvision
 class TorchvisionModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.model = torchvision.models.get_model("{builder}", weights=None, weights_backbone=None, num_classes={classes})
+        self.model = torchvision.models.get_model("{builder}", weights=None, {backbone}num_classes={classes})
 
     def forward(self, images):
         return self.model(images)
@@ -225,7 +225,8 @@ def _archive_eager(options: BenchOptions, weights: Path, labels: Path, work: Pat
     import torch
 
     model_file = work / "model.py"
-    model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model))))
+    backbone = "" if options.task == "classify" else "weights_backbone=None, "  # a classifier's builder takes no backbone
+    model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model)), backbone=backbone))
     state = {f"model.{key}": value for key, value in torch.load(weights, weights_only=True).items()}
     torch.save(state, work / "model.pth")
     export = work / "export"
