@@ -107,3 +107,16 @@ def test_chart_title_names_host_date_and_commit():
               "machine": {"vcpus": 2, "host": "box", "cpu": "AMD EPYC"}, "git": {"commit": "0123456789abcdef"}}
     title = chart_title(result)
     assert "host box (AMD EPYC)" in title and "2026-11-25T20:00" in title and "commit 0123456789" in title
+
+
+def test_a_system_that_answers_no_warm_up_request_fails_before_its_load():
+    import pytest
+
+    from tsvk_tools.bench.harness import require_an_answer
+    from tsvk_tools.bench.loadgen import RequestRecord
+
+    failed = RequestRecord(0.0, 1.0, 500, error="AssertionError: sources must not be empty")
+    with pytest.raises(RuntimeError, match="none of 2 warm-up requests.*500 AssertionError: sources must not be empty"):
+        require_an_answer([failed, failed])
+    require_an_answer([failed, RequestRecord(0.0, 1.0, 200)])
+    require_an_answer([])

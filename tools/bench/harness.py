@@ -156,6 +156,7 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
         warmup = options.warmup_requests
         with progress.step(f"warm up {system.name}", f"{warmup} requests"):
             warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        require_an_answer(warm)
         before = deployment.profile() if deployment.profile else None
         load_start = time.monotonic()
         total, until = round_load(options, load_start)
@@ -172,6 +173,13 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
         measured["profile"] = profile_difference(before or {}, after)
         measured["details"]["workers_after_load"] = after.get("workers", [])
     return measured, (load_start, load_end)
+
+
+def require_an_answer(warm: list) -> None:
+    """A system that answered none of its warm-up requests fails here (with the first error) instead of spending
+    a round's load on errors: a compile backend that cannot compile fails every request, not the start."""
+    if warm and not any(record.ok for record in warm):
+        raise RuntimeError(f"none of {len(warm)} warm-up requests was answered; the first: {warm[0].status} {warm[0].error}")
 
 
 def round_load(options, start: float) -> tuple[int, float | None]:
