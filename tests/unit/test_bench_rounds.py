@@ -120,3 +120,16 @@ def test_a_system_that_answers_no_warm_up_request_fails_before_its_load():
         require_an_answer([failed, failed])
     require_an_answer([failed, RequestRecord(0.0, 1.0, 200)])
     require_an_answer([])
+
+
+def test_diagnosis_splits_ours_fast_against_its_pipeline_ceiling_and_lists_peer_variants():
+    from tsvk_tools.bench.diagnosis import explain
+
+    systems = _peer_systems()
+    systems["ours_fast"]["profile"] = {"per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 100.0},
+                                                     "TsvkInferenceMs": {"mean": 250.0}}}
+    systems["ceiling_pipeline_fast"]["details"] = {"best_batch": 8}
+    text = "\n".join(explain(systems))
+    assert "ours_fast / its pipeline ceiling = 0.95" in text
+    assert "ours_fast: batches averaged 8.0 images; per batch 100 ms decode+preprocess and 250 ms inference" in text
+    assert "torchserve_best tried: : 6.0 img/s; backend openvino, workers 1: failed (AssertionError: sources must not be empty)" in text
