@@ -6,16 +6,16 @@ run per batch. `--workers` inference workers per CPU, each with its own compiled
 from __future__ import annotations
 
 import argparse
-import base64
 
 import litserve as ls
 import numpy as np
 
+from .litserve_app import ClassifierAPI
 from .openvino_classifier import add_model_arguments, classifier_from_args
 
 
-class OpenVinoClassifierAPI(ls.LitAPI):
-    """Module level: LitServe pickles the API into its inference worker processes."""
+class OpenVinoClassifierAPI(ClassifierAPI):
+    stack = staticmethod(np.stack)
 
     def __init__(self, model_args: argparse.Namespace, **options):
         super().__init__(**options)
@@ -23,21 +23,6 @@ class OpenVinoClassifierAPI(ls.LitAPI):
 
     def setup(self, device):
         self.classifier = classifier_from_args(self.model_args)
-
-    def decode_request(self, request):
-        return self.classifier.tensor(base64.b64decode(request["image"]))
-
-    def batch(self, inputs):
-        return np.stack(inputs)
-
-    def predict(self, batch):
-        return self.classifier.logits(batch)
-
-    def unbatch(self, output):
-        return self.classifier.answers(output)
-
-    def encode_response(self, output):
-        return output
 
 
 def main(argv: list[str] | None = None) -> None:
