@@ -131,3 +131,23 @@ def test_the_eager_model_file_builds_a_classifier_without_arguments(tmp_path, mo
     model = importlib.import_module("model").TorchvisionModel()
     assert model.model.fc.out_features == 10
     assert captured["command"][-2:] == ["--config-file", str(tmp_path / "model-config.yaml")]
+
+
+def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tmp_path):
+    from tsvk_tools.bench.systems.peers import FastArtifactServer
+
+    class Fake(FastArtifactServer):
+        name, split = "fake", "instances"
+
+        def launch(self, ctx, folder, files, variant):
+            self.seen = (folder, files["xml"])
+            return type("Server", (), {"stop": lambda self: None})(), "target", {"extra": 1}
+
+    ctx = RunContext(BenchOptions(model="resnet18", systems=("triton",)), 2, tmp_path / "run")
+    ctx.__dict__["fast_mar"] = _fast_mar(tmp_path)
+    fake = Fake()
+    assert fake.variants(ctx) == [{"instances": 1, "threads": 2}, {"instances": 2, "threads": 1}]
+    deployment = fake.start(ctx, {"instances": 2, "threads": 1})
+    assert fake.seen == (tmp_path / "run" / "fake-i2", tmp_path / "run" / "fake-i2" / "model.xml")
+    assert deployment.details["extra"] == 1 and deployment.details["max_batch_size"] == 8
+    assert deployment.details["log"].endswith("fake-i2/server.log")

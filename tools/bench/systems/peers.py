@@ -122,8 +122,32 @@ def start_server(command: list[str], folder: Path, ready, timeout: float, what: 
     return server
 
 
-class Triton(System):
+class FastArtifactServer(System):
+    """A server a user writes around ours_fast's IR: one start per `split` count (instances or workers) x
+    vCPUs/count threads, given the IR, labels and preprocessing unpacked from the fast archive."""
+
+    split = ""  # what the vCPUs are split into: "instances" or "workers"
+
+    def prepare(self, ctx: RunContext) -> None:
+        ctx.fast_mar
+
+    def variants(self, ctx: RunContext) -> list[dict]:
+        return split_variants(ctx.vcpus, self.split)
+
+    def start(self, ctx: RunContext, variant: dict) -> Deployment:
+        folder = ctx.system_dir(f"{self.name}-{self.split[0]}{variant[self.split]}")
+        server, target, details = self.launch(ctx, folder, fast_model_files(ctx, folder), variant)
+        return Deployment(target, server.stop, {**variant, "max_batch_size": ctx.options.batch, **details,
+                                                "log": str(folder / "server.log")})
+
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
+        """Start the server, wait until it answers; its target and what to record of it."""
+        raise NotImplementedError
+
+
+class Triton(FastArtifactServer):
     name = "triton"
+    split = "instances"
     label = "Triton (PyTriton), OpenVINO int8"
     description = ("Triton Inference Server via PyTriton 0.7, dynamic batching (max batch 8, 100 ms queue delay), N model "
                    "instances x vCPUs/N threads (best N reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's "
@@ -135,46 +159,29 @@ class Triton(System):
             return f"{TRITON_PYTHON} is missing (`make triton-venv` builds it from Debian's python3)"
         return ""
 
-    def prepare(self, ctx: RunContext) -> None:
-        ctx.fast_mar
-
-    def variants(self, ctx: RunContext) -> list[dict]:
-        return split_variants(ctx.vcpus, "instances")
-
-    def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(f"{self.name}-i{variant['instances']}")
-        files = fast_model_files(ctx, folder)
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
         ports = tuple(free_ports(3))
         command = triton_command(TRITON_PYTHON.absolute(), files, ctx.options.model, ports, variant, ctx.options.batch,
                                  MAX_QUEUE_DELAY_MS)
         model_ready = f"http://127.0.0.1:{ports[0]}/v2/models/{ctx.options.model}/ready"
         server = start_server(command, folder, lambda: http_ok(model_ready), ctx.options.ready_timeout_s, "Triton")
         target = GrpcTarget(f"127.0.0.1:{ports[1]}", ctx.options.model, 300, input_shape=(1, 1))
-        return Deployment(target, server.stop, {**variant, "max_batch_size": ctx.options.batch, "max_queue_delay_ms": MAX_QUEUE_DELAY_MS,
-                                                "log": str(folder / "server.log"), "python": str(TRITON_PYTHON)})
+        return server, target, {"max_queue_delay_ms": MAX_QUEUE_DELAY_MS, "python": str(TRITON_PYTHON)}
 
 
-class LitServeFast(System):
+class LitServeFast(FastArtifactServer):
     name = "litserve_fast"
+    split = "workers"
     label = "LitServe, OpenVINO int8"
     description = ("LitServe 0.2 batched (max_batch_size 8, batch_timeout 0.1 s), W inference workers x vCPUs/W threads (best "
                    "W reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's Python API; base64 JSON requests, "
                    "decoded with Pillow, resized, center-cropped and normalized in NumPy (the same code as the Triton row)")
 
-    def prepare(self, ctx: RunContext) -> None:
-        ctx.fast_mar
-
-    def variants(self, ctx: RunContext) -> list[dict]:
-        return split_variants(ctx.vcpus, "workers")
-
-    def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(f"{self.name}-w{variant['workers']}")
-        files = fast_model_files(ctx, folder)
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
         (port,) = free_ports(1)
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_openvino_app", *model_arguments(files, variant["threads"]),
                    "--port", str(port), "--workers", str(variant["workers"]), "--max-batch-size", str(ctx.options.batch),
                    "--batch-timeout", "0.1"]
         server = start_server(command, folder, lambda: http_ok(f"http://127.0.0.1:{port}/health"), ctx.options.ready_timeout_s, "LitServe")
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
-        return Deployment(target, server.stop, {**variant, "max_batch_size": ctx.options.batch, "batch_timeout_s": 0.1,
-                                                "log": str(folder / "server.log")})
+        return server, target, {"batch_timeout_s": 0.1}
