@@ -151,3 +151,15 @@ def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tm
     assert fake.seen == (tmp_path / "run" / "fake-i2", tmp_path / "run" / "fake-i2" / "model.xml")
     assert deployment.details["extra"] == 1 and deployment.details["max_batch_size"] == 8
     assert deployment.details["log"].endswith("fake-i2/server.log")
+
+
+def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(monkeypatch):
+    """torch.compile's second compile (a dynamic batch size) must happen in the warm-up, not in the measured load."""
+    from tsvk_tools.bench.systems import base, peers
+
+    calls = []
+    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [total]
+    monkeypatch.setattr(peers, "run_closed_loop", fake)
+    monkeypatch.setattr(base, "run_closed_loop", fake)
+    warm = peers.TorchServeBest().warm_up("target", [b"jpeg"], BenchOptions(concurrency=16, systems=("torchserve_best",)))
+    assert calls == [(2, 1), (32, 16)] and warm == [2, 32]

@@ -153,9 +153,8 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
         deployment = system.start(ctx, variant)
     ready_s = time.monotonic() - began
     try:
-        warmup = options.warmup_requests
-        with progress.step(f"warm up {system.name}", f"{warmup} requests"):
-            warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        with progress.step(f"warm up {system.name}", f"{options.warmup_requests} requests"):
+            warm = system.warm_up(deployment.target, images, options)
         require_an_answer(warm)
         before = deployment.profile() if deployment.profile else None
         load_start = time.monotonic()

@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..loadgen import HttpTarget
+from ..loadgen import HttpTarget, run_closed_loop
 from ..options import BenchOptions
 
 
@@ -104,6 +104,11 @@ class System:
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         raise NotImplementedError
+
+    def warm_up(self, target: HttpTarget, images: list[bytes], options: BenchOptions) -> list:
+        """Unmeasured requests before the load, at the load's concurrency (at most as many clients as requests)."""
+        warmup = options.warmup_requests
+        return run_closed_loop(target, images, warmup, min(warmup, options.concurrency)) if warmup else []
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         raise NotImplementedError

@@ -28,13 +28,14 @@ from .oip import GrpcTarget
 from .process import ServerProcess, clean_env, http_ok, wait_until
 from .torchserve import STOCK_ALLOCATOR, TorchServeTuned, render, serve, stock_tuned_properties, tuned_worker_counts
 from .webapps import litserve_body
-from ..loadgen import HttpTarget
+from ..loadgen import HttpTarget, run_closed_loop
 
 PT2_BACKENDS = ("inductor", "openvino")
 # `make triton-venv`; relative to the project root, where make runs. Never resolve(): the venv is its symlinked python
 TRITON_PYTHON = Path(".venv-triton/bin/python")
 APPS = Path(__file__).resolve().parents[1] / "apps"
-MAX_QUEUE_DELAY_MS = 100  # as torchserve_tuned's maxBatchDelay
+MAX_QUEUE_DELAY_MS = 100
+SINGLE_WARMUP = 2  # requests sent one at a time (batches of one) before the full warm-up  # as torchserve_tuned's maxBatchDelay
 
 
 class TorchServeBest(TorchServeTuned):
@@ -51,6 +52,13 @@ class TorchServeBest(TorchServeTuned):
 
     def variants(self, ctx: RunContext) -> list[dict]:
         return pt2_variants(ctx.vcpus, ctx.options.device)
+
+    def warm_up(self, target: HttpTarget, images: list[bytes], options) -> list:
+        """torch.compile compiles at the first batch and again, for a dynamic batch size, at the first batch of another
+        size: a batch of one first, then the usual warm-up of full batches, so both compiles happen before the load
+        (otherwise the measured load waits minutes for the second)."""
+        single = run_closed_loop(target, images, SINGLE_WARMUP, 1)
+        return single + super().warm_up(target, images, options)
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         folder = ctx.system_dir(f"{self.name}-{variant['backend']}-w{variant['workers']}")
