@@ -158,8 +158,29 @@ def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(
     from tsvk_tools.bench.systems import base, peers
 
     calls = []
-    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [total]
+    from tsvk_tools.bench.loadgen import RequestRecord
+
+    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [RequestRecord(0, 1, 200)]
     monkeypatch.setattr(peers, "run_closed_loop", fake)
     monkeypatch.setattr(base, "run_closed_loop", fake)
-    warm = peers.TorchServeBest().warm_up("target", [b"jpeg"], BenchOptions(concurrency=16, systems=("torchserve_best",)))
-    assert calls == [(2, 1), (32, 16)] and warm == [2, 32]
+    deployment = base.Deployment("target", lambda: None, {"logs": "/nonexistent"})
+    warm = peers.TorchServeBest().warm_up(deployment, [b"jpeg"], BenchOptions(concurrency=16, systems=("torchserve_best",)))
+    assert calls == [(2, 1), (32, 16)] and len(warm) == 2
+
+
+def test_a_backend_that_cannot_compile_fails_with_the_workers_error(tmp_path, monkeypatch):
+    import pytest
+
+    from tsvk_tools.bench.loadgen import RequestRecord
+    from tsvk_tools.bench.systems import base, peers
+
+    (tmp_path / "model_log.log").write_text(
+        "2026-11-25T20:26:05,836 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - AssertionError: sources must not be empty for symbol s7\n"
+        "2026-11-25T20:26:26,246 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - AssertionError: sources must not be empty for symbol s31\n"
+        "2026-11-25T20:26:26,247 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - Backend worker process died.\n")
+    failed = lambda target, images, total, concurrency, until=None: [RequestRecord(0, 1, 503, error="{\n  \"code\": 503\n}")]
+    monkeypatch.setattr(peers, "run_closed_loop", failed)
+    monkeypatch.setattr(base, "run_closed_loop", failed)
+    deployment = base.Deployment("target", lambda: None, {"logs": str(tmp_path)})
+    with pytest.raises(RuntimeError, match="last error: AssertionError: sources must not be empty for symbol s31$"):
+        peers.TorchServeBest().warm_up(deployment, [b"jpeg"], BenchOptions(systems=("torchserve_best",)))

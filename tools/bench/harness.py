@@ -154,7 +154,7 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
     ready_s = time.monotonic() - began
     try:
         with progress.step(f"warm up {system.name}", f"{options.warmup_requests} requests"):
-            warm = system.warm_up(deployment.target, images, options)
+            warm = system.warm_up(deployment, images, options)
         require_an_answer(warm)
         before = deployment.profile() if deployment.profile else None
         load_start = time.monotonic()
@@ -178,7 +178,8 @@ def require_an_answer(warm: list) -> None:
     """A system that answered none of its warm-up requests fails here (with the first error) instead of spending
     a round's load on errors: a compile backend that cannot compile fails every request, not the start."""
     if warm and not any(record.ok for record in warm):
-        raise RuntimeError(f"none of {len(warm)} warm-up requests was answered; the first: {warm[0].status} {warm[0].error}")
+        first = " ".join(warm[0].error.split())  # an error body's JSON over several lines, on one
+        raise RuntimeError(f"none of {len(warm)} warm-up requests was answered; the first: {warm[0].status} {first}")
 
 
 def round_load(options, start: float) -> tuple[int, float | None]:

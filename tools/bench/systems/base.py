@@ -105,10 +105,10 @@ class System:
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         raise NotImplementedError
 
-    def warm_up(self, target: HttpTarget, images: list[bytes], options: BenchOptions) -> list:
+    def warm_up(self, deployment: Deployment, images: list[bytes], options: BenchOptions) -> list:
         """Unmeasured requests before the load, at the load's concurrency (at most as many clients as requests)."""
         warmup = options.warmup_requests
-        return run_closed_loop(target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        return run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         raise NotImplementedError

@@ -18,6 +18,7 @@ OpenVINO int8 IR as ours_fast.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import zipfile
 from pathlib import Path
@@ -53,12 +54,15 @@ class TorchServeBest(TorchServeTuned):
     def variants(self, ctx: RunContext) -> list[dict]:
         return pt2_variants(ctx.vcpus, ctx.options.device)
 
-    def warm_up(self, target: HttpTarget, images: list[bytes], options) -> list:
+    def warm_up(self, deployment: Deployment, images: list[bytes], options) -> list:
         """torch.compile compiles at the first batch and again, for a dynamic batch size, at the first batch of another
         size: a batch of one first, then the usual warm-up of full batches, so both compiles happen before the load
-        (otherwise the measured load waits minutes for the second)."""
-        single = run_closed_loop(target, images, SINGLE_WARMUP, 1)
-        return single + super().warm_up(target, images, options)
+        (otherwise the measured load waits minutes for the second). When nothing answered, the worker's own error
+        (the compile's) is the error: TorchServe answers only 503."""
+        warm = run_closed_loop(deployment.target, images, SINGLE_WARMUP, 1) + super().warm_up(deployment, images, options)
+        if warm and not any(record.ok for record in warm):
+            raise RuntimeError(f"no warm-up request was answered; the worker's last error: {last_error(Path(deployment.details['logs']))}")
+        return warm
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         folder = ctx.system_dir(f"{self.name}-{variant['backend']}-w{variant['workers']}")
@@ -69,6 +73,14 @@ class TorchServeBest(TorchServeTuned):
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
         return serve(ctx, folder, config, ctx.options.model, env=env, allocator=STOCK_ALLOCATOR)
+
+
+def last_error(logs: Path) -> str:
+    """The last exception line (`SomeError: ...`) of TorchServe's model log, or a note that there is none."""
+    log = logs / "model_log.log"
+    lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
+    errors = [line.split("MODEL_LOG - ", 1)[-1].strip() for line in lines if re.search(r"\b\w+(Error|Exception): ", line)]
+    return errors[-1] if errors else f"none found in {log}"
 
 
 def pt2_variants(vcpus: int, device: str) -> list[dict]:
