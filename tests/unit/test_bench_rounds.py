@@ -133,3 +133,14 @@ def test_diagnosis_splits_ours_fast_against_its_pipeline_ceiling_and_lists_peer_
     assert "ours_fast / its pipeline ceiling = 0.95" in text
     assert "ours_fast: batches averaged 8.0 images; per batch 100 ms decode+preprocess and 250 ms inference" in text
     assert "torchserve_best tried: : 6.0 img/s; backend openvino, workers 1: failed (AssertionError: sources must not be empty)" in text
+
+
+def test_diagnosis_bounds_what_serving_alone_can_win_over_a_peer_with_the_same_graph():
+    from tsvk_tools.bench.diagnosis import explain
+
+    systems = _peer_systems()
+    systems["ours_fast"]["details"] = {"plan": {"workers": 2}}
+    systems["ours_fast"]["profile"] = {"per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 90.0},
+                                                     "TsvkInferenceMs": {"mean": 800.0}}}
+    text = "\n".join(explain(systems))
+    assert "would serve 20.0 img/s = 1.25x the best peer (triton, 16.0 img/s)" in text

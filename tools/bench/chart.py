@@ -25,11 +25,11 @@ def write_chart(result: dict, path: Path) -> Path | None:
     rates = [systems[n]["throughput_ips"] for n in names]
     left.bar_label(left.barh(labels, rates, color=colors, xerr=error_bars(systems, names, "throughput_ips"), capsize=3),
                    fmt="%.1f", fontsize=7, padding=6)
-    left.set_xlabel("images / s, median of the rounds, bars min-max (higher is better)")
+    left.set_xlabel("images / s (higher is better)\nmedian of the rounds, bars: min-max", fontsize=8)
     p99 = [(systems[n].get("latency_ms") or {}).get("p99") or 0 for n in names]
     right.bar_label(right.barh(labels, p99, color=colors, xerr=error_bars(systems, names, "p99"), capsize=3),
                     fmt="%.0f", fontsize=7, padding=6)
-    right.set_xlabel("p99 latency, ms, median of the rounds, bars min-max (lower is better)")
+    right.set_xlabel("p99 latency, ms (lower is better)\nmedian of the rounds, bars: min-max", fontsize=8)
     right.set_yticklabels([])
     for axis in (left, right):
         axis.invert_yaxis()

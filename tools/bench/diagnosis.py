@@ -7,6 +7,8 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 
 from __future__ import annotations
 
+from .report import best_peer
+
 
 def explain(systems: dict) -> list[str]:
     ours = systems.get("ours") or {}
@@ -21,6 +23,7 @@ def explain(systems: dict) -> list[str]:
     lines += _preprocess_split(ceiling)
     lines += _stock_handler(systems.get("torchserve_tuned") or {})
     lines += _fast_pipeline(systems.get("ours_fast") or {}, systems.get("ceiling_pipeline_fast") or {})
+    lines += _inference_bound(systems)
     lines += _peer_variants(systems)
     return lines
 
@@ -167,3 +170,19 @@ def _variant_result(variant: dict) -> str:
     if variant.get("throughput_ips"):
         return f"{described}: {variant['throughput_ips']:.1f} img/s"
     return f"{described}: failed ({(variant.get('error') or 'no answer').splitlines()[0][:160]})"
+
+
+def _inference_bound(systems: dict) -> list[str]:
+    """What ours_fast could serve if its workers did nothing but run the model (no preprocessing, no waiting), against
+    the best peer: the peers run the same int8 graph, so serving alone cannot win more than this."""
+    fast = systems.get("ours_fast") or {}
+    batch, infer = _per_batch(fast, "TsvkBatchSize"), _per_batch(fast, "TsvkInferenceMs")
+    workers = ((fast.get("details") or {}).get("plan") or {}).get("workers") or 1
+    peer = best_peer(systems)
+    if not (batch and infer and peer):
+        return []
+    bound = workers * batch / (infer / 1e3)
+    peer_rate = systems[peer]["throughput_ips"]
+    return [f"ours_fast with no preprocessing and no idle time (its workers only running the model, {infer:.0f} ms per batch of "
+            f"{batch:.1f}) would serve {bound:.1f} img/s = {bound / peer_rate:.2f}x the best peer ({peer}, {peer_rate:.1f} img/s), "
+            "which runs the same int8 graph: beyond that, only a faster model run (not serving) can add."]
