@@ -41,8 +41,8 @@ class Preset:
     minutes: int = 0  # about how long the run takes on 2 cores (0: not stated)
 
 
-FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=10)
-QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=4)
+FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=60)
+QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=35)
 # A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
 GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
