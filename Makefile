@@ -10,6 +10,8 @@ VENV   ?= .venv
 PYTHON ?= $(VENV)/bin/python
 TSVK   := $(VENV)/bin/tsvk
 SYSTEM_PYTHON ?= python3
+TRITON_VENV ?= .venv-triton
+TRITON_SYSTEM_PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?=
 
 opt = $(if $(2),$(1) $(2))
@@ -37,10 +39,10 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--auth,$(AUTH)) $(call opt,--output,$(CONFIG)))
 
-bench_flags = $(strip $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
+bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -99,8 +101,18 @@ draw: setup ## draw a served detector's boxes or segmenter's label map over IMAG
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE)
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
+	@$(MAKE) --no-print-directory triton-venv || echo "bench: the Triton venv could not be built; the triton row is left out"
 	$(TSVK) bench $(bench_flags)
+
+triton-venv: $(TRITON_VENV)/.tsvk-triton ## the triton bench row's venv: Debian's own python3 with PyTriton, OpenVINO, Pillow (requirements-triton.txt)
+
+# PyTriton's Triton Python stub fails at model load under other CPython 3.11 builds ('_thread.RLock' object has no
+# attribute '_recursion_count'), so this venv is made from Debian's own python3, apart from the main one
+$(TRITON_VENV)/.tsvk-triton: requirements-triton.txt
+	@test -x $(TRITON_VENV)/bin/python || $(TRITON_SYSTEM_PYTHON) -m venv $(TRITON_VENV)
+	$(TRITON_VENV)/bin/python -m pip install -q -r requirements-triton.txt
+	@touch $@
 
 bench-central: setup ## the central figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32 (as bench)
 	$(TSVK) bench --central-figure $(bench_flags)

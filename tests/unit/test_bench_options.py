@@ -39,7 +39,7 @@ def test_images_and_systems_are_lists():
 
 def test_unknown_system_is_refused_with_the_choices(capsys):
     with pytest.raises(SystemExit):
-        build_parser().parse_args(["--systems", "ours,triton"])
+        build_parser().parse_args(["--systems", "ours,tensorflow_serving"])
     assert "torchserve_default" in capsys.readouterr().err
 
 

@@ -98,6 +98,8 @@ OPTIONS = [
     Option("QUICK", "--quick", BENCH, switch=True),
     Option("GPU", "--gpu", BENCH, switch=True),
     Option("JOBS", "--jobs", BENCH, "40"),
+    Option("ROUNDS", "--rounds", BENCH, "3"),
+    Option("ROUND_SECONDS", "--round-seconds", BENCH, "20"),
     Option("FUZZ_INPUTS", "--fuzz-inputs", "robustness", "500"),
     Option("MINUTES", "--minutes", "soak tune", "5"),
     Option("P99_MS", "--p99-ms", "tune", "1500"),
@@ -154,7 +156,7 @@ CLI_ONLY = {
         "--work-dir", "--quiet")},
 }
 # Make variables that are not options of a tsvk command.
-MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST"}
+MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST", "MAKE", "TRITON_VENV", "TRITON_SYSTEM_PYTHON"}
 SHELL_OPERATORS = {"&&", "||", ";", "|", ">"}
 
 

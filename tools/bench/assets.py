@@ -38,7 +38,7 @@ import torchvision
 class TorchvisionModel(torch.nn.Module):
     def __init__(self):
         super().__init__()
-        self.model = torchvision.models.get_model("{builder}", weights=None, weights_backbone=None, num_classes={classes})
+        self.model = torchvision.models.get_model("{builder}", weights=None, {backbone}num_classes={classes})
 
     def forward(self, images):
         return self.model(images)
@@ -203,10 +203,17 @@ def _archive_stock(name: str, serialized: Path, labels: Path, export: Path) -> N
 
 def _archive_stock_task(options: BenchOptions, weights: Path, labels: Path, work: Path) -> None:
     """TorchServe's own recipe for a detector or segmenter: a model file and a state_dict, its built-in handler."""
+    _archive_eager(options, weights, labels, work, STOCK_TASK_HANDLERS[options.task])
+
+
+def _archive_eager(options: BenchOptions, weights: Path, labels: Path, work: Path, handler: str,
+                   model_config: Path | None = None) -> None:
+    """A model file and a state_dict with a built-in handler (TorchServe's eager path), and its model-config.yaml."""
     import torch
 
     model_file = work / "model.py"
-    model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model))))
+    backbone = "" if options.task == "classify" else "weights_backbone=None, "  # a classifier's builder takes no backbone
+    model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model)), backbone=backbone))
     state = {f"model.{key}": value for key, value in torch.load(weights, weights_only=True).items()}
     torch.save(state, work / "model.pth")
     export = work / "export"
@@ -214,11 +221,38 @@ def _archive_stock_task(options: BenchOptions, weights: Path, labels: Path, work
     command = [
         sys.executable, "-m", "model_archiver.model_packaging", "--model-name", options.model, "--version", "1.0",
         "--model-file", str(model_file), "--serialized-file", str(work / "model.pth"),
-        "--handler", STOCK_TASK_HANDLERS[options.task], "--extra-files", str(labels), "--export-path", str(export),
+        "--handler", handler, "--extra-files", str(labels), "--export-path", str(export),
+        *(["--config-file", str(model_config)] if model_config else []),
     ]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise UsageError(f"torch-model-archiver failed for the stock archive: {done.stderr.strip() or done.stdout.strip()}")
+
+
+def pt2_model_config(backend: str) -> str:
+    """model-config.yaml asking TorchServe's base handler to torch.compile the model with `backend`, as
+    pytorch/serve 0.12 documents it (examples/pt2; ts/torch_handler/base_handler.py reads `pt2.compile`)."""
+    return f"pt2:\n  compile:\n    enable: true\n    backend: {backend}\n"
+
+
+def pt2_archive(options: BenchOptions, weights: Path, backend: str) -> Path:
+    """The stock image_classifier on the eager model with TorchServe's documented `pt2` compile for `backend`."""
+    key = hashlib.sha256(f"{file_digest(weights)}|{_torch_version()}|{backend}".encode()).hexdigest()[:12]
+    prefix = f"pt2-{backend}-"  # not "stock-": stock_archive clears those
+    store = model_dir(options) / f"{prefix}{key}"
+    target = store / f"{options.model}.mar"
+    if target.is_file():
+        return target
+    _remove_stale(model_dir(options), prefix)
+    with scratch_dir(model_dir(options), ".pt2-build-") as work:
+        labels = work / "index_to_name.json"
+        labels.write_text(json.dumps({str(i): name for i, name in enumerate(labels_for(options.model))}))
+        config = work / "model-config.yaml"
+        config.write_text(pt2_model_config(backend))
+        _archive_eager(options, weights, labels, work, STOCK_HANDLER, config)
+        store.mkdir(parents=True, exist_ok=True)
+        shutil.move(str(work / "export" / f"{options.model}.mar"), target)
+    return target
 
 
 def photos(options: BenchOptions) -> list[Photo]:

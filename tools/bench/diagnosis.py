@@ -7,6 +7,8 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 
 from __future__ import annotations
 
+from .report import best_peer
+
 
 def explain(systems: dict) -> list[str]:
     ours = systems.get("ours") or {}
@@ -20,6 +22,9 @@ def explain(systems: dict) -> list[str]:
     lines += _queueing(ours)
     lines += _preprocess_split(ceiling)
     lines += _stock_handler(systems.get("torchserve_tuned") or {})
+    lines += _fast_pipeline(systems.get("ours_fast") or {}, systems.get("ceiling_pipeline_fast") or {})
+    lines += _inference_bound(systems)
+    lines += _peer_variants(systems)
     return lines
 
 
@@ -61,12 +66,12 @@ def _pipeline_bound(ours: dict, ceiling: dict) -> list[str]:
             f"{rate / bound:.2f} of that bound."]
 
 
-def _worker_split(ours: dict) -> list[str]:
+def _worker_split(ours: dict, name: str = "ours") -> list[str]:
     batch, prep, infer = (_per_batch(ours, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
     if not (batch and prep is not None and infer):
         return []
     share = 100 * prep / (prep + infer)
-    return [f"ours: batches averaged {batch:.1f} images; per batch {prep:.0f} ms decode+preprocess and {infer:.0f} ms "
+    return [f"{name}: batches averaged {batch:.1f} images; per batch {prep:.0f} ms decode+preprocess and {infer:.0f} ms "
             f"inference, so preprocessing is {share:.0f}% of the worker's busy time "
             f"({prep / batch:.1f} ms and {infer / batch:.1f} ms per image)."]
 
@@ -126,3 +131,58 @@ def _stock_handler(tuned: dict) -> list[str]:
         return []
     extra = f", requests waited {queue:.0f} ms in its queue on average" if queue is not None else ""
     return [f"hand-tuned stock: TorchServe's HandlerTime (decode + transform + inference) averaged {handler:.0f} ms per batch{extra}."]
+
+
+def _fast_pipeline(fast: dict, pipeline: dict) -> list[str]:
+    """ours_fast against one process doing the same decode + preprocess + model back to back: per batch, where
+    the worker's time goes, and what is left for TorchServe's passing and batching."""
+    rate, bound = fast.get("throughput_ips"), pipeline.get("throughput_ips")
+    if not (rate and bound):
+        return []
+    batch, prep, infer = (_per_batch(fast, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
+    size = (pipeline.get("details") or {}).get("best_batch")
+    call = (pipeline.get("latency_ms") or {}).get("p50")
+    lines = [f"ours_fast / its pipeline ceiling = {rate / bound:.2f}: one process decoding, preprocessing and running the int8 "
+             f"model back to back served {bound:.1f} img/s" + (f" ({call:.0f} ms per batch of {size}, median)." if call and size else ".")]
+    lines += _worker_split(fast, "ours_fast")
+    workers = ((fast.get("details") or {}).get("plan") or {}).get("workers") or 1
+    if batch and infer and prep is not None:
+        busy = rate / batch * (prep + infer) / 1e3 / workers
+        lines.append(f"ours_fast's worker(s) were busy with batches {100 * min(busy, 1):.0f}% of the measured time; the rest is "
+                     "batch forming, TorchServe's frontend passing requests and answers, and the other processes on the cores.")
+    return lines
+
+
+def _peer_variants(systems: dict) -> list[str]:
+    """What each peer was tried with, which configuration was fastest, and which failed and why."""
+    lines = []
+    for name in ("torchserve_best", "triton", "litserve_fast"):
+        variants = (systems.get(name) or {}).get("variants") or []
+        if not variants:
+            continue
+        tried = "; ".join(_variant_result(v) for v in variants)
+        lines.append(f"{name} tried: {tried}.")
+    return lines
+
+
+def _variant_result(variant: dict) -> str:
+    described = ", ".join(f"{k} {v}" for k, v in (variant.get("variant") or {}).items())
+    if variant.get("throughput_ips"):
+        return f"{described}: {variant['throughput_ips']:.1f} img/s"
+    return f"{described}: failed ({(variant.get('error') or 'no answer').splitlines()[0][:160]})"
+
+
+def _inference_bound(systems: dict) -> list[str]:
+    """What ours_fast could serve if its workers did nothing but run the model (no preprocessing, no waiting), against
+    the best peer: the peers run the same int8 graph, so serving alone cannot win more than this."""
+    fast = systems.get("ours_fast") or {}
+    batch, infer = _per_batch(fast, "TsvkBatchSize"), _per_batch(fast, "TsvkInferenceMs")
+    workers = ((fast.get("details") or {}).get("plan") or {}).get("workers") or 1
+    peer = best_peer(systems)
+    if not (batch and infer and peer):
+        return []
+    bound = workers * batch / (infer / 1e3)
+    peer_rate = systems[peer]["throughput_ips"]
+    return [f"ours_fast with no preprocessing and no idle time (its workers only running the model, {infer:.0f} ms per batch of "
+            f"{batch:.1f}) would serve {bound:.1f} img/s = {bound / peer_rate:.2f}x the best peer ({peer}, {peer_rate:.1f} img/s), "
+            "which runs the same int8 graph: beyond that, only a faster model run (not serving) can add."]

@@ -21,6 +21,7 @@ from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .report import build_result
 from .sampler import TreeSampler, leftover, window_stats
+from .stats import combine_rounds
 from .systems import registry
 from .systems.base import RunContext, System
 from .systems.process import THREAD_VARIABLES
@@ -28,6 +29,7 @@ from .tsmetrics import profile_difference
 
 SETTLE_S = 2.0  # let the previous system's processes and page cache settle
 LEFTOVER_GRACE_S = 10.0
+TIME_BOUNDED_JOBS = 10**9  # a time-bounded round stops at its deadline, never at a count
 
 
 def run_benchmark(options: BenchOptions, log=print) -> dict:
@@ -37,10 +39,7 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
     hidden = _hide_gpus_unless_asked(options.device)
     try:
         ctx, systems = prepare(options, started, log)
-        results = {}
-        for system in systems:
-            results[system.name] = measure_system(system, ctx, log)
-            time.sleep(SETTLE_S)
+        results = measure_rounds(systems, ctx, log)
     finally:
         _restore(hidden)
         os.environ.update(removed)
@@ -91,10 +90,25 @@ def _drop_thread_variables() -> dict[str, str]:
     return {name: os.environ.pop(name) for name in THREAD_VARIABLES if name in os.environ}
 
 
-def measure_system(system: System, ctx: RunContext, log=print) -> dict:
+def measure_rounds(systems: list[System], ctx: RunContext, log=print) -> dict:
+    """Every system once per round, rounds alternating (A B C, A B C, ...) so a burst of other work on the
+    machine lands on one round of several systems, not on every round of one. The first round runs every
+    variant of a tuned system; later rounds repeat its fastest. Each system's result holds all its rounds
+    (stats.combine_rounds: medians, min-max)."""
+    rounds: dict[str, list[dict]] = {system.name: [] for system in systems}
+    for number in range(1, ctx.options.rounds + 1):
+        for system in systems:
+            log(f"bench: round {number}/{ctx.options.rounds}: {system.name}")
+            chosen = None if number == 1 else [rounds[system.name][0].get("variant", {})]
+            rounds[system.name].append(measure_system(system, ctx, log, chosen))
+            time.sleep(SETTLE_S)
+    return {name: combine_rounds(measured) for name, measured in rounds.items()}
+
+
+def measure_system(system: System, ctx: RunContext, log=print, variants_to_run: list[dict] | None = None) -> dict:
     """The best variant's measurements, with every variant's kept when there are several."""
     variants = []
-    for variant in system.variants(ctx):
+    for variant in system.variants(ctx) if variants_to_run is None else variants_to_run:
         log(f"bench: {system.name} {_describe(variant)}".rstrip())
         measured = measure_variant(system, ctx, variant)
         log(f"bench:   -> {_brief(measured)}")
@@ -121,6 +135,7 @@ def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:
     measured["processes_seen"] = len(sampler.seen_pids)
     measured["leftover_processes"] = _reap(list(sampler.seen.values()))
     measured["variant"] = variant
+    measured["loadavg"] = [round(load, 2) for load in os.getloadavg()]  # the machine is shared: what else ran beside it
     return measured
 
 
@@ -137,13 +152,15 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
         deployment = system.start(ctx, variant)
     ready_s = time.monotonic() - began
     try:
-        warmup = options.warmup_requests
-        with progress.step(f"warm up {system.name}", f"{warmup} requests"):
-            warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        with progress.step(f"warm up {system.name}", f"{options.warmup_requests} requests"):
+            warm = system.warm_up(deployment, images, options)
+        require_an_answer(warm)
         before = deployment.profile() if deployment.profile else None
         load_start = time.monotonic()
-        with progress.step(f"measure {system.name}", f"{options.jobs} requests from {options.concurrency} clients"):
-            records = run_closed_loop(deployment.target, images, options.jobs, options.concurrency)
+        total, until = round_load(options, load_start)
+        with progress.step(f"measure {system.name}", f"{options.round_seconds:g} s of load" if until else
+                           f"{options.jobs} requests from {options.concurrency} clients"):
+            records = run_closed_loop(deployment.target, images, total, options.concurrency, until=until)
         load_end = time.monotonic()
         after = deployment.profile() if deployment.profile else None
     finally:
@@ -154,6 +171,22 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
         measured["profile"] = profile_difference(before or {}, after)
         measured["details"]["workers_after_load"] = after.get("workers", [])
     return measured, (load_start, load_end)
+
+
+def require_an_answer(warm: list) -> None:
+    """A system that answered none of its warm-up requests fails here (with the first error) instead of spending
+    a round's load on errors: a compile backend that cannot compile fails every request, not the start."""
+    if warm and not any(record.ok for record in warm):
+        first = " ".join(warm[0].error.split())  # an error body's JSON over several lines, on one
+        raise RuntimeError(f"none of {len(warm)} warm-up requests was answered; the first: {warm[0].status} {first}")
+
+
+def round_load(options, start: float) -> tuple[int, float | None]:
+    """Requests and deadline of one round's load: `round_seconds` of as many requests as the system answers,
+    or exactly `jobs` requests when round_seconds is 0."""
+    if options.round_seconds:
+        return TIME_BOUNDED_JOBS, start + options.round_seconds
+    return options.jobs, None
 
 
 def _reap(processes: list[psutil.Process]) -> list[int]:

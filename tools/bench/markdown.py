@@ -1,6 +1,11 @@
-"""The result as Markdown: one table row per system, then ratios, goals and the diagnosis."""
+"""The result as Markdown: the strongest peers first, then one table row per system, ratios, goals and the diagnosis."""
 
 from __future__ import annotations
+
+from .options import PEER_SYSTEMS
+from .stats import ranges_overlap, ratio
+
+PEER_TABLE = ("ours_fast", "ours", *PEER_SYSTEMS, "ceiling_pipeline_fast")  # rows of the lead table, in this order
 
 COLUMNS = ("System", "Throughput (img/s)", "p50 (ms)", "p95 (ms)", "p99 (ms)", "Peak CPU (%)", "Peak RSS (MiB)",
            "Ready (s)", "Requests (errors)")
@@ -28,8 +33,71 @@ def system_row(name: str, system: dict) -> str:
     return "| " + " | ".join(cells) + " |"
 
 
+def with_range(value, spread: list | None, digits: int) -> str:
+    """'12.3 (11.9-12.8)': a median with the min-max of its rounds (the median alone without a spread)."""
+    if value is None or not spread:
+        return _cell(value, digits)
+    return f"{_cell(value, digits)} ({_cell(spread[0], digits)}-{_cell(spread[1], digits)})"
+
+
+def peer_lines(result: dict) -> list[str]:
+    """The lead table: ours against the strongest peers on the same machine and run, medians (min-max of the rounds)."""
+    systems, ratios = result["systems"], result["ratios"]
+    present = [name for name in PEER_TABLE if name in systems]
+    if not any(name in systems for name in PEER_SYSTEMS):
+        return []
+    rounds = result["options"].get("rounds", 1)
+    lines = ["## Against the strongest peers", "",
+             f"Medians of {rounds} alternating round(s) of {result['options'].get('round_seconds', 0):g} s of load each "
+             "(min-max of the rounds in brackets); ours_fast / system is a ratio of medians; 'overlap' means the two "
+             "systems' throughput ranges overlap, so these rounds do not tell them apart.", "",
+             "| System | Throughput (img/s) | p99 (ms) | ours_fast / system | Ranges overlap with ours_fast |", "|---|---|---|---|---|"]
+    for name in present:
+        system = systems[name]
+        if not system.get("throughput_ips"):
+            error = (system.get("error") or "no answer").splitlines()[0][:100]
+            lines.append(f"| {system.get('label', name)} | failed: {error} | - | - | - |")
+            continue
+        spread = system.get("spread") or {}
+        versus = "-" if name == "ours_fast" else _cell(_ratio(systems, "ours_fast", name), 2)
+        overlap = "-" if name == "ours_fast" else _yes_no(_overlap(systems, "ours_fast", name))
+        lines.append(f"| {system.get('label', name)}{_variant_note(system)} | "
+                     f"{with_range(system['throughput_ips'], spread.get('throughput_ips'), 2)} | "
+                     f"{with_range((system.get('latency_ms') or {}).get('p99'), spread.get('p99'), 0)} | {versus} | {overlap} |")
+    lines += [*_failed_variants(systems, present), ""]
+    return lines
+
+
+def _ratio(systems: dict, a: str, b: str) -> float | None:
+    return ratio(systems[a].get("throughput_ips") if a in systems else None, systems[b].get("throughput_ips"))
+
+
+def _overlap(systems: dict, a: str, b: str) -> bool | None:
+    return ranges_overlap(((systems.get(a) or {}).get("spread") or {}).get("throughput_ips"),
+                          ((systems.get(b) or {}).get("spread") or {}).get("throughput_ips"))
+
+
+def _yes_no(value: bool | None) -> str:
+    return "-" if value is None else ("overlap" if value else "no")
+
+
+def _failed_variants(systems: dict, names: list[str]) -> list[str]:
+    """Each variant that failed (a compile backend, an instance count), with its first error line."""
+    lines = []
+    for name in names:
+        for variant in systems[name].get("variants") or []:
+            if "error" in variant:
+                described = ", ".join(f"{k} {v}" for k, v in (variant.get("variant") or {}).items())
+                lines.append(f"- {name} ({described}) failed: {variant['error'].splitlines()[0][:300]}")
+    return ["", *lines] if lines else []
+
+
 def _variant_note(system: dict) -> str:
     variant = system.get("variant") or {}
+    if "backend" in variant:
+        return f" (best: {variant['backend']}, {variant['workers']} worker(s) x {variant['threads']} thread(s))"
+    if "instances" in variant:
+        return f" (best: {variant['instances']} instance(s) x {variant['threads']} thread(s))"
     if "workers" in variant:
         return f" (best: {variant['workers']} worker(s) x {variant['threads']} thread(s))"
     plan = (system.get("details") or {}).get("plan")
@@ -50,6 +118,9 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
         "",
         f"Command: `{result['command']}`",
         "",
+        *_load_lines(result),
+        *peer_lines(result),
+        "## Every system", "",
         "| " + " | ".join(COLUMNS) + " |",
         "|" + "---|" * len(COLUMNS),
         *(system_row(name, system) for name, system in result["systems"].items()),
@@ -68,7 +139,7 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
         "",
         "| Goal | Target | Measured | Met |",
         "|---|---|---|---|",
-        *(f"| {g['goal']} | {g['target']} | {_cell(g['measured'], 2)} | {_met(g['met'])} |" for g in result["goals"]),
+        *(f"| {g['goal']} | {g['target']} | {_cell(g['measured'], 2)} | {_met(g['met'])}{_overlap_note(g)} |" for g in result["goals"]),
     ]
     lines += _compute_lines(result.get("compute") or {}, result["systems"])
     if result.get("diagnosis"):
@@ -79,6 +150,20 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
     if chart_name:
         lines += ["", f"![throughput and p99 latency]({chart_name})"]
     return "\n".join(lines) + "\n"
+
+
+def _overlap_note(goal: dict) -> str:
+    return " (ranges overlap)" if goal.get("ranges_overlap") else ""
+
+
+def _load_lines(result: dict) -> list[str]:
+    """The machine is shared with other work: the 1-minute load average seen after each round, min-max."""
+    loads = [r["loadavg"][0] for s in result["systems"].values() for r in s.get("rounds") or [] if r.get("loadavg")]
+    if not loads:
+        return []
+    return [f"Load average (1 min) after the rounds: {min(loads):.1f}-{max(loads):.1f} on {result['machine']['vcpus']} vCPUs "
+            f"(host {result['machine'].get('host', '?')}); the machine was shared with other work while this ran, so "
+            "compare rows of this run only.", ""]
 
 
 def _device_title(options: dict) -> str:

@@ -17,8 +17,11 @@ from ..images import SKIMAGE_PHOTOS
 from ..build.task_builds import task_build
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
-           "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast")
-FAST_SYSTEMS = ("ours_fast", "ceiling_fast")  # the fastest verified CPU artifact: CPU runs only
+           "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast", "torchserve_best", "triton", "litserve_fast",
+           "ceiling_pipeline_fast")
+# The fastest verified CPU artifact (OpenVINO int8 by default), and the peers serving that same artifact: CPU runs only
+FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast")
+PEER_SYSTEMS = ("torchserve_best", "triton", "litserve_fast")  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 # Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the ceiling;
 # a segmenter also with its fastest CPU artifact (OpenVINO int8), which no detector has.
@@ -26,6 +29,8 @@ TASK_SYSTEMS = {
     "detect": ("torchserve_default", "torchserve_tuned", "ours", "ours_fast", "ceiling", "ceiling_fast"),
     "segment": ("torchserve_default", "torchserve_tuned", "ours", "ours_fast", "ceiling", "ceiling_fast"),
 }
+ROUNDS = 3
+ROUND_SECONDS = 20.0  # long enough by time, so the requests per round follow the model's speed
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 
 
@@ -41,8 +46,8 @@ class Preset:
     minutes: int = 0  # about how long the run takes on 2 cores (0: not stated)
 
 
-FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=10)
-QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=4)
+FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=60)
+QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=35)
 # A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
 GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
@@ -54,6 +59,8 @@ class BenchOptions:
     concurrency: int = FULL.concurrency
     decentralized_jobs: int = FULL.decentralized_jobs
     ceiling_seconds: float = FULL.ceiling_seconds
+    rounds: int = ROUNDS  # each system measured this many times, in alternating rounds (A B C, A B C, ...)
+    round_seconds: float = ROUND_SECONDS  # each round's load lasts this long (0: `jobs` requests instead)
     images: tuple[str, ...] = DEFAULT_IMAGES
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
     systems: tuple[str, ...] | None = None  # None: every system that runs on `device`
@@ -111,7 +118,9 @@ def validation_problems(options: BenchOptions) -> list[str]:
         problems.append(f"unknown system(s) {', '.join(unknown)}; choose from {', '.join(SYSTEMS)}")
     if not options.systems:
         problems.append(f"systems must name at least one of {', '.join(SYSTEMS)}")
-    for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch"):
+    if options.round_seconds < 0:
+        problems.append(f"round_seconds must be >= 0 (0: a fixed number of jobs per round), got {options.round_seconds}")
+    for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch", "rounds"):
         if getattr(options, name) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(options, name)}")
     if options.task in TASK_SYSTEMS:

@@ -7,6 +7,7 @@ latest[-tag].* at them. The ratios are plain quotients of throughputs measured m
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 from dataclasses import asdict
@@ -20,8 +21,8 @@ from .chart import write_chart
 from .compute import compute_use, fp32_peak, gflop_per_image
 from .diagnosis import explain
 from .markdown import render_markdown
-from .options import BenchOptions
-from .stats import ratio
+from .options import PEER_SYSTEMS, BenchOptions
+from .stats import ranges_overlap, ratio
 
 SCHEMA_VERSION = 1
 RATIO_SYSTEMS = {
@@ -42,6 +43,13 @@ FAST_RATIOS = {  # the fastest verified CPU artifact (ours_fast) against the fp3
 OIP_SYSTEMS = ("ours_oip_rest", "ours_oip_grpc")  # ours asked through the Open Inference Protocol front
 OIP_MIN_THROUGHPUT = 0.95  # the protocol may cost at most 5% of /predictions' throughput...
 OIP_MAX_P99 = 1.05  # ...and add at most 5% to its p99
+PEER_RATIOS = {  # ours against the peers at their best, on the same artifact where they can serve it
+    "ours_vs_torchserve_best": ("ours", "torchserve_best"),
+    "fast_vs_torchserve_best": ("ours_fast", "torchserve_best"),
+    "fast_vs_triton": ("ours_fast", "triton"),
+    "fast_vs_litserve_fast": ("ours_fast", "litserve_fast"),
+    "fast_vs_pipeline_fast_ceiling": ("ours_fast", "ceiling_pipeline_fast"),
+}
 GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_decentralized", 5.0, "ours >= 5x decentralized"),
     ("ours_vs_torchserve_default", 1.5, "ours >= 1.5x stock TorchServe defaults"),
@@ -49,6 +57,9 @@ GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_compute_ceiling", 0.9, "ours >= 0.9x the in-process compute ceiling"),
     ("fast_vs_ours", 1.12, "ours with the fastest CPU artifact >= 1.12x ours fp32"),
     ("fast_vs_torchserve_tuned", 1.25, "ours with the fastest CPU artifact >= 1.25x best hand-tuned stock TorchServe"),
+    ("fast_vs_best_peer", 1.3, "ours_fast >= 1.3x the best of torchserve_best, triton, litserve_fast"),
+    ("ours_vs_torchserve_best", 1.2, "ours (fp32) >= 1.2x torchserve_best"),
+    ("fast_vs_pipeline_fast_ceiling", 0.9, "ours_fast >= 0.9x its in-process pipeline ceiling (decode + preprocess + model)"),
 )
 
 
@@ -105,11 +116,41 @@ def compute_ratios(systems: dict) -> dict:
     ratios["p99_ours_vs_torchserve_tuned"] = ratio(_p99(systems, "ours"), _p99(systems, "torchserve_tuned"))
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in FAST_RATIOS.items()})
     ratios["p99_fast_vs_torchserve_tuned"] = ratio(_p99(systems, "ours_fast"), _p99(systems, "torchserve_tuned"))
-    ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)  # what `tsvk tune` adds to the rule
+    ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)
+    ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in PEER_RATIOS.items()})
+    peer = best_peer(systems)
+    ratios["fast_vs_best_peer"] = ratio(throughput(systems, "ours_fast"), throughput(systems, peer)) if peer else None
+    ratios["p99_fast_vs_best_peer"] = ratio(_p99(systems, "ours_fast"), _p99(systems, peer)) if peer else None  # what `tsvk tune` adds to the rule
     for protocol in OIP_SYSTEMS:  # the protocol's cost: the same server asked through the front, vs /predictions
         ratios[f"{protocol}_vs_ours"] = ratio(throughput(systems, protocol), ours)
         ratios[f"p99_{protocol}_vs_ours"] = ratio(_p99(systems, protocol), _p99(systems, "ours"))
     return ratios
+
+
+def best_peer(systems: dict) -> str | None:
+    """The peer row with the highest median throughput in this run; None when none answered."""
+    working = [name for name in PEER_SYSTEMS if throughput(systems, name)]
+    return max(working, key=lambda name: throughput(systems, name)) if working else None
+
+
+def ratio_pair(key: str, systems: dict) -> tuple[str, str | None] | None:
+    """The two systems a ratio divides (the best peer resolved for this run), or None for derived ratios."""
+    key = key.removeprefix("p99_")
+    if key == "fast_vs_best_peer":
+        return "ours_fast", best_peer(systems)
+    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS}
+    return pairs.get(key)
+
+
+def overlap_of(key: str, systems: dict) -> bool | None:
+    """Whether the two systems' per-round ranges (throughput, or p99 for a p99 ratio) overlap: then these
+    rounds do not tell them apart. None where a side has no spread (one round, an older result, a failure)."""
+    pair = ratio_pair(key, systems)
+    if not pair or not pair[1]:
+        return None
+    field = "p99" if key.startswith("p99_") else "throughput_ips"
+    a, b = ((systems.get(name) or {}).get("spread") or {} for name in pair)
+    return ranges_overlap(a.get(field), b.get(field))
 
 
 def pipeline_ceiling(ceiling: dict | None) -> float | None:
@@ -135,9 +176,15 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
     chosen = GOALS if task_kind(task).top_k else TASK_GOALS
     goals = [{"goal": text, "ratio": key, "target": minimum, "measured": ratios.get(key),
               "met": None if ratios.get(key) is None else ratios[key] >= minimum} for key, minimum, text in chosen]
+    if task == "classify":
+        tail = ratios.get("p99_fast_vs_best_peer")
+        goals.append({"goal": "ours_fast p99 no worse than the best peer's", "ratio": "p99_fast_vs_best_peer", "target": 1.0,
+                      "measured": tail, "met": None if tail is None else tail <= 1.0})
     p99 = ratios.get("p99_ours_vs_torchserve_tuned")
     goals.append({"goal": "ours p99 no worse than hand-tuned stock TorchServe", "ratio": "p99_ours_vs_torchserve_tuned",
                   "target": 1.0, "measured": p99, "met": None if p99 is None else p99 <= 1.0})
+    for goal in goals:
+        goal["ranges_overlap"] = overlap_of(goal["ratio"], systems)
     for protocol in OIP_SYSTEMS:
         if protocol not in systems:
             continue
@@ -157,7 +204,7 @@ def diagnose(systems: dict) -> list[str]:
 def machine_info(vcpus: int, device: str = "cpu") -> dict:
     import psutil
 
-    info = {"vcpus": vcpus, "cpu": _cpu_model(), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+    info = {"vcpus": vcpus, "cpu": _cpu_model(), "host": platform.node(), "loadavg_end": list(os.getloadavg()), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
             "platform": platform.platform(), "python": platform.python_version(), "device": device}
     if device == "cuda":
         info["gpus"] = gpu_names()

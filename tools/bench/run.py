@@ -24,7 +24,7 @@ from .. import defaults
 from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
-from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, SYSTEMS, gpu_backend, with_preset
+from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, gpu_backend, with_preset
 from .report import refresh, write_outputs
 from .harness import prepare, run_benchmark
 from .markdown import render_markdown
@@ -49,6 +49,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {text!r}") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number of seconds >= 0, got {value}")
+    return value
+
+
 def _names(text: str) -> tuple[str, ...]:
     names = tuple(n.strip() for n in text.split(",") if n.strip())
     unknown = [n for n in names if n not in SYSTEMS]
@@ -65,7 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--quick", action="store_true",
                    help=f"small run (about {QUICK.minutes} min on 2 cores once its archives are built): {QUICK.model}, {QUICK.jobs} jobs")
     p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
-    p.add_argument("--jobs", type=_positive, help=f"measured requests per served system (default {FULL.jobs}; --quick: {QUICK.jobs})")
+    p.add_argument("--jobs", type=_positive, help=f"measured requests per served system and round with --round-seconds 0 (default {FULL.jobs}; --quick: {QUICK.jobs})")
+    p.add_argument("--rounds", type=_positive, help=f"alternating rounds per system (default {ROUNDS}); the report gives medians "
+                   "with min-max")
+    p.add_argument("--round-seconds", type=_seconds, help=f"seconds of load per system and round (default {ROUND_SECONDS:g}; "
+                   "0: --jobs requests per round)")
     p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
     p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
                    f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
@@ -107,7 +121,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         tag = "-".join(name for name, on in ((other_model, other_model), ("gpu", args.gpu), ("quick", args.quick)) if on)
     images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     return with_preset(
-        preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency,
+        preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency, rounds=args.rounds,
+        round_seconds=args.round_seconds,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
         vcpus=args.vcpus, ours_workers=args.ours_workers, tuned_config=args.tuned_config, fast_backend=args.fast_backend,
         fast_precision=args.fast_precision, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,

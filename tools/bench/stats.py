@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Sequence
 
 
@@ -40,3 +41,64 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 def _round(value: float | None, digits: int = 1) -> float | None:
     return None if value is None else round(value, digits)
+
+
+def value_range(values: Sequence[float | None]) -> list[float] | None:
+    """[min, max] of the values present; None when there are none."""
+    present = [v for v in values if v is not None]
+    return [min(present), max(present)] if present else None
+
+
+def ranges_overlap(a: Sequence[float] | None, b: Sequence[float] | None) -> bool | None:
+    """Whether two [min, max] ranges share a value (then neither system is told apart from the other by
+    these rounds); None when either is missing."""
+    if not a or not b:
+        return None
+    return a[0] <= b[1] and b[0] <= a[1]
+
+
+def _median(values: Sequence[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return round(statistics.median(present), 2) if present else None
+
+
+ROUND_FIELDS = ("throughput_ips", "requests", "errors", "wall_s", "loadavg")
+
+
+def round_brief(measured: dict) -> dict:
+    """What the report keeps of each round: its rate, its latencies, its load and its error."""
+    brief = {key: measured.get(key) for key in ROUND_FIELDS}
+    brief["latency_ms"] = measured.get("latency_ms")
+    brief["variant"] = measured.get("variant")
+    if "error" in measured:
+        brief["error"] = measured["error"]
+    return brief
+
+
+def combine_rounds(rounds: Sequence[dict]) -> dict:
+    """One system's rounds as one result: throughput and each latency percentile are the medians over the rounds
+    that answered, `spread` their [min, max], `rounds` each round's own numbers. The rest (details, profile,
+    variants) comes from the median-throughput round, so it describes a typical round."""
+    working = [r for r in rounds if r.get("throughput_ips")]
+    if not working:
+        return {**rounds[0], "rounds": [round_brief(r) for r in rounds]}
+    by_rate = sorted(working, key=lambda r: r["throughput_ips"])
+    typical = by_rate[(len(by_rate) - 1) // 2]
+    latencies = [r.get("latency_ms") or {} for r in working]
+    keys = sorted({key for latency in latencies for key in latency})
+    combined = {key: value for key, value in typical.items() if key != "error"}
+    combined.update(
+        throughput_ips=_median([r["throughput_ips"] for r in working]),
+        latency_ms={key: _median([latency.get(key) for latency in latencies]) for key in keys},
+        spread={"throughput_ips": value_range([r["throughput_ips"] for r in working]),
+                **{key: value_range([latency.get(key) for latency in latencies]) for key in ("p50", "p99")}},
+        rounds=[round_brief(r) for r in rounds],
+        requests=sum(r.get("requests") or 0 for r in rounds),
+        errors=sum(r.get("errors") or 0 for r in rounds),
+    )
+    if "variants" in rounds[0]:
+        combined["variants"] = rounds[0]["variants"]
+    failed = [r["error"] for r in rounds if "error" in r]
+    if failed:
+        combined["round_errors"] = failed
+    return combined

@@ -141,6 +141,42 @@ def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.d
             "device": str(model.device), "preprocess_backend": choice.name, "batches": results, "top1": top1, **rates}
 
 
+def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> list[float]:
+    """Seconds per call of the whole pipeline (bytes in, logits out), after one unmeasured warm-up call."""
+    pipeline()
+    sync()
+    return timed_calls(pipeline, seconds, sync=sync)
+
+
+def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu")) -> dict:
+    """Images/s of one process doing what a worker does per batch, back to back: probe the JPEG bytes, decode +
+    resize + crop + normalize them (the handler's own code), run the model on the batch. No server, no HTTP."""
+    from tsvk.decode import probe
+    from tsvk.tasks import task_class
+
+    started = time.monotonic()
+    sync = device_sync(device)
+    with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
+        settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
+        task = task_class(settings.task)(settings, model, preprocessor, labels)
+        data = [path.read_bytes() for path in images]
+        group = [data[i % len(data)] for i in range(batch)]
+        forward = model.forward if settings.task == "classify" else task_forward(model)
+
+        def pipeline():
+            prepared = task.prepare([probe(raw, settings.preprocess.max_pixels) for raw in group]).batch
+            with torch.inference_mode():
+                forward(prepared if settings.task == "classify" else TaskInputs(prepared))
+
+        ready_s = time.monotonic() - started
+        durations = pipeline_calls(pipeline, seconds, sync=sync)
+    return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
+            "device": str(model.device), "preprocess_backend": choice.name, "top1": {},
+            "batches": {str(batch): {"images_per_s": round(batch / statistics.median(durations), 2),
+                                     "mean_images_per_s": round(batch * len(durations) / sum(durations), 2),
+                                     "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}}}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--mar", type=Path, required=True)
@@ -148,9 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--pipeline-batch", type=int, default=0,
+                        help="time decode + preprocess + model together at this batch size instead of the model alone")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    print(json.dumps(probe_archive(args.mar, args.images, args.seconds, torch.device(args.device))))
+    if args.pipeline_batch:
+        print(json.dumps(probe_pipeline(args.mar, args.images, args.seconds, args.pipeline_batch, torch.device(args.device))))
+    else:
+        print(json.dumps(probe_archive(args.mar, args.images, args.seconds, torch.device(args.device))))
 
 
 if __name__ == "__main__":

@@ -13,22 +13,17 @@ import torch
 from .eager import EagerClassifier
 
 
-class ImageClassifierAPI(ls.LitAPI):
-    """Module level: LitServe pickles the API into its inference worker processes."""
+class ClassifierAPI(ls.LitAPI):
+    """A photo decoded per request, the model run per batch, through `self.classifier` (tensor, logits, answers),
+    which `setup` builds. Module level: LitServe pickles the API into its inference worker processes."""
 
-    def __init__(self, model: str, weights: Path, **options):
-        super().__init__(**options)
-        self.model_name, self.weights = model, weights
-
-    def setup(self, device):
-        """LitServe names the device of this inference worker: "cpu", or "cuda:N" with accelerator="cuda"."""
-        self.classifier = EagerClassifier(self.model_name, self.weights, device)
+    stack = staticmethod(torch.stack)  # per-request tensors -> one batch
 
     def decode_request(self, request):
         return self.classifier.tensor(base64.b64decode(request["image"]))
 
     def batch(self, inputs):
-        return torch.stack(inputs)
+        return self.stack(inputs)
 
     def predict(self, batch):
         return self.classifier.logits(batch)
@@ -38,6 +33,16 @@ class ImageClassifierAPI(ls.LitAPI):
 
     def encode_response(self, output):
         return output
+
+
+class ImageClassifierAPI(ClassifierAPI):
+    def __init__(self, model: str, weights: Path, **options):
+        super().__init__(**options)
+        self.model_name, self.weights = model, weights
+
+    def setup(self, device):
+        """LitServe names the device of this inference worker: "cpu", or "cuda:N" with accelerator="cuda"."""
+        self.classifier = EagerClassifier(self.model_name, self.weights, device)
 
 
 def main(argv: list[str] | None = None) -> None:

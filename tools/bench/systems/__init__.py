@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from .ceiling import ComputeCeiling, FastCeiling
+from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling
 from .decentralized import Decentralized
 from .oip import OursOipGrpc, OursOipRest
+from .peers import LitServeFast, TorchServeBest, Triton
 from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
 from .webapps import FlaskGunicorn, LitServeBatched
 
 
 def registry() -> dict:
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
-               FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling()]
+               FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling(),
+               TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling()]
     return {system.name: system for system in systems}

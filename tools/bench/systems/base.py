@@ -12,7 +12,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..loadgen import HttpTarget
+from ..loadgen import HttpTarget, run_closed_loop
 from ..options import BenchOptions
 
 
@@ -33,6 +33,7 @@ class RunContext:
     options: BenchOptions
     vcpus: int
     run_dir: Path
+    _pt2_mars: dict = field(default_factory=dict, repr=False)
 
     @cached_property
     def weights(self) -> Path:
@@ -55,6 +56,14 @@ class RunContext:
     @cached_property
     def stock_mar(self) -> Path:
         return _assets().stock_archive(self.options, self.weights)
+
+    def pt2_mar(self, backend: str) -> Path:
+        """The stock eager archive with TorchServe's `pt2` compile for `backend` (built once per run and backend)."""
+        if backend not in self._pt2_mars:
+            from ..assets import pt2_archive
+
+            self._pt2_mars[backend] = pt2_archive(self.options, self.weights, backend)
+        return self._pt2_mars[backend]
 
     def system_dir(self, name: str) -> Path:
         path = self.run_dir / name
@@ -91,6 +100,11 @@ class System:
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         raise NotImplementedError
+
+    def warm_up(self, deployment: Deployment, images: list[bytes], options: BenchOptions) -> list:
+        """Unmeasured requests before the load, at the load's concurrency (at most as many clients as requests)."""
+        warmup = options.warmup_requests
+        return run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         raise NotImplementedError

@@ -29,9 +29,13 @@ class ComputeCeiling(System):
     def prepare(self, ctx: RunContext) -> None:
         self.archive(ctx)
 
+    def probe_arguments(self, ctx: RunContext) -> list[str]:
+        """What the probe measures (apps/ceiling_probe.py): the model alone at each batch size, for each ceiling_seconds."""
+        return ["--seconds", str(ctx.options.ceiling_seconds)]
+
     def run(self, ctx: RunContext, variant: dict) -> dict:
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.ceiling_probe", "--mar", str(self.archive(ctx)),
-                   "--threads", str(ctx.vcpus), "--seconds", str(ctx.options.ceiling_seconds), "--device", ctx.options.device,
+                   "--threads", str(ctx.vcpus), *self.probe_arguments(ctx), "--device", ctx.options.device,
                    "--images", *[str(p.file) for p in ctx.photos]]
         done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
         if done.returncode != 0:
@@ -58,8 +62,8 @@ def summarize_probe(probe: dict) -> dict:
             "images_per_s_by_batch": {size: b["images_per_s"] for size, b in probe["batches"].items()},
             "mean_images_per_s_by_batch": {size: b["mean_images_per_s"] for size, b in probe["batches"].items()},
             "throughput_means": "batch size / median time of one call at the best batch size (mean-based rates beside it)",
-            "decode_images_per_s": probe["decode_images_per_s"],
-            "preprocess_images_per_s": probe["preprocess_images_per_s"],
+            "decode_images_per_s": probe.get("decode_images_per_s"),
+            "preprocess_images_per_s": probe.get("preprocess_images_per_s"),
             "latency_means": "per call of one batch of the best size",
         },
     }
@@ -72,3 +76,14 @@ class FastCeiling(ComputeCeiling):
 
     def archive(self, ctx: RunContext) -> Path:
         return ctx.fast_mar
+
+
+class FastPipelineCeiling(FastCeiling):
+    name = "ceiling_pipeline_fast"
+    label = "Ceiling: fastest CPU artifact, decode + preprocess + model in-process"
+    description = ("one process, no server: the fast archive's handler code probes, decodes, resizes, crops and normalizes a "
+                   "batch of the photos' JPEG bytes, then its model runs on the batch, back to back, all vCPUs as threads; "
+                   "batch = the served batch size; timed for the round's seconds (the bound for any server of this artifact)")
+
+    def probe_arguments(self, ctx: RunContext) -> list[str]:
+        return ["--seconds", str(ctx.options.round_seconds or ctx.options.ceiling_seconds), "--pipeline-batch", str(ctx.options.batch)]

@@ -47,9 +47,11 @@ class _GrpcAnswer:
 class GrpcTarget(HttpTarget):
     """The same interface as HttpTarget (make_body, post), over the protocol's gRPC with tritonclient."""
 
-    def __init__(self, target: str, model: str, timeout_s: float):
+    def __init__(self, target: str, model: str, timeout_s: float, input_shape: tuple[int, ...] = (1,)):
+        """`input_shape`: (1,) for our front; (1, 1) for a batching Triton model of per-request shape (1,)."""
         super().__init__(url=target, make_body=lambda image: image, timeout_s=timeout_s)
         object.__setattr__(self, "_model", model)
+        object.__setattr__(self, "_input_shape", list(input_shape))
         object.__setattr__(self, "_local", threading.local())
 
     def post(self, session, body: bytes) -> _GrpcAnswer:
@@ -59,8 +61,8 @@ class GrpcTarget(HttpTarget):
 
         if not hasattr(self._local, "client"):
             self._local.client = client.InferenceServerClient(self.url)
-        tensor = client.InferInput(oip.IMAGES, [1], "BYTES")
-        tensor.set_data_from_numpy(np.array([body], dtype=np.object_))
+        tensor = client.InferInput(oip.IMAGES, self._input_shape, "BYTES")
+        tensor.set_data_from_numpy(np.array([body], dtype=np.object_).reshape(self._input_shape))
         try:
             result = self._local.client.infer(self._model, [tensor], client_timeout=self.timeout_s)
         except InferenceServerException as err:
