@@ -23,7 +23,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from ...ports import free_ports
+from ...serve.ports import free_ports
 from .base import Deployment, RunContext, System
 from .oip import GrpcTarget
 from .process import ServerProcess, clean_env, http_ok, wait_until
