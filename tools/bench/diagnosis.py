@@ -7,7 +7,7 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 
 from __future__ import annotations
 
-from .report import best_peer
+from .rows import best_peer
 
 
 def explain(systems: dict) -> list[str]:

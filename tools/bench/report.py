@@ -21,7 +21,8 @@ from .chart import write_chart
 from .compute import compute_use, fp32_peak, gflop_per_image
 from .diagnosis import explain
 from .markdown import render_markdown
-from .options import PEER_SYSTEMS, BenchOptions
+from .options import BenchOptions
+from .rows import best_peer, throughput
 from .stats import ranges_overlap, ratio
 
 SCHEMA_VERSION = 1
@@ -104,10 +105,6 @@ def _options_dict(options: BenchOptions) -> dict:
     return raw
 
 
-def throughput(systems: dict, name: str) -> float | None:
-    return (systems.get(name) or {}).get("throughput_ips")
-
-
 def compute_ratios(systems: dict) -> dict:
     """ours / other for each other system present; None where either side is missing or failed."""
     ours = throughput(systems, "ours")
@@ -125,12 +122,6 @@ def compute_ratios(systems: dict) -> dict:
         ratios[f"{protocol}_vs_ours"] = ratio(throughput(systems, protocol), ours)
         ratios[f"p99_{protocol}_vs_ours"] = ratio(_p99(systems, protocol), _p99(systems, "ours"))
     return ratios
-
-
-def best_peer(systems: dict) -> str | None:
-    """The peer row with the highest median throughput in this run; None when none answered."""
-    working = [name for name in PEER_SYSTEMS if throughput(systems, name)]
-    return max(working, key=lambda name: throughput(systems, name)) if working else None
 
 
 def ratio_pair(key: str, systems: dict) -> tuple[str, str | None] | None:

@@ -151,14 +151,11 @@ def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> list[float]:
 def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu")) -> dict:
     """Images/s of one process doing what a worker does per batch, back to back: probe the JPEG bytes, decode +
     resize + crop + normalize them (the handler's own code), run the model on the batch. No server, no HTTP."""
-    from tsvk.decode import probe
-    from tsvk.tasks import task_class
-
     started = time.monotonic()
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
-        task = task_class(settings.task)(settings, model, preprocessor, labels)
+        task = task_kind(settings.task).task_class()(settings, model, preprocessor, labels)
         data = [path.read_bytes() for path in images]
         group = [data[i % len(data)] for i in range(batch)]
         forward = model.forward if settings.task == "classify" else task_forward(model)

@@ -60,9 +60,7 @@ class RunContext:
     def pt2_mar(self, backend: str) -> Path:
         """The stock eager archive with TorchServe's `pt2` compile for `backend` (built once per run and backend)."""
         if backend not in self._pt2_mars:
-            from ..assets import pt2_archive
-
-            self._pt2_mars[backend] = pt2_archive(self.options, self.weights, backend)
+            self._pt2_mars[backend] = _assets().pt2_archive(self.options, self.weights, backend)
         return self._pt2_mars[backend]
 
     def system_dir(self, name: str) -> Path:

@@ -23,12 +23,17 @@ import sys
 import zipfile
 from pathlib import Path
 
+import yaml
+from tsvk.settings import HandlerSettings
+
+from ...processes import Child, start_detached, stopped_on_failure
 from ...serve.ports import free_ports
 from .base import Deployment, RunContext, System
 from .oip import GrpcTarget
-from .process import ServerProcess, clean_env, http_ok, wait_until
+from .process import clean_env, http_ok, wait_until
 from .torchserve import STOCK_ALLOCATOR, TorchServeTuned, render, serve, stock_tuned_properties, tuned_worker_counts
 from .webapps import litserve_body
+from ..assets import labels_for
 from ..loadgen import HttpTarget, run_closed_loop
 
 PT2_BACKENDS = ("inductor", "openvino")
@@ -92,11 +97,6 @@ def pt2_variants(vcpus: int, device: str) -> list[dict]:
 def fast_model_files(ctx: RunContext, folder: Path) -> dict:
     """The fast archive's IR, unpacked as model.xml/.bin into `folder`, its labels as a JSON list, and its
     preprocessing numbers: what a Triton or LitServe user takes from the same artifact."""
-    from tsvk.settings import HandlerSettings
-    import yaml
-
-    from ..assets import labels_for
-
     with zipfile.ZipFile(ctx.fast_mar) as mar:
         settings = HandlerSettings.from_model_yaml(yaml.safe_load(mar.read("model-config.yaml")))
         ir_zip = folder / "ir.zip"
@@ -131,14 +131,11 @@ def triton_command(python: Path, files: dict, model: str, ports: tuple[int, int,
             "--instances", str(variant["instances"]), "--max-batch-size", str(batch), "--max-queue-delay-ms", str(delay_ms)]
 
 
-def start_server(command: list[str], folder: Path, ready, timeout: float, what: str, env: dict | None = None) -> ServerProcess:
+def start_server(command: list[str], folder: Path, ready, timeout: float, what: str, env: dict | None = None) -> Child:
     """A server in its own session, stopped again if it does not come up (or Ctrl+C/SIGTERM while waiting)."""
-    server = ServerProcess(command, env or clean_env(), folder / "server.log", folder)
-    try:
+    server = start_detached(command, folder / "server.log", cwd=folder, env=env or clean_env())
+    with stopped_on_failure(server.stop):
         wait_until(ready, server, timeout, what)
-    except BaseException:
-        server.stop()
-        raise
     return server
 
 
@@ -160,7 +157,7 @@ class FastArtifactServer(System):
         return Deployment(target, server.stop, {**variant, "max_batch_size": ctx.options.batch, **details,
                                                 "log": str(folder / "server.log")})
 
-    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
         """Start the server, wait until it answers; its target and what to record of it."""
         raise NotImplementedError
 
@@ -179,7 +176,7 @@ class Triton(FastArtifactServer):
             return f"{TRITON_PYTHON} is missing (`make triton-venv` builds it from Debian's python3)"
         return ""
 
-    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
         ports = tuple(free_ports(3))
         command = triton_command(TRITON_PYTHON.absolute(), files, ctx.options.model, ports, variant, ctx.options.batch,
                                  MAX_QUEUE_DELAY_MS)
@@ -197,7 +194,7 @@ class LitServeFast(FastArtifactServer):
                    "W reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's Python API; base64 JSON requests, "
                    "decoded with Pillow, resized, center-cropped and normalized in NumPy (the same code as the Triton row)")
 
-    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[ServerProcess, HttpTarget, dict]:
+    def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
         (port,) = free_ports(1)
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_openvino_app", *model_arguments(files, variant["threads"]),
                    "--port", str(port), "--workers", str(variant["workers"]), "--max-batch-size", str(ctx.options.batch),
