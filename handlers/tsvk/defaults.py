@@ -26,6 +26,11 @@ SCORE_FLOOR = 0.05  # the lowest score a detector keeps where its own default is
 # ~0.25 s of one thread of a 2-vCPU AMD EPYC). Past it every mask of that image is pasted on a grid scaled down
 # to fit, and says so (`photo_size`): 100 boxes covering a 40 MP photo would otherwise cost a worker a minute.
 MAX_MASK_PIXELS = 40_000_000
+# Resized pixels a detector's forward takes at once on a CPU worker: larger batches run in slices. An R-CNN's
+# working memory (padded batch, FPN maps, proposals, RoI features) grows with the pixels it is given: Mask R-CNN
+# v2 on eight 800x1333 inputs grew a worker by ~4 GiB in one forward, ~1.2 GiB two at a time (this budget: two
+# such inputs), in the same CPU time: one thread gains nothing from a larger forward.
+CPU_FORWARD_PIXELS = 2_200_000
 
 # Segmentation answers: the label map (one class index per pixel, a PNG) at the photo's size, or with its
 # longer side at most LABEL_MAP_MAX_SIDE pixels (0: the photo's size); the option label_map=false leaves it out.

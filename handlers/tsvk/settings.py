@@ -12,7 +12,7 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
+from .defaults import (BATCH, CPU_FORWARD_PIXELS, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
                        MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_MASK_PIXELS,
                        MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
 from .tasks import TASKS as TASK_KINDS, task_kind
@@ -113,6 +113,7 @@ class DetectSettings:
     mask_threshold: float = MASK_THRESHOLD
     masks: bool = False  # the model outputs instance masks (Mask R-CNN): answers carry them as COCO RLE
     max_mask_pixels: int = MAX_MASK_PIXELS  # one image's masks paste at most this many pixels, else at a reduced resolution
+    cpu_forward_pixels: int = CPU_FORWARD_PIXELS  # on a CPU, one forward takes at most this many resized pixels (a larger image alone)
 
 
 @dataclass(frozen=True)
@@ -250,6 +251,7 @@ def _build_detect(reader: "_Reader") -> DetectSettings:
         mask_threshold=reader.fraction("mask_threshold", defaults.mask_threshold),
         masks=reader.boolean("masks", defaults.masks),
         max_mask_pixels=reader.integer("max_mask_pixels", defaults.max_mask_pixels, minimum=1),
+        cpu_forward_pixels=reader.integer("cpu_forward_pixels", defaults.cpu_forward_pixels, minimum=1),
     )
 
 

@@ -212,7 +212,7 @@ def _archive_eager(options: BenchOptions, weights: Path, labels: Path, work: Pat
     import torch
 
     model_file = work / "model.py"
-    backbone = "" if options.task == "classify" else "weights_backbone=None, "  # a classifier's builder takes no backbone
+    backbone = "weights_backbone=None, " if task_kind(options.task).backbone_weights else ""  # a classifier's builder takes none
     model_file.write_text(STOCK_MODEL_FILE.format(builder=options.model, classes=len(labels_for(options.model)), backbone=backbone))
     state = {f"model.{key}": value for key, value in torch.load(weights, weights_only=True).items()}
     torch.save(state, work / "model.pth")

@@ -13,7 +13,7 @@ resolution, each with `photo_size`.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 
@@ -21,6 +21,7 @@ from ..decode import EncodedImage
 from ..defaults import MAX_DETECTIONS_LIMIT
 from ..labels import label_for
 from ..preprocess import PreprocessResult
+from ..preprocess.base import budget_slices
 from ..preprocess.tensor_ops import _as_batch
 from ..roi_pool import gather_roi_pooling
 from .base import Task
@@ -102,9 +103,20 @@ class DetectTask(Task):
 
     def answer(self, batch: DetectBatch, options: Sequence[dict]) -> list[Any]:
         found: list[dict] = []
-        for part in self.chunks(batch.inputs):
+        for part in self.forward_slices(batch.inputs):
             found += detections(self.run(list(part)))
         return [self.describe(*args) for args in zip(found, batch.resized, batch.original, options)]
+
+    def forward_slices(self, inputs: list[torch.Tensor]) -> Iterator[Sequence[torch.Tensor]]:
+        """The inputs in forwards the artifact was built for; on a CPU also within `detect.cpu_forward_pixels`
+        resized pixels each, so a batch's working memory (padded batch, feature maps, RoI features) follows the
+        budget rather than the batch. One CPU thread runs a slice no slower per image than the whole batch."""
+        if self.model.device.type != "cpu":
+            yield from self.chunks(inputs)
+            return
+        pixels = [int(x.shape[-2]) * int(x.shape[-1]) for x in inputs]
+        for indices in budget_slices(pixels, self.settings.detect.cpu_forward_pixels):
+            yield from self.chunks([inputs[i] for i in indices])
 
     def describe(self, found: dict, resized: tuple[int, int], original: tuple[int, int], options: dict) -> list[dict]:
         """The kept boxes of one image, best first, in the original photo's pixels."""

@@ -158,12 +158,13 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
         task = task_kind(settings.task).task_class()(settings, model, preprocessor, labels)
         data = [path.read_bytes() for path in images]
         group = [data[i % len(data)] for i in range(batch)]
-        forward = model.forward if settings.task == "classify" else task_forward(model)
+        top_k = task_kind(settings.task).top_k  # a classifier takes the NCHW batch itself, the others their TaskInputs
+        forward = model.forward if top_k else task_forward(model)
 
         def pipeline():
             prepared = task.prepare([probe(raw, settings.preprocess.max_pixels) for raw in group]).batch
             with torch.inference_mode():
-                forward(prepared if settings.task == "classify" else TaskInputs(prepared))
+                forward(prepared if top_k else TaskInputs(prepared))
 
         ready_s = time.monotonic() - started
         durations = pipeline_calls(pipeline, seconds, sync=sync)
