@@ -199,12 +199,19 @@ def make_private_dir(path: Path) -> None:
         path.chmod(0o700)
 
 
+def worker_socket_overflow(run_dir: Path) -> tuple[Path, int] | None:
+    """The longest worker socket path under `run_dir` and its length in bytes, when it passes Linux's limit."""
+    longest = Path(run_dir) / "tmp" / WORKER_SOCKET_NAME
+    size = len(os.fsencode(longest))
+    return (longest, size) if size > UNIX_SOCKET_PATH_MAX else None
+
+
 def check_worker_socket_path(run_dir: Path) -> None:
     """Refuse a run dir whose workers' socket paths would pass Linux's limit (TorchServe would fail obscurely)."""
-    longest = Path(run_dir) / "tmp" / WORKER_SOCKET_NAME
-    if len(os.fsencode(longest)) > UNIX_SOCKET_PATH_MAX:
+    if (overflow := worker_socket_overflow(run_dir)) is not None:
+        longest, size = overflow
         raise UsageError(f"--run-dir {run_dir} is too deep: TorchServe's worker sockets ({longest}) would be "
-                         f"{len(os.fsencode(longest))} bytes; Unix sockets allow at most {UNIX_SOCKET_PATH_MAX}. "
+                         f"{size} bytes; Unix sockets allow at most {UNIX_SOCKET_PATH_MAX}. "
                          "Choose a shorter --run-dir")
 
 

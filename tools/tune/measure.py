@@ -25,7 +25,7 @@ from ..bench.stats import latency_summary
 from ..bench.systems.base import identity
 from ..errors import UsageError
 from ..serve.ports import serving_on_free_ports
-from ..serve.server import UNIX_SOCKET_PATH_MAX, WORKER_SOCKET_NAME, TorchServeRun, start_torchserve
+from ..serve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow
 from ..serve.serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
 from .search import Measurement
 from .space import Candidate
@@ -71,10 +71,11 @@ def candidate_dir(bench: Bench, number: int) -> Path:
 
 def socket_path_problem(work_dir: Path) -> str | None:
     """Why TorchServe's workers could not open their sockets under `work_dir`, or None."""
-    longest = Path(work_dir).resolve() / "c00" / "run" / "tmp" / WORKER_SOCKET_NAME
-    if len(str(longest)) <= UNIX_SOCKET_PATH_MAX:
+    overflow = worker_socket_overflow(Path(work_dir).resolve() / "c00" / "run")
+    if overflow is None:
         return None
-    return (f"--work-dir {work_dir} is too deep: TorchServe's workers would listen on {longest} ({len(str(longest))} characters; "
+    longest, size = overflow
+    return (f"--work-dir {work_dir} is too deep: TorchServe's workers would listen on {longest} ({size} characters; "
             f"a Unix socket path holds at most {UNIX_SOCKET_PATH_MAX}); use a shorter directory")
 
 

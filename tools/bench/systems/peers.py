@@ -40,8 +40,8 @@ PT2_BACKENDS = ("inductor", "openvino")
 # `make triton-venv`; relative to the project root, where make runs. Never resolve(): the venv is its symlinked python
 TRITON_PYTHON = Path(".venv-triton/bin/python")
 APPS = Path(__file__).resolve().parents[1] / "apps"
-MAX_QUEUE_DELAY_MS = 100
-SINGLE_WARMUP = 2  # requests sent one at a time (batches of one) before the full warm-up  # as torchserve_tuned's maxBatchDelay
+MAX_QUEUE_DELAY_MS = 100  # as torchserve_tuned's maxBatchDelay
+SINGLE_WARMUP = 2  # requests sent one at a time (batches of one) before the full warm-up
 
 
 class TorchServeBest(TorchServeTuned):
