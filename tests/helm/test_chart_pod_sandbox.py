@@ -97,6 +97,8 @@ class Sandbox:
         # the venv stands in for the image's Python; keep it visible when a pod mount (an emptyDir
         # on /tmp, say) would hide it because the checkout lives there
         args += ["--ro-bind", sys.prefix, sys.prefix]
+        # and the checkout, which the venv's editable install of tsvk_tools points into (the image's /opt/tsvk)
+        args += ["--ro-bind", str(REPO), str(REPO)]
         for anchor in shadowed:
             args += ["--remount-ro", str(anchor)]
         for name, value in env.items():
