@@ -11,13 +11,21 @@ the request in the `X-Request-Start` header, the convention load balancers use (
 milliseconds or microseconds (told apart by magnitude). `tsvk config --deadline-ms` writes
 `tsvk.deadline.<model>=<ms>` into the config, which the worker reads like its threads. Requests
 without the header are never refused for age.
+
+A batch has a deadline too: TorchServe kills a worker whose batch outlives the model's response timeout
+(every request of the batch fails and the model loads again), so the worker reads that timeout from the
+same config and gives a batch `BATCH_TIME_SHARE` of it (`batch_time_budget_s`); a task that computes a
+batch in parts stops before a part that would pass it.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from typing import Any
+
+from .defaults import BATCH_TIME_SHARE, RESPONSE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +45,31 @@ def deadline_from_config(properties: dict[str, str], model_name: str) -> int | N
         log.warning("ignoring %s%s=%r: expected milliseconds", DEADLINE_KEY_PREFIX, model_name, raw)
         return None
     return value if value > 0 else None
+
+
+def response_timeout_from_config(properties: dict[str, str], model_name: str) -> int:
+    """The model's response timeout in seconds as TorchServe applies it: its entry in `models`, else
+    `default_response_timeout`, else TorchServe's own default (the same 120 s as tsvk's)."""
+    fallback = _positive_int(properties.get("default_response_timeout")) or RESPONSE_TIMEOUT_S
+    try:
+        versions = json.loads(properties.get("models") or "{}").get(model_name) or {}
+        timeouts = [_positive_int(v.get("responseTimeout")) for v in versions.values() if isinstance(v, dict)]
+    except (ValueError, AttributeError):  # a models value TorchServe would refuse: its default applies
+        return fallback
+    return min((t for t in timeouts if t), default=fallback)
+
+
+def batch_time_budget_s(properties: dict[str, str], model_name: str) -> float:
+    """Seconds one batch may take before its remaining parts are refused rather than computed."""
+    return BATCH_TIME_SHARE * response_timeout_from_config(properties, model_name)
+
+
+def _positive_int(value: Any) -> int | None:
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return None
+    return number if number > 0 else None
 
 
 def parse_arrival(value: Any) -> float | None:

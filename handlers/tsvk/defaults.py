@@ -41,6 +41,11 @@ LABEL_MAP_MAX_SIDE = 0
 BATCH = 8  # requests per batch, never above the artifact's max batch
 MAX_BATCH_DELAY_MS = 50  # how long TorchServe waits for a batch to fill
 RESPONSE_TIMEOUT_S = 120
+# Share of its model's response timeout a worker gives one batch. TorchServe kills a worker whose batch outlives
+# the timeout, failing every request of it and reloading the model; a detector running its batch in CPU forward
+# slices stops before a slice that would pass this share and answers the rest 503 deadline_exceeded instead.
+# Half leaves room for a slice twice as slow as the ones before it (a neighbour's burst on the same cores).
+BATCH_TIME_SHARE = 0.5
 
 # The handler's limits on decoded images.
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb

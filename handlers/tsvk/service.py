@@ -25,7 +25,7 @@ from typing import Any, Mapping, Sequence
 import torch
 
 from . import features
-from .deadline import arrival_times, deadline_from_config, request_age_ms
+from .deadline import arrival_times, batch_time_budget_s, deadline_from_config, request_age_ms
 from .decode import EncodedImage, probe
 from .errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
 from .heap import HeapTrimmer
@@ -104,10 +104,12 @@ class BatchRecord:
 
 @dataclass(frozen=True)
 class WorkerInfo:
-    """What the worker learned about itself at load: its deadline and how many workers started before it."""
+    """What the worker learned about itself at load: its deadline, the time it gives one batch (a share of
+    its response timeout) and how many workers started before it."""
 
     deadline_ms: int | None = None
     start_number: int = 0
+    batch_budget_s: float | None = None  # None: a batch runs to its end
 
 
 class VisionService:
@@ -138,7 +140,9 @@ class VisionService:
         labels = load_labels(model_dir / settings.labels_file)
         model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None, task=settings.task)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        worker = WorkerInfo(_configured_deadline(config_path, model_name), record_worker_start(model_dir))
+        ts_config = read_properties(config_path) if config_path else {}
+        worker = WorkerInfo(deadline_from_config(ts_config, model_name), record_worker_start(model_dir),
+                            batch_time_budget_s(ts_config, model_name))
         _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source, worker)
         metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type, worker.start_number)
         return cls(task_kind(settings.task).task_class()(settings, model, preprocessor, labels), metrics, worker)
@@ -164,7 +168,7 @@ class VisionService:
         prepared = self._preprocess(read.produced)
         record.add(prepared.failed)
         preprocessed = time.perf_counter()
-        inferred = self._infer(prepared, read.produced)
+        inferred = self._infer(prepared, read.produced, started)
         record.add(inferred.failed, inferred.produced)
         finished = time.perf_counter()
         outcome = record.outcome(payloads, self.settings.model_name)
@@ -262,21 +266,26 @@ class VisionService:
             return BadImage(f"cannot preprocess the {size}image: {type(err).__name__}: {str(err)[:200]}")
         return None
 
-    def _infer(self, prepared: Prepared, read: Mapping[int, ReadRequest]) -> StageResult:
-        """The task's answers by input position, or every position failed when the model fails."""
+    def _infer(self, prepared: Prepared, read: Mapping[int, ReadRequest], started: float) -> StageResult:
+        """The task's answers by input position, or every position failed when the model fails; the images
+        the batch had no time left for (see `WorkerInfo.batch_budget_s`) are refused 503."""
         if prepared.batch is None or not prepared.positions:
             return StageResult()
+        budget = self.worker.batch_budget_s
         try:
-            answers = self.task.answer(prepared.batch, [read[p].options for p in prepared.positions])
+            answers = self.task.answer_within(prepared.batch, [read[p].options for p in prepared.positions],
+                                              started + budget if budget else None)
         except Exception as err:  # noqa: BLE001 - the model failing fails this batch, not the worker
             log.exception("inference failed for a batch of %d", len(prepared.positions))
             error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
             return StageResult(failed={p: error for p in prepared.positions})
-        return StageResult(dict(zip(prepared.positions, answers)))
-
-
-def _configured_deadline(config_path: Path | None, model_name: str) -> int | None:
-    return deadline_from_config(read_properties(config_path), model_name) if config_path else None
+        unanswered = prepared.positions[len(answers):]
+        if unanswered:
+            log.warning("batch of %d out of time after %d answers (%.0f s of the response timeout's share)",
+                        len(prepared.positions), len(answers), budget)
+        late = DeadlineExceeded(f"the worker's batch ran out of time before this image ({budget:.0f} s of its response timeout); "
+                                "retry later, or send fewer large photos at once") if unanswered else None
+        return StageResult(dict(zip(prepared.positions, answers)), {p: late for p in unanswered})
 
 
 def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str,

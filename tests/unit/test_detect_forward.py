@@ -76,3 +76,23 @@ def test_forwards_in_slices_answer_as_one_forward():
     for ours, reference in zip(sliced, whole):
         assert [a["label"] for a in ours] == [a["label"] for a in reference]
         assert torch.allclose(torch.tensor([a["box"] for a in ours]), torch.tensor([a["box"] for a in reference]), atol=0.05)
+
+
+def test_a_batch_out_of_time_stops_between_slices_and_answers_what_it_computed(monkeypatch):
+    """Past its time budget a batch stops before the next forward slice, so the worker answers in time
+    instead of being killed by TorchServe's response timeout with the whole batch."""
+    model = RecordingDetector()
+    task = _task(model, {"cpu_forward_pixels": 2 * 400 * 600})
+    clock = iter(float(t) for t in range(100))
+    monkeypatch.setattr("tsvk.tasks.base.time.perf_counter", lambda: next(clock))
+    monkeypatch.setattr("tsvk.tasks.detect.time.perf_counter", lambda: next(clock))
+    # each slice of two takes one tick: by the third slice the next would end after the budget
+    answers = task.answer_within(_batch([(400, 600)] * 8), [OPTIONS] * 8, until_s=4.5)
+    assert len(model.calls) < 4 and len(answers) == 2 * len(model.calls)
+    assert task.answer_within(_batch([(400, 600)] * 3), [OPTIONS] * 3, until_s=-1.0)  # the first slice always runs
+
+
+def test_without_a_budget_every_slice_runs():
+    model = RecordingDetector()
+    task = _task(model, {"cpu_forward_pixels": 400 * 600})
+    assert len(task.answer_within(_batch([(400, 600)] * 5), [OPTIONS] * 5, until_s=None)) == 5

@@ -12,7 +12,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk.deadline import parse_arrival, request_age_ms
+from tsvk.deadline import parse_arrival, request_age_ms, response_timeout_from_config
 from tsvk.decode import decoded_pixels, probe, webp_canvas_size
 from tsvk.errors import ERROR_CLASSES, ImageTooLarge
 from tsvk.preprocess.cpu import CpuPreprocessor, pixel_budget_chunks
@@ -150,3 +150,39 @@ def test_arrival_stamps_in_seconds_ms_and_us_mean_the_same_time():
 
 def test_each_worker_start_is_counted_in_the_model_directory(tmp_path):
     assert [record_worker_start(tmp_path) for _ in range(3)] == [1, 2, 3]
+
+
+@pytest.mark.parametrize("config, timeout", [
+    ({}, 120),
+    ({"default_response_timeout": "30"}, 30),
+    ({"default_response_timeout": "30", "models": '{"tiny": {"1.0": {"responseTimeout": 12}}}'}, 12),
+    ({"default_response_timeout": "30", "models": '{"other": {"1.0": {"responseTimeout": 12}}}'}, 30),
+    ({"default_response_timeout": "-4", "models": "{not json"}, 120),
+])
+def test_the_worker_reads_its_response_timeout_as_torchserve_applies_it(config, timeout):
+    assert response_timeout_from_config(config, "tiny") == timeout
+
+
+def test_images_a_batch_had_no_time_for_are_refused_503_and_the_rest_answered(tmp_path, monkeypatch):
+    """A task that stops between parts (a detector's CPU forward slices) answers a prefix; the service
+    refuses the rest 503 deadline_exceeded, so TorchServe never kills the worker over the batch."""
+    config = tmp_path / "config.properties"
+    config.write_text('default_response_timeout=60\nmodels={"tiny": {"1.0": {"responseTimeout": 20}}}\n')
+    monkeypatch.setenv("TS_CONFIG_FILE", str(config))
+    context = FakeContext(tmp_path / "model", write_tiny_eager_archive(tmp_path / "model"))
+    service = VisionService.from_context(context)
+    assert service.worker.batch_budget_s == pytest.approx(10.0)  # half the model's own response timeout
+    budgets = []
+    answer = service.task.answer
+
+    def first_image_only(batch, options, until_s):
+        budgets.append(until_s - time.perf_counter())
+        return answer(batch, options)[:1]
+
+    monkeypatch.setattr(service.task, "answer_within", first_image_only)
+    image = encode(noise_image(), "JPEG")
+    answers = service.handle([{"data": image}] * 3, context)
+    assert 0 < budgets[0] <= 10.0
+    assert 0 not in context.statuses and "error" not in answers[0]
+    assert [context.statuses[i][0] for i in (1, 2)] == [503, 503]
+    assert answers[1]["error"] == answers[2]["error"] == "deadline_exceeded"

@@ -210,3 +210,28 @@ def test_a_detector_on_the_cpu_gets_one_single_threaded_worker_per_vcpu(tmp_path
     assert plan.total_workers * by_name["detector"].intra_op_threads <= 8
     asked = plan_serving(replace(ServingRequest(vcpus=8, gpus=0, model_store=store), workers=2))
     assert [m.workers for m in asked.models] == [2, 2]
+
+
+def _detector_archive(tmp_path, name: str, preprocess: dict, batch: int = 8) -> None:
+    import zipfile
+
+    import yaml
+
+    settings = HandlerSettings.from_dict({
+        "model_name": name, "task": "detect", "preprocess": preprocess, "serving": {"batch_size": batch, "workers": 1},
+        "artifact": {"file": "model_state.pt", "format": "eager", "max_batch": 8, "source": {"builder": name}}})
+    with zipfile.ZipFile(tmp_path / f"{name}.mar", "w") as archive:
+        archive.writestr("model-config.yaml", yaml.safe_dump({"tsvk": settings.to_dict()}))
+
+
+def test_a_detectors_cpu_batch_is_what_one_forward_slice_holds(tmp_path):
+    """An R-CNN at 800/1333 computes two inputs per CPU forward: a batch of eight would keep its first requests
+    waiting for minutes; a small 320 px detector keeps its batch. On a GPU, and when asked, the batch stays."""
+    _detector_archive(tmp_path, "rcnn", {"resize": 800, "max_size": 1333, "crop": 0})
+    _detector_archive(tmp_path, "small", {"resize": 320, "max_size": 640, "crop": 0})
+    batches = {m.name: m.batch for m in plan_serving(ServingRequest(vcpus=2, gpus=0, model_store=tmp_path)).models}
+    assert batches == {"rcnn": 2, "small": 8}
+    on_gpu = {m.name: m.batch for m in plan_serving(ServingRequest(vcpus=2, gpus=1, model_store=tmp_path)).models}
+    assert on_gpu == {"rcnn": 8, "small": 8}
+    asked = {m.name: m.batch for m in plan_serving(ServingRequest(vcpus=2, gpus=0, batch=6, model_store=tmp_path)).models}
+    assert asked == {"rcnn": 6, "small": 6}

@@ -31,7 +31,6 @@ GRPC_STATUS = {"OK": 200, "INVALID_ARGUMENT": 400, "UNAUTHENTICATED": 401, "NOT_
 # 503: only the documented ones (Answer.label counts the rest apart)
 HOSTILE_ALLOWED = (200, 400, 401, 404, 413, 415, 422, 503)
 NOT_SERVED = 404  # an input answered so never reached a worker: left out of the worker time per input
-GOOD_BASELINE = 4  # good requests alone, per model: what an ordinary answer costs the worker
 
 
 def send_attack(service: Service, model: str, attack: Attack) -> Answer:
@@ -118,16 +117,22 @@ def _worker_cpu_s(service: Service) -> float:
     return total
 
 
+def burst_size(service: Service, model: str) -> int:
+    """Requests sent together to `model`: a full batch, so the server batches them as it would ordinary traffic."""
+    return max(2, service.batches.get(model, 2))
+
+
 def good_baseline(service: Service, model: str) -> dict:
-    """A good request alone (the reference answer, after one to warm up), the worker growth one good
-    request causes, and the worker time of each of GOOD_BASELINE sent together."""
+    """A good request alone (the reference answer, after one to warm up), then a burst of good requests
+    shaped as the attacks' bursts: the worker time of each and the worker growth of the burst are what
+    ordinary answers cost, and what an attack is measured beyond."""
     send(service.target_for(model), service.photo)
-    with WorkerMeter(service) as alone:
-        reference = send(service.target_for(model), service.photo)
+    reference = send(service.target_for(model), service.photo)
+    burst = burst_size(service, model)
     with WorkerMeter(service) as meter:
-        together = _together([lambda: send(service.target_for(model), service.photo) for _ in range(GOOD_BASELINE)])
+        together = _together([lambda: send(service.target_for(model), service.photo) for _ in range(burst)])
     return {"reference": reference, "signature": answer_signature(reference), "statuses": histogram([reference, *together]),
-            "worker_s_per_request": meter.cpu_s / GOOD_BASELINE, "growth_mb": alone.growth_mb or 0.0}
+            "worker_s_per_request": meter.cpu_s / burst, "growth_mb": meter.growth_mb or 0.0}
 
 
 def _together(jobs: Sequence) -> list[Answer]:
@@ -144,7 +149,7 @@ def _together(jobs: Sequence) -> list[Answer]:
 
 def attack_class(service: Service, model: str, attacks: list[Attack], baseline: dict) -> dict:
     """The class's inputs in bursts of (batch - 1) with one good request each; its figures."""
-    batch = max(2, service.batches.get(model, 2))
+    batch = burst_size(service, model)
     pids_before = watch.worker_pids(service.run, model)
     hostile_answers, good = [], []
     with WorkerMeter(service) as meter:
@@ -157,7 +162,10 @@ def attack_class(service: Service, model: str, attacks: list[Attack], baseline: 
     pids_after = watch.worker_pids(service.run, model)
     sent = len(hostile_answers)
     reached = sum(1 for a in hostile_answers if a.status != NOT_SERVED)
-    extra_s = (meter.cpu_s - len(good) * baseline["worker_s_per_request"]) / reached if reached else 0.0
+    # A hostile input answered 200 (an option at its allowed extreme, beside a valid photo) is an ordinary answer
+    # as far as the worker's time goes: it is charged like the good requests, and only the rest is extra.
+    ordinary = len(good) + sum(1 for a in hostile_answers if a.status == 200)
+    extra_s = (meter.cpu_s - ordinary * baseline["worker_s_per_request"]) / reached if reached else 0.0
     extra_mb = None if meter.growth_mb is None else meter.growth_mb - baseline.get("growth_mb", 0.0)
     return {
         "hostile": attacks[0].hostile if attacks else True, "sent": sent,

@@ -35,6 +35,7 @@ class ServiceSpec:
     allocator: str = defaults.ALLOCATOR
     other_models: tuple[str, ...] = ()  # served beside `model` (a detector, a segmenter): attacked by the hostile classes
     oip: bool = False  # also start the Open Inference Protocol front (REST and gRPC) on free localhost ports
+    deadline_ms: int | None = None  # `tsvk config --deadline-ms`: requests queued longer are refused 503 at once
 
 
 def serving_request(spec: ServiceSpec) -> ServingRequest:
@@ -44,7 +45,7 @@ def serving_request(spec: ServiceSpec) -> ServingRequest:
         concurrency=QUEUE_CLIENTS, inference_address=f"http://127.0.0.1:{inference}",
         management_address=f"http://127.0.0.1:{management}", metrics_address=f"http://127.0.0.1:{metrics}",
         grpc_inference_port=grpc_inference, grpc_management_port=grpc_management,
-        protocol="oip" if spec.oip else defaults.PROTOCOL, oip_address="127.0.0.1", oip_rest_port=oip_rest, oip_grpc_port=oip_grpc,
+        deadline_ms=spec.deadline_ms, protocol="oip" if spec.oip else defaults.PROTOCOL, oip_address="127.0.0.1", oip_rest_port=oip_rest, oip_grpc_port=oip_grpc,
     )
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 from tsvk.deadline import DEADLINE_KEY_PREFIX
 from tsvk.properties import escape_value, read_properties
 from tsvk.settings import HandlerSettings, ServingDefaults
+from tsvk.tasks import task_kind
 from tsvk.threads import THREADS_KEY_PREFIX, threads_from_config
 
 from .. import defaults
@@ -105,7 +106,7 @@ def plan_serving(request: ServingRequest) -> ServingPlan:
     gpus = request.gpus if request.gpus is not None else _detect_gpus()
     names, archives = _resolve_models(request)
     workers = _workers(request, gpus, names, archives, max(1, vcpus // len(names)))
-    batches = {name: request.batch or _suggested(archives.get(name)).batch_size for name in names}
+    batches = {name: request.batch or planned_batch(archives.get(name), gpus) for name in names}
     problems = [p for p in map(model_name_problem, names) if p]  # archives named by their files, too
     problems += [p for p in (batch_problem(name, batches[name], archives.get(name)) for name in names) if p]
     problems += _vcpu_problems(sum(workers.values()), vcpus, len(names))
@@ -178,6 +179,19 @@ def _archive_settings(request: ServingRequest, name: str) -> HandlerSettings | N
         return None
     path = list_archives(request.model_store).get(name)
     return read_archive_settings(path) if path else None
+
+
+def planned_batch(settings: HandlerSettings | None, gpus: int) -> int:
+    """The archive's suggested batch; for a detector on CPU workers, at most what one forward slice
+    (`detect.cpu_forward_pixels`) holds of its largest inputs. A larger batch runs slice after slice no
+    faster per image while its first requests wait for its last: Mask R-CNN's batch of eight takes about
+    90 s of one thread, near the response timeout past which TorchServe kills the worker."""
+    suggested = _suggested(settings).batch_size
+    if settings is None or gpus or not task_kind(settings.task).image_list:
+        return suggested
+    resize = settings.preprocess.resize
+    largest_input = resize * (settings.preprocess.max_size or 2 * resize)  # no cap on the longer side: assume 2:1
+    return max(1, min(suggested, settings.detect.cpu_forward_pixels // largest_input))
 
 
 def _suggested(settings: HandlerSettings | None) -> ServingDefaults:
@@ -375,7 +389,8 @@ def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
         for m in plan.models
     }
     why = ("fixed worker counts (min = max: no scaling surprises): as asked, one per GPU or the archive's suggestion, else on the "
-           "CPU\n# one single-threaded worker per vCPU, as many as memory holds; batch size within each archive's compiled max batch")
+           "CPU\n# one single-threaded worker per vCPU, as many as memory holds; batch size within each archive's compiled max batch"
+           "\n# and, for a detector on CPU workers, within one forward slice of its largest inputs")
     tuned = "; ".join(f"{m.name}: {m.measured}" for m in plan.models if m.measured)
     return [
         ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),

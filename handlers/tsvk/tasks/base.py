@@ -7,6 +7,7 @@ A request's life is the same for every task; only the transform (`prepare`) and 
 
 from __future__ import annotations
 
+import time
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -51,6 +52,12 @@ class Task:
         """One answer per kept image, in order, each shaped by its request's options."""
         raise NotImplementedError
 
+    def answer_within(self, batch: Any, options: Sequence[dict], until_s: float | None) -> list[Any]:
+        """The answers of the first images that time allows, in order (`until_s`: a `time.perf_counter()`
+        instant, None: no limit). A task that computes a batch in parts stops before a part that would end
+        after it; the rest of the batch is refused by the service. By default a batch is one part."""
+        return self.answer(batch, options)
+
     def chunks(self, items: Sequence[Any]) -> Iterator[Sequence[Any]]:
         """Slices no larger than the artifact was built for."""
         size = self.settings.artifact.max_batch
@@ -60,3 +67,23 @@ class Task:
     def run(self, inputs: Any) -> Any:
         with torch.inference_mode():
             return self.model.forward(inputs)
+
+
+class PartPace:
+    """Whether a batch computed in parts has time for its next part: the seconds per image of the parts
+    so far, times the next part's images, must end by `until_s`. The first part always runs, so a batch
+    answers at least one image however slow the worker is."""
+
+    def __init__(self, until_s: float | None):
+        self.until_s = until_s
+        self.images = 0
+        self.seconds = 0.0
+
+    def allows(self, images: int) -> bool:
+        if self.until_s is None or self.images == 0:
+            return True
+        return time.perf_counter() + self.seconds / self.images * images <= self.until_s
+
+    def record(self, images: int, started: float) -> None:
+        self.images += images
+        self.seconds += time.perf_counter() - started

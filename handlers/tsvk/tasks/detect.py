@@ -13,6 +13,7 @@ resolution, each with `photo_size`.
 from __future__ import annotations
 
 from dataclasses import dataclass
+import time
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -24,7 +25,7 @@ from ..preprocess import PreprocessResult
 from ..preprocess.base import budget_slices
 from ..preprocess.tensor_ops import _as_batch
 from ..roi_pool import gather_roi_pooling
-from .base import Task
+from .base import PartPace, Task
 from .detector_model import detections, is_detector, served_detector, set_score_threshold
 from .geometry import detector_resize, map_boxes, original_size, same_size_slices
 from .params import number, whole
@@ -102,9 +103,18 @@ class DetectTask(Task):
         return out
 
     def answer(self, batch: DetectBatch, options: Sequence[dict]) -> list[Any]:
+        return self.answer_within(batch, options, None)
+
+    def answer_within(self, batch: DetectBatch, options: Sequence[dict], until_s: float | None) -> list[Any]:
+        """Forward slice by forward slice while time allows: an R-CNN's batch on a CPU can take minutes."""
         found: list[dict] = []
+        pace = PartPace(until_s)
         for part in self.forward_slices(batch.inputs):
+            if not pace.allows(len(part)):
+                break
+            started = time.perf_counter()
             found += detections(self.run(list(part)))
+            pace.record(len(part), started)
         return [self.describe(*args) for args in zip(found, batch.resized, batch.original, options)]
 
     def forward_slices(self, inputs: list[torch.Tensor]) -> Iterator[Sequence[torch.Tensor]]:
