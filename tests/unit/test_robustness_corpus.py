@@ -180,17 +180,17 @@ def test_a_hostile_option_answered_200_is_charged_as_an_ordinary_answer(monkeypa
     monkeypatch.setattr(hostile, "send", lambda target, body, *a, **k: Answer(200, 0.1, None, "tsvk", b'{"cat": 0.9}'))
     monkeypatch.setattr(hostile, "WorkerMeter", _FakeMeter)
     monkeypatch.setattr(hostile.watch, "worker_pids", lambda run, model: {7})
-    # two bursts of (one attack + one good request); 0.5 s of worker time against 0.1 s per ordinary answer
+    # one burst of two attacks and a good request; 0.5 s of worker time against 0.1 s per ordinary answer
     figures = hostile.attack_class(service, "m", [attacks.Attack("k", PREDICTIONS, body=b"x")] * 2,
                                    {"signature": (200, ("cat",)), "worker_s_per_request": 0.1, "growth_mb": 3.0})
-    assert figures["extra_worker_s_per_input"] == pytest.approx((0.5 - 4 * 0.1) / 2, abs=1e-3)
+    assert figures["extra_worker_s_per_input"] == pytest.approx((0.5 - 3 * 0.1) / 2, abs=1e-3)
 
 
 def test_the_good_baseline_is_a_burst_shaped_as_the_attacks(monkeypatch):
-    service = SimpleNamespace(batches={"m": 3}, run=None, target_for=lambda m: None, photo=PHOTO)
+    service = SimpleNamespace(batches={"m": 5}, run=None, target_for=lambda m: None, photo=PHOTO)
     sent = []
     monkeypatch.setattr(hostile, "send", lambda target, body, *a, **k: sent.append(body) or Answer(200, 0.1, None, "tsvk", b"{}"))
     monkeypatch.setattr(hostile, "WorkerMeter", _FakeMeter)
     baseline = hostile.good_baseline(service, "m")
-    assert len(sent) == 2 + 3  # warm-up, reference, then a burst of a full batch
-    assert baseline["worker_s_per_request"] == pytest.approx(0.5 / 3) and baseline["growth_mb"] == 12.0
+    assert len(sent) == 2 + 5  # warm-up, reference, then a burst of a full batch
+    assert baseline["worker_s_per_request"] == pytest.approx(0.5 / 5) and baseline["growth_mb"] == 12.0

@@ -58,7 +58,7 @@ def send_grpc(service: Service, model: str, request: bytes) -> Answer:
         with grpc.insecure_channel(service.front[1], options=[("grpc.max_send_message_length", 64 * 2**20)]) as channel:
             infer = channel.unary_unary(GRPC_INFER, request_serializer=None, response_deserializer=None)
             try:
-                infer(named, metadata=metadata, timeout=service.response_timeout_s + 30.0)
+                infer(named, metadata=metadata, timeout=service.client_timeout_s)
                 return 200, b""
             except grpc.RpcError as err:
                 details = (err.details() or "").encode()
@@ -117,9 +117,13 @@ def _worker_cpu_s(service: Service) -> float:
     return total
 
 
+ATTACK_BURST = 4  # requests sent together at least, so a good request shares its batch with hostile ones
+
+
 def burst_size(service: Service, model: str) -> int:
-    """Requests sent together to `model`: a full batch, so the server batches them as it would ordinary traffic."""
-    return max(2, service.batches.get(model, 2))
+    """Requests sent together to `model`: a full batch, at least ATTACK_BURST (with a batch of 2, the good
+    request's batch mate is one of the burst's hostile inputs all the same)."""
+    return max(ATTACK_BURST, service.batches.get(model, 2))
 
 
 def good_baseline(service: Service, model: str) -> dict:

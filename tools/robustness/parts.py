@@ -42,19 +42,26 @@ class Service:
     tasks: dict = field(default_factory=dict)  # every served model -> its task ("classify", "detect", "segment")
     front: tuple[str, str] | None = None  # the OIP front's REST base URL and gRPC target, when it runs
     batches: dict = field(default_factory=dict)  # model -> its TorchServe batch size
+    deadline_ms: int | None = None  # requests queued longer are answered 503 deadline_exceeded
+
+    @property
+    def client_timeout_s(self) -> float:
+        """How long a client waits for an answer: the longest a request may queue (its deadline), then its batch
+        (the response timeout), and a margin; without a deadline, as long as a batch may take and the margin."""
+        return (self.deadline_ms or 0) / 1e3 + self.response_timeout_s + 30.0
 
     @property
     def target(self) -> Target:
         return self.target_for(self.model)
 
     def target_for(self, model: str) -> Target:
-        return Target(f"{self.run.url('inference')}/predictions/{model}", self.run.run_dir, self.response_timeout_s + 30.0)
+        return Target(f"{self.run.url('inference')}/predictions/{model}", self.run.run_dir, self.client_timeout_s)
 
     def front_target(self, model: str) -> Target | None:
         """The front's REST infer URL for `model`; None when no front runs."""
         if self.front is None:
             return None
-        return Target(f"{self.front[0]}/v2/models/{model}/infer", self.run.run_dir, self.response_timeout_s + 30.0)
+        return Target(f"{self.front[0]}/v2/models/{model}/infer", self.run.run_dir, self.client_timeout_s)
 
     def worker_pids(self) -> set[int] | None:
         """The model's worker pids; None when the management API did not answer."""

@@ -69,7 +69,7 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         model = plan.models[0]
         tasks = {name: read_archive_settings(spec.model_store / f"{name}.mar").task for name in (spec.model, *spec.other_models)}
         yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo(), tasks, front,
-                      {m.name: m.batch for m in plan.models})
+                      {m.name: m.batch for m in plan.models}, spec.deadline_ms)
     finally:
         run.stop()
 
