@@ -20,6 +20,7 @@ import pytest
 import requests
 from PIL import Image
 
+from tests.fixtures.tiny_model import LOAD_DELAY_ENV
 from tests.support.torchserve import isolated_env, archive_tiny
 from tsvk_tools.serve.drain import describe_drain
 from tsvk_tools.serve.ports import serving_on_free_ports
@@ -139,17 +140,15 @@ def test_a_kept_alive_connection_gets_an_answer_to_every_request_and_new_connect
 
 
 def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(config, tmp_path):
-    # The tiny model can be READY before the Ctrl-C arrives (then `tsvk serve` rightly exits 0 and leaves it
-    # serving): such an attempt did not test the interruption, so its TorchServe is stopped and it is tried again.
-    for attempt in range(3):
-        run_dir = tmp_path / f"run{attempt}"
-        serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)])
-        run = _wait_for(lambda: find_running(run_dir), 60)
-        serve.send_signal(signal.SIGINT)  # Ctrl-C while the workers are still loading
-        if serve.wait(60) != 0:
-            break
-        run.stop(drain_timeout=0)
-    assert serve.returncode != 0, "every attempt was READY before its Ctrl-C arrived"
+    # The workers take a minute to load the model (SlowTinyNet's load delay), so the Ctrl-C surely comes
+    # while `tsvk serve` is still waiting for readiness.
+    env = {**os.environ, LOAD_DELAY_ENV: "60"}
+    run_dir = tmp_path / "run"
+    serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)], env=env)
+    run = _wait_for(lambda: find_running(run_dir), 60)
+    assert run is not None, "tsvk serve never started TorchServe"
+    serve.send_signal(signal.SIGINT)  # Ctrl-C while the workers are still loading
+    assert serve.wait(60) != 0
     assert _wait_for(lambda: not run.session_alive(), 30), "TorchServe kept running after tsvk serve was interrupted"
 
 
