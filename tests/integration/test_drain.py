@@ -144,7 +144,10 @@ def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(co
     # `tsvk serve` is still waiting for readiness; stopping may wait for a worker to finish loading.
     env = {**os.environ, LOAD_DELAY_ENV: "20"}
     run_dir = tmp_path / "run"
-    serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)], env=env)
+    # A shell starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt:
+    # `tsvk serve` gets Ctrl-C as it does in a terminal, whatever started this test.
+    serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)], env=env,
+                             preexec_fn=_default_sigint)
     run = _wait_for(lambda: find_running(run_dir), 60)
     assert run is not None, "tsvk serve never started TorchServe"
     serve.send_signal(signal.SIGINT)  # Ctrl-C while the workers are still loading
@@ -152,6 +155,10 @@ def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(co
     assert serve.wait(120) != 0, "tsvk serve exited 0: the Ctrl-C was not taken as one"
     print(f"tsvk serve exited {time.monotonic() - started:.1f} s after the Ctrl-C")
     assert _wait_for(lambda: not run.session_alive(), 30), "TorchServe kept running after tsvk serve was interrupted"
+
+
+def _default_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(check, timeout_s: float):
