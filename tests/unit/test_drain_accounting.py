@@ -4,14 +4,18 @@ and the measurement's sorting of requests (tools/robustness/drain.py)."""
 from __future__ import annotations
 
 import gzip
+import socket
 
 from collections import Counter
+
+import pytest
+import requests
 
 from tsvk.errors import DeadlineExceeded
 from tsvk.stopping import refusal
 from tsvk_tools.serve import drain as drain_module
 from tsvk_tools.serve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
-from tsvk_tools.robustness.drain import Outcome, counted_by_torchserve, drain_report
+from tsvk_tools.robustness.drain import Outcome, counted_by_torchserve, drain_report, never_connected
 
 # Lines as TorchServe 0.12 writes them (log4j2 pattern "%d{ISO8601} - %m%n", NettyUtils' session text).
 ANSWERED = b'2026-11-25T16:48:28,469 - /127.0.0.1:52600 "POST /predictions/tiny HTTP/1.1" 200 47\n'
@@ -130,3 +134,15 @@ def test_lost_is_what_torchserve_counted_and_left_unanswered_once_nothing_could_
     assert (cut_after_counting["lost"], cut_after_counting["cut_never_counted"]) == (1, 0)
     still_accepting = DrainReport(True, 0.5, 0, stopped_accepting=False, arrived=121)
     assert "lost" not in counted_by_torchserve(report, Counter(m=100), still_accepting)  # the clients' count stands
+
+
+def test_a_connection_never_made_is_refused_at_connect_whatever_the_kernel_answered():
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    with pytest.raises(requests.ConnectionError) as refused:
+        requests.post(f"http://127.0.0.1:{port}/predictions/m", data=b"x", timeout=5)
+    assert never_connected(refused.value)
+    assert never_connected(requests.ConnectTimeout("connect timed out"))
+    assert not never_connected(requests.ConnectionError("('Connection aborted.', ConnectionResetError(104, 'reset'))"))
+    assert not never_connected(requests.ReadTimeout("read timed out"))

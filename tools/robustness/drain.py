@@ -4,7 +4,8 @@
 a connection of its own, calls `stop` (e.g. `tsvk stop`, or SIGTERM to a container's entrypoint) part-way
 through, keeps sending until `stop` has returned, and sorts every request by what became of it:
 - answered (200, or any status of the model's own: a 4xx);
-- refused at connect (connection refused): the server had stopped accepting; never taken in;
+- refused at connect (the connection was never made: refused, reset or timed out during the handshake): the
+  server had stopped accepting; nothing was sent, so nothing was taken in;
 - refused with 503 `server_stopping`: it reached a worker after the stop had answered what was taken in,
   and was sent back unread (handlers/tsvk/stopping.py), an answer telling the client to send it again;
 - lost: the connection was accepted and closed without an answer, or a 5xx other than that refusal.
@@ -49,6 +50,12 @@ class Outcome:
         return not self.refused and (self.status is None or self.status >= 500)
 
 
+def never_connected(err: requests.RequestException) -> bool:
+    """The TCP connection was never made, so no byte of the request was sent (urllib3 raises NewConnectionError
+    only from connect)."""
+    return isinstance(err, requests.ConnectTimeout) or (isinstance(err, requests.ConnectionError) and "NewConnectionError" in str(err))
+
+
 def capacity(url: str, body: bytes, headers: dict[str, str], concurrency: int = 8, seconds: float = 5.0) -> float:
     """Answers per second with `concurrency` clients sending back to back (each its own keep-alive connection)."""
     deadline, counts = time.monotonic() + seconds, []
@@ -83,8 +90,7 @@ def measure_drain(url: str, body: bytes, rate: float, stop: Callable[[], object]
             response = requests.post(url, data=body, headers=headers, timeout=REQUEST_TIMEOUT_S)
             outcome.status, outcome.stop_refusal = response.status_code, is_stop_refusal(response.status_code, response.content)
         except requests.RequestException as err:
-            refused = isinstance(err, requests.ConnectionError) and "NewConnectionError" in str(err) and "refused" in str(err)
-            outcome.error = ("refused: " if refused else "") + type(err).__name__ + ": " + str(err)[:160]
+            outcome.error = ("refused: " if never_connected(err) else "") + type(err).__name__ + ": " + str(err)[:160]
 
     def stopper() -> None:
         stop_times["began"] = time.monotonic()

@@ -7,11 +7,10 @@ connection at once, requests in flight included; then it unregisters each model,
 model to 0 workers or unregistering it through the management API takes the same path. TorchServe has
 no way to stop accepting while it finishes what it has, so the stop does that from outside, in order:
 
-1. Stop accepting: the frontend's listening sockets (all but the management and metrics APIs) are shut
-   down for reading (a copy of each taken with pidfd_getfd(2); shutdown(2) on a listening socket resets
-   it without touching the connections it accepted). A new connection is refused from then on; where
-   the kernel does not allow it (no pidfd_getfd, a seccomp filter), TorchServe goes on accepting and the
-   steps below still hold, with the window described at the end.
+1. Stop accepting: the frontend's listening sockets (all but the management and metrics APIs) refuse new
+   connections, without resetting one the kernel had completed but the frontend not yet accepted
+   (tools/serve/listeners.py). Where the kernel does not allow it (no pidfd_getfd, a seccomp filter),
+   TorchServe goes on accepting and the steps below still hold, with the window described at the end.
 2. Answer what was taken in: read how many requests TorchServe has counted on arrival, per model
    (`ts_inference_requests_total`, metrics API): these are the accepted requests. Wait until its access
    log (a line per answer, written as the answer goes out) holds at least as many answers per model.
@@ -21,10 +20,10 @@ no way to stop accepting while it finishes what it has, so the stop does that fr
    a batch it starts from then on with 503 `server_stopping` at once. Those are requests that arrived
    after the stop began, on connections clients kept open (or on new ones where step 1 was not
    possible); each gets an answer saying to send it again, not a closed connection.
-4. Wait until TorchServe holds no request (every counted request answered; refusals take no longer than
-   the batch delay), let SETTLE_S pass so the last answers leave the frontend, check again, then signal its
-   process session (frontend and workers), and kill what has not
-   exited a few seconds later (its own shutdown waits out Netty's quiet periods: about 5 s idle).
+4. Wait until TorchServe holds no request (every counted request answered, and no connection holding
+   bytes the frontend has not read; refusals take no longer than the batch delay), let SETTLE_S pass so
+   the last answers leave the frontend, check again, then signal its process session (frontend and
+   workers), and kill what has not exited a few seconds later (its own shutdown waits out Netty's quiet periods: about 5 s idle).
 
 Steps 2-4 are bounded together by the drain timeout; past it TorchServe is stopped anyway. What remains:
 a request that arrives on a kept-alive connection (or, without step 1, a new one) between the last check
@@ -35,12 +34,10 @@ is stopped before all this: it stops accepting and finishes its requests while T
 from __future__ import annotations
 
 import argparse
-import ctypes
 import gzip
 import json
 import os
 import re
-import socket
 import time
 import urllib.error
 import urllib.request
@@ -70,7 +67,6 @@ _UNCOUNTED = {b"404", b"405"}
 # /v2/models/<m>[/versions/<v>]/infer.
 _MODEL_IN_PATH = re.compile(rb"^/(?:predictions|explanations|v[12]/models)/([^/:?\s]+)")
 _MODEL_LABEL = re.compile(r'model_name="([^"]*)"')
-_PIDFD_GETFD = 438  # the same number on every Linux architecture (Linux 5.6+)
 
 
 class Counts(Protocol):
@@ -172,9 +168,11 @@ class TorchServeCounts:
         return self.log.answers()
 
 
-def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stopped_accepting: bool = False) -> DrainReport:
+def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stopped_accepting: bool = False,
+          unread: Callable[[], int] = lambda: 0) -> DrainReport:
     """Steps 2-4 of the module docstring: the requests counted now are answered, then the workers refuse
-    the rest, then wait until nothing is in flight; all within `timeout_s`."""
+    the rest, then wait until nothing is in flight; all within `timeout_s`. `unread()`: connections holding
+    a request the frontend has not read yet (tools/serve/listeners.py, unread_connections)."""
     started = time.monotonic()
     deadline = started + timeout_s
     accepted = counts.arrived()
@@ -183,10 +181,10 @@ def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stop
         return DrainReport(False, 0.0, None, stopped_accepting=stopped_accepting)
     earlier = _wait_for(lambda: _covers(counts.answered(), accepted), deadline)
     refuse_new()
-    report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()))
+    report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()), unread)
     if report.drained:  # the last answers are logged as they are written: give the frontend time to send them
         time.sleep(min(SETTLE_S, max(0.0, deadline - time.monotonic())))
-        report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()))
+        report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()), unread)
     report.waited_s = time.monotonic() - started
     report.accepted = sum(accepted.values())
     report.earlier_answered_s = earlier - started if earlier is not None else None
@@ -194,16 +192,17 @@ def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stop
     return report
 
 
-def wait_until_idle(counts: Counts, timeout_s: float) -> DrainReport:
+def wait_until_idle(counts: Counts, timeout_s: float, unread: Callable[[], int] = lambda: 0) -> DrainReport:
     """Until every request TorchServe counted has been answered (the answers are read first, then the
-    arrivals, so a match means nothing was in flight when the answers were read), or `timeout_s`."""
+    arrivals, so a match means nothing was in flight when the answers were read) and no connection holds a
+    request not yet read, or `timeout_s`."""
     started = time.monotonic()
     while True:
         answered = counts.answered()
         arrived = counts.arrived()
         if arrived is None:
             return DrainReport(False, time.monotonic() - started, None)
-        in_flight = sum(max(0, count - answered[model]) for model, count in arrived.items())
+        in_flight = sum(max(0, count - answered[model]) for model, count in arrived.items()) + unread()
         if in_flight == 0 or time.monotonic() - started >= timeout_s:
             return DrainReport(in_flight == 0, time.monotonic() - started, in_flight, arrived=sum(arrived.values()))
         time.sleep(POLL_S)
@@ -221,36 +220,6 @@ def _wait_for(condition: Callable[[], bool], deadline: float) -> float | None:
         if time.monotonic() >= deadline:
             return None
         time.sleep(POLL_S)
-
-
-def stop_accepting(pid: int, kept_ports: Iterable[int]) -> bool:
-    """Step 1: shut down process `pid`'s listening TCP sockets except those on `kept_ports`; False where the
-    kernel would not let us (the caller checked that `pid` is ours)."""
-    kept = set(kept_ports)
-    try:
-        listeners = [c.fd for c in psutil.Process(pid).net_connections("tcp")
-                     if c.status == psutil.CONN_LISTEN and c.laddr.port not in kept and c.fd >= 0]
-        pidfd = os.pidfd_open(pid)
-    except (OSError, psutil.Error, AttributeError):
-        return False
-    try:
-        return bool(listeners) and all(_shut_listener(pidfd, fd) for fd in listeners)
-    finally:
-        os.close(pidfd)
-
-
-def _shut_listener(pidfd: int, fd: int) -> bool:
-    """shutdown(2) on a copy of another process's listening socket: it refuses new connections from then on,
-    and the connections it accepted stay open (only our copy of the descriptor is closed)."""
-    copy = ctypes.CDLL(None, use_errno=True).syscall(_PIDFD_GETFD, pidfd, fd, 0)
-    if copy < 0:
-        return False
-    with socket.socket(fileno=copy) as listener:
-        try:
-            listener.shutdown(socket.SHUT_RD)
-        except OSError:
-            return False
-    return True
 
 
 def frontend_pid(group: int) -> int | None:
