@@ -4,12 +4,14 @@ names the local image and records its results."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import requests
 
 from tsvk_tools.errors import UsageError
 from tsvk_tools.kube import drain, load
+from tsvk_tools.kube.__main__ import worker_memory
 from tsvk_tools.kube.check import image_values, local_repository
 from tsvk_tools.kube.load import OpenLoop, Sent
 from tsvk_tools.kube.pod import _ours
@@ -122,3 +124,17 @@ def test_a_connect_that_never_completes_was_not_accepted_and_a_read_that_never_e
     assert load.send_fresh("http://10.88.0.9:8080/predictions/m", b"x", 1).outcome == "lost"
     monkeypatch.setattr(load.requests, "post", raising(requests.ConnectionError("Connection aborted: reset by peer")))
     assert load.send_fresh("http://10.88.0.9:8080/predictions/m", b"x", 1).outcome == "lost"
+
+
+def test_worker_memory_is_sampled_while_the_load_runs_and_compared_as_medians(monkeypatch):
+    monkeypatch.setattr(load, "RSS_SAMPLE_S", 0.05)
+    monkeypatch.setattr(load, "throughput", lambda *args: time.sleep(0.5) or {"throughput_ips": 1.0})
+    readings = iter([[400.0, 500.0], [], [950.0]] + [[1000.0]] * 100)
+    measured, samples = load.throughput_with_memory("url", b"", 0.5, 1, lambda: next(readings))
+    assert measured == {"throughput_ips": 1.0}
+    assert samples[:2] == [900.0, 950.0] and len(samples) >= 5  # summed over workers; a reading of none skipped
+    summary = worker_memory({"pod": [990.0, 1010.0, 1200.0], "make serve": [950.0, 1000.0, 1005.0]})
+    assert summary["pod"] == {"median": 1010.0, "min": 990.0, "max": 1200.0, "samples": 3}
+    assert summary["pod_vs_make_serve"] == 1.01 and not summary["pod_no_larger"]  # above make serve's whole range
+    assert worker_memory({"pod": [1000.0], "make serve": [950.0, 1005.0]})["pod_no_larger"]
+    assert "pod_no_larger" not in worker_memory({"pod": [], "make serve": [950.0]})

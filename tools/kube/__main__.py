@@ -70,18 +70,33 @@ def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = 
             return {}
         inference = rendered.config_properties()["inference_address"].rsplit(":", 1)[1]
         pod_url = f"http://{address}:{inference}/predictions/{args.model}"
-        rounds = {"pod": [], "make serve": []}
+        rounds, rss = {"pod": [], "make serve": []}, {"pod": [], "make serve": []}
+        sides = {"pod": (pod_url, lambda: checks.worker_rss_mb(pod)), "make serve": (host_url, lambda: host_worker_rss_mb(host_pid))}
         for _ in range(args.rounds):
-            rounds["pod"].append(load.throughput(pod_url, photo, args.seconds, args.concurrency))
-            rounds["make serve"].append(load.throughput(host_url, photo, args.seconds, args.concurrency))
+            for side, (url, workers_rss) in sides.items():
+                measured, samples = load.throughput_with_memory(url, photo, args.seconds, args.concurrency, workers_rss)
+                rounds[side].append(measured)
+                rss[side] += samples
         medians = {k: statistics.median(r["throughput_ips"] or 0 for r in v) for k, v in rounds.items()}
         ratio = round(medians["pod"] / medians["make serve"], 3) if medians["make serve"] else None
         result = {"throughput": {"rounds": rounds, "median_ips": medians, "pod_vs_make_serve": ratio,
                                  "goal": 0.95, "seconds": args.seconds, "concurrency": args.concurrency},
-                  "worker_rss_mb": {"pod": checks.worker_rss_mb(pod), "make serve": host_worker_rss_mb(host_pid)}}
+                  "worker_rss_mb": worker_memory(rss)}
         result["drain"] = drain.measure(pod, rendered, pod_url, photo, rate=args.load * medians["pod"])
         return result
     return bench
+
+
+def worker_memory(samples: dict[str, list[float]]) -> dict:
+    """The workers' RSS under load, pod vs `make serve`: medians, ranges, and whether the pod's is no larger
+    (its median within `make serve`'s own range or below)."""
+    summary = {side: load.memory_summary(values) for side, values in samples.items()}
+    pod, host = summary["pod"], summary["make serve"]
+    if pod["samples"] and host["samples"]:
+        summary["pod_vs_make_serve"] = round(pod["median"] / host["median"], 3)
+        summary["pod_no_larger"] = pod["median"] <= host["max"]
+    summary["sampled_every_s"] = load.RSS_SAMPLE_S
+    return summary
 
 
 def run(args) -> dict:
@@ -124,7 +139,11 @@ def print_variant(name: str, result: dict) -> None:
         print(f"[kube-check] {name}: throughput pod {t['median_ips']['pod']} img/s, make serve "
               f"{t['median_ips']['make serve']} img/s: {t['pod_vs_make_serve']}x (goal >= {t['goal']})")
     if "worker_rss_mb" in result:
-        print(f"[kube-check] {name}: worker RSS MB: {result['worker_rss_mb']}")
+        m = result["worker_rss_mb"]
+        print(f"[kube-check] {name}: workers' RSS under load (MB, median [range] of {m['pod']['samples']} and "
+              f"{m['make serve']['samples']} samples): pod {m['pod'].get('median')} [{m['pod'].get('min')}-{m['pod'].get('max')}], "
+              f"make serve {m['make serve'].get('median')} [{m['make serve'].get('min')}-{m['make serve'].get('max')}]: "
+              f"{m.get('pod_vs_make_serve')}x, pod no larger: {m.get('pod_no_larger')}")
     if "drain" in result:
         d = result["drain"]
         print(f"[kube-check] {name}: stop under load {'PASS' if d['ok'] else 'FAIL'}: exit {d['exit_s']} s, "

@@ -1,12 +1,14 @@
-"""Load for kube-check: closed-loop throughput (tools/bench/loadgen.py), and an open loop at a fixed rate
-that keeps sending while the pod is stopped, recording what became of each request.
+"""Load for kube-check: closed-loop throughput (tools/bench/loadgen.py), memory sampled while it runs, and an
+open loop at a fixed rate that keeps sending while the pod is stopped, recording what became of each request.
 """
 
 from __future__ import annotations
 
+import statistics
 import threading
 import time
 from dataclasses import dataclass
+from typing import Callable
 
 import requests
 
@@ -14,6 +16,9 @@ from ..bench.loadgen import HttpTarget, run_closed_loop, summarize_records
 from ..serve.drain import is_stop_refusal
 
 OPEN_LOOP_THREADS = 64
+# A worker's RSS moves by tens of MB with each batch's allocate-and-free cycle: one sample says little, so it is
+# read this often while the throughput rounds run, and compared as medians with their range.
+RSS_SAMPLE_S = 2.0
 
 
 def throughput(url: str, photo: bytes, seconds: float, concurrency: int) -> dict:
@@ -24,6 +29,34 @@ def throughput(url: str, photo: bytes, seconds: float, concurrency: int) -> dict
     summary = summarize_records(records)
     summary.pop("top1", None)
     return summary
+
+
+def throughput_with_memory(url: str, photo: bytes, seconds: float, concurrency: int,
+                           workers_rss_mb: Callable[[], list[float]]) -> tuple[dict, list[float]]:
+    """`throughput`, and the summed RSS of the serving workers read every RSS_SAMPLE_S while it runs."""
+    samples: list[float] = []
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(RSS_SAMPLE_S):
+            workers = workers_rss_mb()
+            if workers:
+                samples.append(round(sum(workers), 1))
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        return throughput(url, photo, seconds, concurrency), samples
+    finally:
+        done.set()
+        sampler.join()
+
+
+def memory_summary(samples: list[float]) -> dict:
+    """Median and range of RSS samples, in MB."""
+    if not samples:
+        return {"samples": 0}
+    return {"median": round(statistics.median(samples), 1), "min": min(samples), "max": max(samples), "samples": len(samples)}
 
 
 @dataclass(frozen=True)
