@@ -11,7 +11,10 @@ import time
 
 import pytest
 
-from tsvk_tools.serve.listeners import client_listeners, stop_accepting, unread_connections, waiting_to_be_accepted
+from tsvk_tools.serve import listeners
+from tsvk_tools.serve.drain import DrainReport, describe_drain
+from tsvk_tools.serve.listeners import (NOT_CLOSED, ListenersClosed, client_listeners, stop_accepting, unread_connections,
+                                          waiting_to_be_accepted)
 
 
 @pytest.fixture
@@ -61,7 +64,7 @@ def test_a_connection_waiting_to_be_accepted_is_accepted_and_answered_then_new_o
     acceptor = _accept_later(listener, 0.5, accepted)
     threading.Timer(0.1, lambda: _connect_result(port, late)).start()  # a new client while the stop runs
 
-    assert stop_accepting(os.getpid(), client_listeners(os.getpid(), kept_ports=()))
+    assert stop_accepting(os.getpid(), client_listeners(os.getpid(), kept_ports=())) == ListenersClosed(True, True)
     acceptor.join()
     assert isinstance(accepted[0], socket.socket), accepted  # shut at once, the kernel would have reset it
     with accepted[0] as connection:
@@ -79,7 +82,7 @@ def test_a_connection_waiting_to_be_accepted_is_accepted_and_answered_then_new_o
 
 def test_kept_ports_stay_open(listener):
     assert client_listeners(os.getpid(), kept_ports={_port(listener)}) == {}
-    assert not stop_accepting(os.getpid(), {})
+    assert stop_accepting(os.getpid(), {}) == NOT_CLOSED
     socket.create_connection(("127.0.0.1", _port(listener))).close()
 
 
@@ -96,3 +99,13 @@ def test_a_connection_holding_bytes_not_yet_read_is_counted_until_they_are_read(
     assert unread_connections(os.getpid(), {_port(listener)}) == 0
     client.close()
     server_side.close()
+
+
+def test_where_the_kernel_refuses_the_filter_the_listener_is_still_shut_and_the_stop_says_so(listener, monkeypatch):
+    monkeypatch.setattr(listeners, "_refuse_new_handshakes", lambda sock: False)  # EPERM, as in podman containers here
+    closed = stop_accepting(os.getpid(), client_listeners(os.getpid(), kept_ports=()))
+    assert closed == ListenersClosed(refusing=True, queue_accepted=False)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", _port(listener)), timeout=5)
+    said = describe_drain(DrainReport(True, 0.5, 0, stopped_accepting=True, queue_accepted=False))
+    assert "shut at once" in said and "reset" in said

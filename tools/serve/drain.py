@@ -85,6 +85,7 @@ class DrainReport:
     accepted: int | None = None  # requests TorchServe had counted when the stop began (all models)
     earlier_answered_s: float | None = None  # when those had all been answered (None: not within the timeout)
     stopped_accepting: bool = False  # new connections were refused from the stop's start (step 1)
+    queue_accepted: bool = True  # step 1 let TorchServe accept what waited in the listener's queue (else: shut at once)
     arrived: int | None = None  # requests TorchServe had counted (all models, since it started) when it was signalled
 
 
@@ -248,6 +249,9 @@ def describe_drain(report: DrainReport | None) -> str:
     if report is None:
         return "nothing was running to drain"
     accepting = "" if report.stopped_accepting else " (new connections were not refused: the kernel did not allow it)"
+    if report.stopped_accepting and not report.queue_accepted:
+        accepting = (" (the listener was shut at once, the kernel refusing its socket filter: a connection still waiting "
+                     "to be accepted was reset)")
     if report.drained:
         return f"every request it had taken in was answered first ({report.waited_s:.1f} s){accepting}"
     if report.in_flight_at_stop is None:

@@ -9,6 +9,8 @@ socket taken with pidfd_getfd(2)):
    connection enters the queues; the client's kernel sends its SYN again a second later;
 2. once the accept queue is empty and no handshake is half done (or ACCEPT_QUEUE_WAIT_S has passed), the
    socket is shut down for reading: the SYN sent again is refused. Connections already accepted stay open.
+Where the kernel refuses the filter (seen in podman containers on one kernel: EPERM for any filter on a TCP
+socket, even privileged), the listener is shut at once, as before, and the stop says so.
 The kernel's own view of each socket (/proc/<pid>/net/tcp and tcp6) says when the queues are empty, and,
 for the drain's last check, whether a connection holds bytes the frontend has not read yet.
 """
@@ -19,6 +21,7 @@ import ctypes
 import os
 import socket
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
 
@@ -43,6 +46,17 @@ _REFUSE_NEW_HANDSHAKES = (
 )
 
 
+@dataclass(frozen=True)
+class ListenersClosed:
+    """What `stop_accepting` achieved."""
+
+    refusing: bool  # new connections are refused from now on
+    queue_accepted: bool  # what waited in the accept queue was accepted first, not reset (the filter was allowed)
+
+
+NOT_CLOSED = ListenersClosed(False, False)
+
+
 class _SockFilter(ctypes.Structure):  # struct sock_filter, linux/filter.h
     _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8), ("k", ctypes.c_uint32)]
 
@@ -61,24 +75,24 @@ def client_listeners(pid: int, kept_ports: Iterable[int]) -> dict[int, int]:
         return {}
 
 
-def stop_accepting(pid: int, listeners: dict[int, int], wait_s: float = ACCEPT_QUEUE_WAIT_S) -> bool:
-    """Close `listeners` of process `pid` (the caller checked that it is ours) as the module docstring says; False
-    where the kernel would not let us (no pidfd_getfd, a seccomp filter): the frontend then goes on accepting."""
+def stop_accepting(pid: int, listeners: dict[int, int], wait_s: float = ACCEPT_QUEUE_WAIT_S) -> ListenersClosed:
+    """Close `listeners` of process `pid` (the caller checked that it is ours) as the module docstring says;
+    NOT_CLOSED where the kernel would not let us (no pidfd_getfd, a seccomp filter): the frontend goes on accepting."""
     try:
         pidfd = os.pidfd_open(pid)
     except (OSError, AttributeError):
-        return False
+        return NOT_CLOSED
     try:
         copies = [_copy_of(pidfd, fd) for fd in listeners]
     finally:
         os.close(pidfd)
     try:
         if not listeners or None in copies:
-            return False
-        filtered = all(_refuse_new_handshakes(copy) for copy in copies)
+            return NOT_CLOSED
+        filtered = all([_refuse_new_handshakes(copy) for copy in copies])  # a list: every listener tries
         if filtered:
             _wait_until_accepted(pid, set(listeners.values()), wait_s)
-        return all(_shut(copy) for copy in copies) and filtered
+        return ListenersClosed(refusing=all([_shut(copy) for copy in copies]), queue_accepted=filtered)
     finally:
         for copy in copies:
             if copy is not None:

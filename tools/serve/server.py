@@ -27,7 +27,7 @@ from tsvk.stopping import STOP_MARKER_ENV
 from .. import defaults
 from .allocator import allocator_env
 from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
-from .listeners import client_listeners, stop_accepting, unread_connections
+from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
 from ..errors import PortTaken, UsageError
 from .keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
 from ..oip.process import stop_front
@@ -139,10 +139,11 @@ class TorchServeRun:
         frontend = frontend_pid(self.pid) if self.owned() else None
         if frontend is not None:
             listeners = client_listeners(frontend, self._kept_ports())
-            accepting_stopped = drain_timeout > 0 and stop_accepting(frontend, listeners)
+            closed = stop_accepting(frontend, listeners) if drain_timeout > 0 else NOT_CLOSED
             client_ports = set(listeners.values())
             report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics")), self._refuse_new,
-                           drain_timeout, accepting_stopped, unread=lambda: unread_connections(frontend, client_ports))
+                           drain_timeout, closed.refusing, unread=lambda: unread_connections(frontend, client_ports))
+            report.queue_accepted = closed.queue_accepted
         stop_group(self.owned_process, kill_timeout, self.process)
         stop_key_renewer(self.run_dir)
         for name in (PID_FILE, KEY_FILE, STOP_MARKER):
