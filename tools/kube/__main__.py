@@ -54,13 +54,24 @@ def machine() -> dict:
     return {"cpu": model, "vcpus": os.cpu_count(), "podman": podlib.podman("--version").stdout.strip()}
 
 
-def host_worker_rss_mb(pid: int | None) -> list[float]:
-    """Resident memory of each worker of the TorchServe this run started on the host, in MB."""
+def worker_rss_mb(pid: int | None) -> list[float]:
+    """Resident memory of each TorchServe worker below process `pid`, in MB: the TorchServe this run started on the
+    host, or the pod's container, whose processes this host sees too (read from here: a `podman exec` every
+    sample would take CPU from the pod's side of the comparison)."""
     if pid is None:
         return []
-    children = psutil.Process(pid).children(recursive=True)
-    workers = [p for p in children if "model_service_worker" in " ".join(p.cmdline())]
-    return [round(p.memory_info().rss / 2**20, 1) for p in workers]
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    rss = []
+    for child in children:
+        try:
+            if "model_service_worker" in " ".join(child.cmdline()):
+                rss.append(round(child.memory_info().rss / 2**20, 1))
+        except psutil.Error:  # exited between the listing and the reading
+            continue
+    return rss
 
 
 def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = None):
@@ -71,7 +82,8 @@ def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = 
         inference = rendered.config_properties()["inference_address"].rsplit(":", 1)[1]
         pod_url = f"http://{address}:{inference}/predictions/{args.model}"
         rounds, rss = {"pod": [], "make serve": []}, {"pod": [], "make serve": []}
-        sides = {"pod": (pod_url, lambda: checks.worker_rss_mb(pod)), "make serve": (host_url, lambda: host_worker_rss_mb(host_pid))}
+        pod_pid = pod.state("torchserve").get("Pid")
+        sides = {"pod": (pod_url, lambda: worker_rss_mb(pod_pid)), "make serve": (host_url, lambda: worker_rss_mb(host_pid))}
         for _ in range(args.rounds):
             for side, (url, workers_rss) in sides.items():
                 measured, samples = load.throughput_with_memory(url, photo, args.seconds, args.concurrency, workers_rss)

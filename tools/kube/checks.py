@@ -139,17 +139,5 @@ def user_and_root_filesystem(pod: Pod, pod_spec: dict, container: str) -> list[C
     ]
 
 
-WORKER_RSS_SCRIPT = ("for p in /proc/[0-9]*; do "
-                     "if tr '\\0' ' ' < $p/cmdline 2>/dev/null | grep -q '[m]odel_service_worker'; then "
-                     "grep VmRSS $p/status; fi; done")
-
-
-def worker_rss_mb(pod: Pod, container: str = "torchserve") -> list[float]:
-    """Resident memory of each TorchServe worker in the container, in MB (from /proc, no ps needed; the
-    bracket keeps the script's own shell, whose command line holds the pattern, from matching)."""
-    result = pod.exec(container, ["sh", "-c", WORKER_RSS_SCRIPT])
-    return [round(int(line.split()[1]) / 1024, 1) for line in result.stdout.splitlines() if line.startswith("VmRSS")]
-
-
 def _container(pod_spec: dict, name: str) -> dict:
     return next(c for c in pod_spec["containers"] if c["name"] == name)

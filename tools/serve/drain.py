@@ -251,7 +251,7 @@ def describe_drain(report: DrainReport | None) -> str:
     accepting = "" if report.stopped_accepting else " (new connections were not refused: the kernel did not allow it)"
     if report.stopped_accepting and not report.queue_accepted:
         accepting = (" (the listener was shut at once, the kernel refusing its socket filter: a connection still waiting "
-                     "to be accepted was reset)")
+                     "to be accepted, if there was one, was reset)")
     if report.drained:
         return f"every request it had taken in was answered first ({report.waited_s:.1f} s){accepting}"
     if report.in_flight_at_stop is None:
