@@ -41,6 +41,7 @@ CUDA_ONLY_FORMATS = ("tensorrt",)
 CPU_ONLY_FORMATS = ("openvino",)
 # TensorRT engines and AOTInductor's CUDA kernels run only on the compute capability they were built for.
 ARCHITECTURE_BOUND_FORMATS = ("tensorrt", "aoti")
+AOTI_MODEL_NAME = "model"  # the name aoti_compile_and_package gives the one model of a package
 
 
 class ArtifactLoadError(RuntimeError):
@@ -135,11 +136,22 @@ def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
     (AOT_INDUCTOR_DEBUG_COMPILE, torch/_inductor/codegen/cpp_wrapper_cpu.py): a strided view would be
     read as if it were contiguous, wrong logits without an error. `.contiguous()` costs nothing when
     the batch already is."""
-    from torch._inductor import aoti_load_package
-
     index = device.index if device.type == "cuda" and device.index is not None else -1
-    runner = aoti_load_package(str(path), device_index=index)
+    runner = open_aoti_package(str(path), index)
     return lambda batch: runner(batch.contiguous())
+
+
+def open_aoti_package(path: str, device_index: int) -> Callable:
+    """The package's model through torch's own package loader, the path `aoti_load_package` takes for a package
+    without exported programs, minus one detour. `aoti_load_package` (torch 2.14, torch/export/pt2_archive/
+    _package.py, `_load_aoti`) loads the package, then probes the CPU's vector ISAs by compiling test programs,
+    only to warn when they differ from the build machine's. Without a C++ compiler (the serving image has
+    none) the probe raises, `load_package` takes that for an outdated package and loads it again, and the
+    first copy's library stays mapped: about 100 MB more per ResNet-50 worker, and a compile at every
+    worker start where a compiler exists."""
+    from torch._inductor.package import AOTICompiledModel
+
+    return AOTICompiledModel(torch._C._aoti.AOTIModelPackageLoader(path, AOTI_MODEL_NAME, False, 1, device_index))
 
 
 def load_export(path: Path, device: torch.device, **_: Any) -> Callable:
