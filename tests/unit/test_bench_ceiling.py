@@ -1,6 +1,13 @@
-"""The ceiling summary: the best batch size is the ceiling, and decode/preprocess rates travel with it."""
+"""The ceiling summary: the best batch size is the ceiling, and decode/preprocess rates travel with it; the pipeline
+ceiling runs a worker's whole batch."""
 
-from tsvk_tools.bench.apps.ceiling_probe import timed_calls
+import zipfile
+
+from PIL import Image
+from tsvk.tasks.classify import ClassifyTask
+
+from tests.support.handler_fakes import write_tiny_eager_archive
+from tsvk_tools.bench.apps.ceiling_probe import probe_pipeline, timed_calls
 from tsvk_tools.bench.systems.ceiling import summarize_probe
 
 PROBE = {
@@ -26,3 +33,23 @@ def test_timed_calls_makes_at_least_the_minimum_calls():
     counter = []
     durations = timed_calls(lambda: counter.append(1), seconds=0.0, min_calls=3)
     assert len(durations) == len(counter) == 3
+
+
+def test_the_pipeline_ceiling_runs_a_workers_whole_batch_from_jpeg_bytes_to_answers(tmp_path, monkeypatch):
+    """A real (tiny) archive through the handler's own task code: prepare, the model, and the task's answers, the
+    step a segmenter or detector spends most of its non-model time in."""
+    model_dir = tmp_path / "model"
+    write_tiny_eager_archive(model_dir)
+    mar = tmp_path / "tiny.mar"
+    with zipfile.ZipFile(mar, "w") as archive:
+        for path in model_dir.iterdir():
+            archive.write(path, path.name)
+    photo = tmp_path / "photo.jpg"
+    Image.new("RGB", (64, 48), (200, 30, 30)).save(photo, "JPEG")
+    answered = []
+    original = ClassifyTask.answer
+    monkeypatch.setattr(ClassifyTask, "answer", lambda self, batch, options: answered.append(len(options)) or original(self, batch, options))
+    probe = probe_pipeline(mar, [photo], seconds=0.2, batch=3)
+    assert answered and set(answered) == {3}  # every call shaped 3 answers
+    assert probe["batches"]["3"]["calls"] == len(answered) - 1  # one unmeasured warm-up call
+    assert probe["batches"]["3"]["images_per_s"] > 0

@@ -65,7 +65,7 @@ def test_task_models_get_the_systems_that_serve_them():
     segmenter = BenchOptions(model="deeplabv3_mobilenet_v3_large")
     assert detector.systems == TASK_SYSTEMS["detect"] and {"ours_fast", "ceiling_fast"} <= set(detector.systems)
     assert (detector.fast_backend, detector.fast_precision) == ("openvino", "int8")
-    assert segmenter.systems == TASK_SYSTEMS["segment"] and {"ours_fast", "ceiling_fast"} <= set(segmenter.systems)
+    assert segmenter.systems == TASK_SYSTEMS["segment"] and {"ours_fast", "ceiling_fast", "ceiling_pipeline_fast"} <= set(segmenter.systems)
     assert segmenter.fast_precision == "int8"
     with pytest.raises(UsageError, match="ours_oip_rest cannot serve the detect model"):
         BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn", systems=("ours", "ours_oip_rest"))

@@ -150,7 +150,8 @@ def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> list[float]:
 
 def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu")) -> dict:
     """Images/s of one process doing what a worker does per batch, back to back: probe the JPEG bytes, decode +
-    resize + crop + normalize them (the handler's own code), run the model on the batch. No server, no HTTP."""
+    resize + crop + normalize them, run the model and shape the answers (the handler's own task code: a
+    classifier's top-k, a segmenter's class map and label map, a detector's boxes and masks). No server, no HTTP."""
     started = time.monotonic()
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
@@ -158,13 +159,12 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
         task = task_kind(settings.task).task_class()(settings, model, preprocessor, labels)
         data = [path.read_bytes() for path in images]
         group = [data[i % len(data)] for i in range(batch)]
-        top_k = task_kind(settings.task).top_k  # a classifier takes the NCHW batch itself, the others their TaskInputs
-        forward = model.forward if top_k else task_forward(model)
+        options = [task.options({}) for _ in group]  # each request with the task's default options
 
         def pipeline():
             prepared = task.prepare([probe(raw, settings.preprocess.max_pixels) for raw in group]).batch
             with torch.inference_mode():
-                forward(prepared if top_k else TaskInputs(prepared))
+                task.answer(prepared, options)
 
         ready_s = time.monotonic() - started
         durations = pipeline_calls(pipeline, seconds, sync=sync)

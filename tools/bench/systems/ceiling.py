@@ -82,8 +82,9 @@ class FastPipelineCeiling(FastCeiling):
     name = "ceiling_pipeline_fast"
     label = "Ceiling: fastest CPU artifact, decode + preprocess + model in-process"
     description = ("one process, no server: the fast archive's handler code probes, decodes, resizes, crops and normalizes a "
-                   "batch of the photos' JPEG bytes, then its model runs on the batch, back to back, all vCPUs as threads; "
-                   "batch = the served batch size; timed for the round's seconds (the bound for any server of this artifact)")
+                   "batch of the photos' JPEG bytes, its model runs on the batch and the task shapes the answers (top-k, "
+                   "class map, boxes), back to back, all vCPUs as threads; batch = the served batch size; timed for the "
+                   "round's seconds (the bound for any server of this artifact)")
 
     def probe_arguments(self, ctx: RunContext) -> list[str]:
         return ["--seconds", str(ctx.options.round_seconds or ctx.options.ceiling_seconds), "--pipeline-batch", str(ctx.options.batch)]
