@@ -134,7 +134,7 @@ def _stock_handler(tuned: dict) -> list[str]:
 
 
 def _fast_pipeline(fast: dict, pipeline: dict) -> list[str]:
-    """ours_fast against one process doing the same decode + preprocess + model back to back: per batch, where
+    """ours_fast against one process doing the same decode + preprocess + model + answers back to back: per batch, where
     the worker's time goes, and what is left for TorchServe's passing and batching."""
     rate, bound = fast.get("throughput_ips"), pipeline.get("throughput_ips")
     if not (rate and bound):
@@ -142,8 +142,8 @@ def _fast_pipeline(fast: dict, pipeline: dict) -> list[str]:
     batch, prep, infer = (_per_batch(fast, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
     size = (pipeline.get("details") or {}).get("best_batch")
     call = (pipeline.get("latency_ms") or {}).get("p50")
-    lines = [f"ours_fast / its pipeline ceiling = {rate / bound:.2f}: one process decoding, preprocessing and running the int8 "
-             f"model back to back served {bound:.1f} img/s" + (f" ({call:.0f} ms per batch of {size}, median)." if call and size else ".")]
+    lines = [f"ours_fast / its pipeline ceiling = {rate / bound:.2f}: one process decoding, preprocessing, running the int8 "
+             f"model and shaping the answers back to back served {bound:.1f} img/s" + (f" ({call:.0f} ms per batch of {size}, median)." if call and size else ".")]
     lines += _worker_split(fast, "ours_fast")
     workers = ((fast.get("details") or {}).get("plan") or {}).get("workers") or 1
     if batch and infer and prep is not None:
