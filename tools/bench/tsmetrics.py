@@ -14,6 +14,8 @@ from pathlib import Path
 import psutil
 import requests
 
+from ..serve.server import workers_below
+
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 # `[METRICS]Name.Unit:value|#...` (worker lines TorchServe echoes into ts_log.log in prometheus mode) or
@@ -22,7 +24,6 @@ _LOG_METRIC = re.compile(r"(?:\[METRICS\]|^\S+ - )([A-Za-z]\w*)\.([A-Za-z]+):([-
 LOGGED = ("QueueTime", "WorkerThreadTime", "HandlerTime", "PredictionTime", "TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs")
 PER_REQUEST = ("QueueTime", "WorkerThreadTime")  # TorchServe logs these per request, the others per batch
 LOG_FILES = ("model_metrics.log", "ts_metrics.log", "ts_log.log")
-WORKER_MARKER = "model_service_worker"
 
 
 def parse_prometheus(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -105,17 +106,11 @@ def _deltas(before: dict, after: dict) -> dict:
 
 def read_worker_env(frontend_pid: int, names: tuple[str, ...] = ("OMP_NUM_THREADS",)) -> list[dict]:
     """For each TorchServe worker process: its pid, thread count and chosen environment variables."""
-    try:
-        processes = psutil.Process(frontend_pid).children(recursive=True)
-    except psutil.NoSuchProcess:
-        return []
     workers = []
-    for process in processes:
+    for process in workers_below(frontend_pid):
         try:
-            if WORKER_MARKER not in " ".join(process.cmdline()):
-                continue
             env = process.environ()
             workers.append({"pid": process.pid, "threads": process.num_threads(), **{n: env.get(n) for n in names}})
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
+        except psutil.Error:
             continue
     return workers

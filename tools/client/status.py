@@ -23,7 +23,7 @@ from .. import defaults
 from ..serve.keys import KEY_FILE
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
-from ..serve.server import TorchServeRun, find_running
+from ..serve.server import WORKER_MARKER, TorchServeRun, find_running
 
 GRPC_PORT_KEYS = ("grpc_inference_port", "grpc_management_port")
 API_TIMEOUT_S = 5
@@ -74,7 +74,7 @@ def _group_memory_mb(pgid: int) -> dict:
         except OSError:
             continue
         rss = process.info["memory_info"].rss / 2**20
-        if "model_service_worker" in " ".join(process.info["cmdline"] or []):
+        if WORKER_MARKER in " ".join(process.info["cmdline"] or []):
             workers += rss
         else:
             frontend += rss

@@ -18,6 +18,7 @@ import psutil
 
 from ..errors import UsageError
 from ..images import image_bytes
+from ..serve.server import workers_below
 from . import checks, drain, load, pod as podlib
 from .chart import REPO, render
 from .check import check_variant, image_values, podman_gateway, serve_directory, start_host_baseline, variants
@@ -58,18 +59,11 @@ def worker_rss_mb(pid: int | None) -> list[float]:
     """Resident memory of each TorchServe worker below process `pid`, in MB: the TorchServe this run started on the
     host, or the pod's container, whose processes this host sees too (read from here: a `podman exec` every
     sample would take CPU from the pod's side of the comparison)."""
-    if pid is None:
-        return []
-    try:
-        children = psutil.Process(pid).children(recursive=True)
-    except psutil.Error:
-        return []
     rss = []
-    for child in children:
+    for worker in workers_below(pid) if pid is not None else []:
         try:
-            if "model_service_worker" in " ".join(child.cmdline()):
-                rss.append(round(child.memory_info().rss / 2**20, 1))
-        except psutil.Error:  # exited between the listing and the reading
+            rss.append(round(worker.memory_info().rss / 2**20, 1))
+        except psutil.Error:  # exited since it was listed
             continue
     return rss
 

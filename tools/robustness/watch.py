@@ -19,9 +19,7 @@ from dataclasses import dataclass, field
 import psutil
 
 from ..bench.sampler import Periodic
-from ..serve.server import TorchServeRun, group_is_ours
-
-WORKER_MARKER = "model_service_worker"
+from ..serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
 
 
 class WorkersUnknown(RuntimeError):

@@ -21,6 +21,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tsvk.properties import read_properties
 from tsvk.stopping import STOP_MARKER_ENV
 
@@ -48,8 +50,10 @@ UNIX_SOCKET_PATH_MAX = 107
 PRIVATE_UMASK = 0o077
 BIND_FAILURE = "Address already in use"  # what the JVM logs when a port of the config is taken
 _FAILED_ADDRESS = re.compile(r"Failed to bind to address:? (\S+)")  # and the address it names (REST and gRPC)
+# The command-line word of a TorchServe worker (ts/model_service_worker.py).
+WORKER_MARKER = "model_service_worker"
 # Command-line words of a TorchServe frontend or one of its workers: what may remain in our group.
-TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", "model_service_worker", "torchserve")
+TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", WORKER_MARKER, "torchserve")
 
 
 @dataclass
@@ -169,6 +173,22 @@ class TorchServeRun:
     def owned(self) -> bool:
         """True while process group `pid` is still the one we started (see `processes.group_is_ours`)."""
         return self.owned_process.group_is_ours()
+
+
+def workers_below(pid: int) -> list[psutil.Process]:
+    """The TorchServe workers among process `pid`'s descendants (none once it has exited)."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+    workers = []
+    for child in children:
+        try:
+            if WORKER_MARKER in " ".join(child.cmdline()):
+                workers.append(child)
+        except psutil.Error:  # exited between the listing and the reading
+            continue
+    return workers
 
 
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None,
