@@ -7,12 +7,13 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import requests
 
 from ..bench.loadgen import HttpTarget, run_closed_loop, summarize_records
+from ..bench.sampler import Periodic
 from ..serve.drain import is_stop_refusal
 
 OPEN_LOOP_THREADS = 64
@@ -34,22 +35,23 @@ def throughput(url: str, photo: bytes, seconds: float, concurrency: int) -> dict
 def throughput_with_memory(url: str, photo: bytes, seconds: float, concurrency: int,
                            workers_rss_mb: Callable[[], list[float]]) -> tuple[dict, list[float]]:
     """`throughput`, and the summed RSS of the serving workers read every RSS_SAMPLE_S while it runs."""
-    samples: list[float] = []
-    done = threading.Event()
+    with _MemorySampler(workers_rss_mb, RSS_SAMPLE_S) as sampler:
+        measured = throughput(url, photo, seconds, concurrency)
+    return measured, sampler.samples
 
-    def sample() -> None:
-        while not done.wait(RSS_SAMPLE_S):
-            workers = workers_rss_mb()
-            if workers:
-                samples.append(round(sum(workers), 1))
 
-    sampler = threading.Thread(target=sample, daemon=True)
-    sampler.start()
-    try:
-        return throughput(url, photo, seconds, concurrency), samples
-    finally:
-        done.set()
-        sampler.join()
+@dataclass
+class _MemorySampler(Periodic):
+    """The summed RSS of the workers `read()` finds, every `interval` seconds (none found: no sample)."""
+
+    read: Callable[[], list[float]]
+    interval: float
+    samples: list[float] = field(default_factory=list)
+
+    def tick(self) -> None:
+        workers = self.read()
+        if workers:
+            self.samples.append(round(sum(workers), 1))
 
 
 def memory_summary(samples: list[float]) -> dict:

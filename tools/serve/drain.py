@@ -44,12 +44,13 @@ import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Protocol
+from typing import Callable, Protocol
 
 import psutil
 from tsvk.errors import ServerStopping
 
 from .. import defaults
+from .listeners import NOT_CLOSED, ListenersClosed
 
 ACCESS_LOG = "access_log.log"
 ARRIVALS_METRIC = "ts_inference_requests_total"
@@ -169,17 +170,17 @@ class TorchServeCounts:
         return self.log.answers()
 
 
-def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stopped_accepting: bool = False,
+def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, closed: ListenersClosed = NOT_CLOSED,
           unread: Callable[[], int] = lambda: 0) -> DrainReport:
     """Steps 2-4 of the module docstring: the requests counted now are answered, then the workers refuse
-    the rest, then wait until nothing is in flight; all within `timeout_s`. `unread()`: connections holding
-    a request the frontend has not read yet (tools/serve/listeners.py, unread_connections)."""
+    the rest, then wait until nothing is in flight; all within `timeout_s`. `closed`: what step 1 achieved;
+    `unread()`: connections holding a request the frontend has not read yet (listeners.unread_connections)."""
     started = time.monotonic()
     deadline = started + timeout_s
     accepted = counts.arrived()
     if accepted is None:  # the metrics API is not answering: nothing to wait for that could be known
         refuse_new()
-        return DrainReport(False, 0.0, None, stopped_accepting=stopped_accepting)
+        return DrainReport(False, 0.0, None, stopped_accepting=closed.refusing, queue_accepted=closed.queue_accepted)
     earlier = _wait_for(lambda: _covers(counts.answered(), accepted), deadline)
     refuse_new()
     report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()), unread)
@@ -189,7 +190,7 @@ def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, stop
     report.waited_s = time.monotonic() - started
     report.accepted = sum(accepted.values())
     report.earlier_answered_s = earlier - started if earlier is not None else None
-    report.stopped_accepting = stopped_accepting
+    report.stopped_accepting, report.queue_accepted = closed.refusing, closed.queue_accepted
     return report
 
 

@@ -146,8 +146,7 @@ class TorchServeRun:
             closed = stop_accepting(frontend, listeners) if drain_timeout > 0 else NOT_CLOSED
             client_ports = set(listeners.values())
             report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics")), self._refuse_new,
-                           drain_timeout, closed.refusing, unread=lambda: unread_connections(frontend, client_ports))
-            report.queue_accepted = closed.queue_accepted
+                           drain_timeout, closed, unread=lambda: unread_connections(frontend, client_ports))
         stop_group(self.owned_process, kill_timeout, self.process)
         stop_key_renewer(self.run_dir)
         for name in (PID_FILE, KEY_FILE, STOP_MARKER):
