@@ -14,6 +14,10 @@ TOPK = 5
 # malloc_trim, ~6 ms with a ResNet in the heap; 0: never). Without it, the memory of batches of varying
 # shape stays mapped: ~70 MiB above the live heap for a ResNet-18 worker, and growing over an hour's soak.
 HEAP_TRIM_INTERVAL_MS = 2000
+# ...and at most once per this many batches' time: the batch after a trim maps its freed memory back in, page by
+# page (ResNet-50 fp32, batch 8: 32 ms more on a 656 ms batch), so a model whose batch takes seconds would pay
+# that on every batch under load; once per 20 batches it is at most a quarter of a percent.
+HEAP_TRIM_BATCHES = 20
 TASK = "classify"  # what a --model-file model does when --task does not say; torchvision builders name their own
 
 # Detection answers (archive defaults; a request may ask for others with the options score_threshold, max_detections).

@@ -4,7 +4,9 @@ Batches of varying size and shape allocate and free hundreds of MiB of tensors a
 keeps freed chunks mapped (its trim threshold grows with the largest block freed), so a worker's RSS
 sits well above its live heap and creeps up over hours as the free space fragments. `malloc_trim(0)`
 returns every free page, from the top of each arena and inside it. It costs a few milliseconds with a
-model in the heap, so a worker calls it at most once per interval, after a batch has been answered.
+model in the heap, and the next batch pays again to map back the memory it reuses (a page fault per
+page: 5% of a ResNet-50 fp32 batch), so a worker calls it at most once per interval, and at most once
+per `HEAP_TRIM_BATCHES` batches' time, after a batch has been answered.
 Elsewhere than glibc (musl, macOS) there is no such call and nothing is done.
 """
 
@@ -15,6 +17,8 @@ import gc
 import logging
 import time
 from typing import Callable
+
+from .defaults import HEAP_TRIM_BATCHES
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +46,13 @@ def freeze_startup_objects() -> int:
 
 
 class HeapTrimmer:
-    """Calls `trim` when `due()` is asked at least `interval_ms` after the last call; 0 turns it off."""
+    """Calls `trim` after a batch when at least `interval_ms`, and at least `batches` times that batch's
+    duration, have passed since the last call; an interval of 0 turns it off."""
 
     def __init__(self, interval_ms: int, trim: Callable[[], None] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.monotonic, batches: int = HEAP_TRIM_BATCHES):
         self.interval_s = interval_ms / 1e3
+        self.batches = batches
         self.trim = trim if trim is not None or interval_ms == 0 else glibc_malloc_trim()
         self.clock = clock
         self.last = clock()
@@ -54,12 +60,13 @@ class HeapTrimmer:
         if interval_ms and self.trim is None:
             log.info("no malloc_trim in this C library: freed heap stays with the worker")
 
-    def after_batch(self) -> bool:
-        """Trim if the interval has passed since the last trim; True when it did."""
+    def after_batch(self, batch_s: float = 0.0) -> bool:
+        """Trim if the interval, and `batches` x `batch_s` (the batch just answered), have passed since the last
+        trim; True when it did."""
         if self.trim is None or self.interval_s <= 0:
             return False
         now = self.clock()
-        if now - self.last < self.interval_s:
+        if now - self.last < max(self.interval_s, self.batches * batch_s):
             return False
         self.trim()
         self.last = self.clock()

@@ -149,11 +149,12 @@ class VisionService:
 
     def handle(self, data: Sequence[Any], context: Any = None) -> list[Any]:
         """TorchServe's entry point: answers in request order, statuses set on the context."""
+        started = time.monotonic()
         arrivals = arrival_times(context, len(data)) if context is not None else None
         outcome = self.answer(data, arrivals)
         if context is not None:
             report_statuses(context, outcome.statuses)
-        self.heap.after_batch()
+        self.heap.after_batch(time.monotonic() - started)
         return outcome.answers
 
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:

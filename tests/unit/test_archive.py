@@ -45,6 +45,23 @@ def test_archive_is_self_contained(tmp_path):
     assert '"2": "bird"' in labels
 
 
+def test_an_archive_says_which_of_its_handler_files_this_checkout_has_changed(tmp_path):
+    """A custom model file beside the handler is not a handler file; a changed or missing package file is."""
+    from tsvk_tools.build.archive import handler_files_changed
+
+    assert archive(tmp_path, "--backend", "eager") == 0
+    built = tmp_path / "tiny.mar"
+    assert handler_files_changed(built) == []
+    edited = tmp_path / "edited.mar"
+    with zipfile.ZipFile(built) as source, zipfile.ZipFile(edited, "w") as target:
+        for name in source.namelist():
+            if name == "tsvk/threads.py":
+                continue  # as if built before the file existed
+            data = source.read(name)
+            target.writestr(name, data + b"# older" if name == "tsvk/heap.py" else data)
+    assert handler_files_changed(edited) == ["tsvk/heap.py", "tsvk/threads.py"]
+
+
 def test_exact_jpeg_decode_is_recorded_in_the_archive(tmp_path):
     assert archive(tmp_path, "--backend", "eager", "--exact-jpeg-decode") == 0
     with zipfile.ZipFile(tmp_path / "tiny.mar") as mar:

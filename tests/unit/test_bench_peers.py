@@ -26,15 +26,21 @@ def test_pt2_model_config_is_what_torchserve_012_base_handler_compiles_with():
         assert config == {"pt2": {"compile": {"enable": True, "backend": backend}}}
 
 
-def test_torchserve_best_tries_every_backend_with_every_worker_count():
-    variants = pt2_variants(2, "cpu")
-    assert variants == [{"backend": "inductor", "workers": 1, "threads": 2}, {"backend": "inductor", "workers": 2, "threads": 1},
-                        {"backend": "openvino", "workers": 1, "threads": 2}, {"backend": "openvino", "workers": 2, "threads": 1}]
+def test_torchserve_best_tries_every_backend_with_every_worker_count_and_batch():
+    variants = pt2_variants(2, "cpu", 8)
+    assert len(variants) == 8
+    assert variants[:4] == [{"backend": "inductor", "workers": 1, "threads": 2, "batch": 8},
+                            {"backend": "inductor", "workers": 1, "threads": 2, "batch": 4},
+                            {"backend": "inductor", "workers": 2, "threads": 1, "batch": 8},
+                            {"backend": "inductor", "workers": 2, "threads": 1, "batch": 4}]
+    assert {v["backend"] for v in variants[4:]} == {"openvino"}
 
 
-def test_instances_or_workers_split_the_vcpus():
-    assert split_variants(4, "instances") == [{"instances": 1, "threads": 4}, {"instances": 2, "threads": 2},
-                                              {"instances": 3, "threads": 1}, {"instances": 4, "threads": 1}]
+def test_instances_or_workers_split_the_vcpus_with_the_batch_and_half_of_it():
+    assert split_variants(4, "instances", 8)[::2] == [{"instances": 1, "threads": 4, "batch": 8}, {"instances": 2, "threads": 2, "batch": 8},
+                                                      {"instances": 3, "threads": 1, "batch": 8}, {"instances": 4, "threads": 1, "batch": 8}]
+    assert split_variants(2, "workers", 8)[1] == {"workers": 1, "threads": 2, "batch": 4}
+    assert split_variants(2, "workers", 1) == [{"workers": 1, "threads": 2, "batch": 1}, {"workers": 2, "threads": 1, "batch": 1}]
 
 
 def test_model_arguments_carry_the_archives_preprocessing():
@@ -46,7 +52,7 @@ def test_model_arguments_carry_the_archives_preprocessing():
 
 def test_triton_command_runs_the_app_script_from_the_triton_venv_without_resolving_its_python():
     python = Path("/p/.venv-triton/bin/python")
-    command = triton_command(python, FILES, "resnet50", (1, 2, 3), {"instances": 2, "threads": 1}, 8, 100)
+    command = triton_command(python, FILES, "resnet50", (1, 2, 3), {"instances": 2, "threads": 1, "batch": 8}, 100)
     assert command[:2] == [str(python), str(APPS / "triton_app.py")]
     for flag, value in (("--http-port", "1"), ("--grpc-port", "2"), ("--metrics-port", "3"), ("--instances", "2"),
                         ("--max-batch-size", "8"), ("--max-queue-delay-ms", "100"), ("--model-name", "resnet50")):
@@ -56,9 +62,9 @@ def test_triton_command_runs_the_app_script_from_the_triton_venv_without_resolvi
 def test_triton_app_parses_what_the_harness_passes():
     from tsvk_tools.bench.apps.triton_app import build_parser
 
-    command = triton_command(Path("python"), FILES, "resnet50", (1, 2, 3), {"instances": 1, "threads": 2}, 8, 100)
+    command = triton_command(Path("python"), FILES, "resnet50", (1, 2, 3), {"instances": 1, "threads": 2, "batch": 4}, 100)
     args = build_parser().parse_args(command[2:])
-    assert (args.instances, args.threads, args.crop, args.std) == (1, 2, 224, [0.229, 0.224, 0.225])
+    assert (args.instances, args.threads, args.max_batch_size, args.crop, args.std) == (1, 2, 4, 224, [0.229, 0.224, 0.225])
 
 
 def test_triton_is_left_out_without_its_venv(tmp_path, monkeypatch):
@@ -146,11 +152,12 @@ def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tm
     ctx = RunContext(BenchOptions(model="resnet18", systems=("triton",)), 2, tmp_path / "run")
     ctx.__dict__["fast_mar"] = _fast_mar(tmp_path)
     fake = Fake()
-    assert fake.variants(ctx) == [{"instances": 1, "threads": 2}, {"instances": 2, "threads": 1}]
-    deployment = fake.start(ctx, {"instances": 2, "threads": 1})
-    assert fake.seen == (tmp_path / "run" / "fake-i2", tmp_path / "run" / "fake-i2" / "model.xml")
-    assert deployment.details["extra"] == 1 and deployment.details["max_batch_size"] == 8
-    assert deployment.details["log"].endswith("fake-i2/server.log")
+    assert fake.variants(ctx) == [{"instances": 1, "threads": 2, "batch": 8}, {"instances": 1, "threads": 2, "batch": 4},
+                                  {"instances": 2, "threads": 1, "batch": 8}, {"instances": 2, "threads": 1, "batch": 4}]
+    deployment = fake.start(ctx, {"instances": 2, "threads": 1, "batch": 4})
+    assert fake.seen == (tmp_path / "run" / "fake-i2-b4", tmp_path / "run" / "fake-i2-b4" / "model.xml")
+    assert deployment.details["extra"] == 1 and deployment.details["max_batch_size"] == 4
+    assert deployment.details["log"].endswith("fake-i2-b4/server.log")
 
 
 def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(monkeypatch):

@@ -144,3 +144,21 @@ def test_diagnosis_bounds_what_serving_alone_can_win_over_a_peer_with_the_same_g
                                                      "TsvkInferenceMs": {"mean": 800.0}}}
     text = "\n".join(explain(systems))
     assert "would serve 20.0 img/s = 1.25x the best peer (triton, 16.0 img/s)" in text
+
+
+def test_cpu_per_image_by_process_is_reported_and_set_against_the_best_peer():
+    from tsvk_tools.bench.diagnosis import explain
+    from tsvk_tools.bench.stats import cpu_ms_per_image
+
+    systems = _peer_systems()
+    systems["ours_fast"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 176.0, "java": 12.0, "load generator": 8.0}
+    systems["triton"]["mean_cpu_pct_by_process"] = {"tritonserver": 40.0, "triton_python_backend_stub": 150.0, "idle": 0.0}
+    assert cpu_ms_per_image(systems["ours_fast"]) == {"model_service_worker.py": 88.0, "java": 6.0, "load generator": 4.0}
+    assert cpu_ms_per_image({"mean_cpu_pct_by_process": {"java": 5.0}}) == {}  # no throughput: nothing per image
+    text = "\n".join(explain(systems))
+    assert ("CPU per answered image, by process: ours_fast 98.0 ms (model_service_worker.py 88.0, java 6.0, load generator 4.0); "
+            "triton 118.8 ms (triton_python_backend_stub 93.8, tritonserver 25.0).") in text
+    options = BenchOptions(model="resnet50", systems=tuple(systems), rounds=2, round_seconds=20)
+    when = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc)
+    markdown = render_markdown(build_result(options, 2, systems, when, when))
+    assert "| tsvk fast | 98.0 | model_service_worker.py 88.0 (176%), java 6.0 (12%), load generator 4.0 (8%) |" in markdown

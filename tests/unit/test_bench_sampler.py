@@ -1,4 +1,5 @@
-"""The process-tree sampler sees a child's memory and CPU, and notices when it is gone."""
+"""The process-tree sampler sees a child's memory and CPU, splits the CPU by kind of process, and notices when
+a process is gone."""
 
 import subprocess
 import sys
@@ -6,7 +7,7 @@ import time
 
 import psutil
 
-from tsvk_tools.bench.sampler import Sample, TreeSampler, leftover, window_stats
+from tsvk_tools.bench.sampler import LOAD_GENERATOR, Sample, TreeSampler, leftover, process_kind, window_stats
 
 BUSY_CHILD = "import time\nblob = bytearray(64 * 2**20)\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
 
@@ -22,6 +23,30 @@ def test_sampler_measures_a_busy_child_and_its_exit():
     assert sampler.peak_rss_mb_by_pid[child.pid] >= 64  # each process's own peak, too
     assert stats["peak_cpu_pct"] >= 25  # a spinning child; well above 0 even on a machine busy with other work
     assert leftover(list(sampler.seen.values())) == []
+
+
+def test_sampler_splits_cpu_by_process_kind_and_keeps_the_load_generator_beside_the_system(tmp_path):
+    script = tmp_path / "spinner.py"
+    script.write_text(BUSY_CHILD)
+    with TreeSampler(interval=0.1) as sampler:
+        child = subprocess.Popen([sys.executable, str(script)])
+        end = time.time() + 1.2
+        while time.time() < end:  # this process works too: the load generator's share
+            pass
+        child.wait()
+    by_kind = window_stats(sampler.samples)["mean_cpu_pct_by_process"]
+    assert by_kind["spinner.py"] >= 10 and by_kind[LOAD_GENERATOR] >= 10
+    assert all(sample.cpu_pct == sum(v for k, v in sample.cpu_pct_by_process.items() if k != LOAD_GENERATOR)
+               for sample in sampler.samples)  # the system's total leaves the load generator out
+
+
+def test_process_kind_names_the_script_module_or_program():
+    assert process_kind(["/venv/bin/python", "/venv/lib/ts/model_service_worker.py", "--sock-type", "unix"], "python") == "model_service_worker.py"
+    assert process_kind(["python3.11", "-u", "-m", "tsvk_tools.bench.apps.litserve_openvino_app", "--port", "1"], "python3.11") == "litserve_openvino_app"
+    assert process_kind(["/usr/lib/jvm/bin/java", "-cp", "x", "org.pytorch.serve.ModelServer"], "java") == "java"
+    assert process_kind(["/opt/tritonserver/bin/tritonserver", "--model-repository", "/m"], "tritonserver") == "tritonserver"
+    assert process_kind(["python3", "-c", "print(1)"], "python3") == "python3"
+    assert process_kind([], "zombie") == "zombie"  # no command line readable: its name
 
 
 def test_leftover_lists_running_processes():
@@ -50,7 +75,9 @@ def test_leftover_does_not_mistake_a_reused_pid_for_the_process_it_saw():
 
 
 def test_window_stats_uses_only_samples_inside_the_window():
-    samples = [Sample(1.0, 10.0, 100.0, 1), Sample(2.0, 150.0, 300.0, 2), Sample(3.0, 20.0, 900.0, 1)]
-    assert window_stats(samples, 1.5, 2.5) == {"peak_cpu_pct": 150.0, "mean_cpu_pct": 150.0, "peak_rss_mb": 300.0}
+    samples = [Sample(1.0, 10.0, 100.0, 1), Sample(2.0, 150.0, 300.0, 2, {"java": 30.0, "worker.py": 120.0}),
+               Sample(2.4, 90.0, 200.0, 2, {"worker.py": 90.0}), Sample(3.0, 20.0, 900.0, 1)]
+    assert window_stats(samples, 1.5, 2.5) == {"peak_cpu_pct": 150.0, "mean_cpu_pct": 120.0, "peak_rss_mb": 300.0,
+                                               "mean_cpu_pct_by_process": {"java": 15.0, "worker.py": 105.0}}
     assert window_stats(samples)["peak_rss_mb"] == 900.0
     assert window_stats(samples, 5.0)["peak_cpu_pct"] is None

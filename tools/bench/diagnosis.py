@@ -8,6 +8,7 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 from __future__ import annotations
 
 from .rows import best_peer
+from .stats import cpu_ms_per_image
 
 
 def explain(systems: dict) -> list[str]:
@@ -24,6 +25,7 @@ def explain(systems: dict) -> list[str]:
     lines += _stock_handler(systems.get("torchserve_tuned") or {})
     lines += _fast_pipeline(systems.get("ours_fast") or {}, systems.get("ceiling_pipeline_fast") or {})
     lines += _inference_bound(systems)
+    lines += _cpu_against_peer(systems)
     lines += _peer_variants(systems)
     return lines
 
@@ -186,3 +188,17 @@ def _inference_bound(systems: dict) -> list[str]:
     return [f"ours_fast with no preprocessing and no idle time (its workers only running the model, {infer:.0f} ms per batch of "
             f"{batch:.1f}) would serve {bound:.1f} img/s = {bound / peer_rate:.2f}x the best peer ({peer}, {peer_rate:.1f} img/s), "
             "which runs the same int8 graph: beyond that, only a faster model run (not serving) can add."]
+
+
+def _cpu_against_peer(systems: dict) -> list[str]:
+    """ours_fast and the best peer, CPU per image by process: on cores that both keep busy, the cheaper image is the
+    faster system, and the split says which process the difference is in."""
+    peer = best_peer(systems)
+    ours, theirs = cpu_ms_per_image(systems.get("ours_fast") or {}), cpu_ms_per_image(systems.get(peer) or {}) if peer else {}
+    if not (ours and theirs):
+        return []
+    return [f"CPU per answered image, by process: ours_fast {_split(ours)}; {peer} {_split(theirs)}."]
+
+
+def _split(costs: dict[str, float]) -> str:
+    return f"{sum(costs.values()):.1f} ms (" + ", ".join(f"{kind} {ms:.1f}" for kind, ms in costs.items()) + ")"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .options import PEER_SYSTEMS
-from .stats import ranges_overlap, ratio
+from .stats import cpu_ms_per_image, ranges_overlap, ratio
 
 PEER_TABLE = ("ours_fast", "ours", *PEER_SYSTEMS, "ceiling_pipeline_fast")  # rows of the lead table, in this order
 
@@ -94,12 +94,13 @@ def _failed_variants(systems: dict, names: list[str]) -> list[str]:
 
 def _variant_note(system: dict) -> str:
     variant = system.get("variant") or {}
+    batch = f", batch {variant['batch']}" if "batch" in variant else ""
     if "backend" in variant:
-        return f" (best: {variant['backend']}, {variant['workers']} worker(s) x {variant['threads']} thread(s))"
+        return f" (best: {variant['backend']}, {variant['workers']} worker(s) x {variant['threads']} thread(s){batch})"
     if "instances" in variant:
-        return f" (best: {variant['instances']} instance(s) x {variant['threads']} thread(s))"
+        return f" (best: {variant['instances']} instance(s) x {variant['threads']} thread(s){batch})"
     if "workers" in variant:
-        return f" (best: {variant['workers']} worker(s) x {variant['threads']} thread(s))"
+        return f" (best: {variant['workers']} worker(s) x {variant['threads']} thread(s){batch})"
     plan = (system.get("details") or {}).get("plan")
     if plan:
         precision = f" {plan['precision']}" if plan.get("precision", "fp32") != "fp32" else ""
@@ -142,6 +143,7 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
         *(f"| {g['goal']} | {g['target']} | {_cell(g['measured'], 2)} | {_met(g['met'])}{_overlap_note(g)} |" for g in result["goals"]),
     ]
     lines += _compute_lines(result.get("compute") or {}, result["systems"])
+    lines += _cpu_by_process_lines(result["systems"])
     if result.get("diagnosis"):
         lines += ["", "## Where the time goes", "", *(f"- {line}" for line in result["diagnosis"])]
     top1 = _top1_lines(result["systems"])
@@ -185,6 +187,22 @@ def _met(met) -> str:
 def _top1_lines(systems: dict) -> list[str]:
     return [f"- {name}: " + ", ".join(f"photo {i}: {label}" for i, label in system["top1"].items())
             for name, system in systems.items() if system.get("top1")]
+
+
+def _cpu_by_process_lines(systems: dict) -> list[str]:
+    """Each system's CPU per answered image split by the kind of process that spent it (the median round's)."""
+    rows = [(system, costs) for system in systems.values() if (costs := cpu_ms_per_image(system))]
+    if not rows:
+        return []
+    lines = ["", "## CPU per image, by process", "",
+             "ms of CPU per answered image during the measured load (mean CPU % in brackets, 100 = one vCPU busy), from "
+             "each process's CPU time sampled every 0.2 s; the load generator is the benchmark's own client threads.",
+             "", "| System | Total (ms) | By process |", "|---|---|---|"]
+    for system, costs in rows:
+        shares = system.get("mean_cpu_pct_by_process") or {}
+        split = ", ".join(f"{kind} {ms:.1f} ({shares[kind]:.0f}%)" for kind, ms in costs.items())
+        lines.append(f"| {system.get('label', '?')} | {sum(costs.values()):.1f} | {split} |")
+    return lines
 
 
 def _compute_lines(compute: dict, systems: dict) -> list[str]:

@@ -4,6 +4,10 @@ One system runs at a time and every process of it descends from this (harness) p
 load generator runs in this process itself; so "all descendants" is exactly the system under test,
 whatever shape it has (TorchServe's Java frontend and Python workers, gunicorn's workers, LitServe's
 API and inference processes, or one short-lived process per job).
+
+Each sample also splits the CPU by process kind (the program or script each process runs), with the load
+generator, this process, beside them: that says where a system's CPU goes per image (the frontend, the
+workers, the clients), which its total alone cannot.
 """
 
 from __future__ import annotations
@@ -11,7 +15,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -22,6 +28,28 @@ class Sample:
     cpu_pct: float  # summed over processes; 100 = one vCPU busy
     rss_mb: float  # summed resident memory
     processes: int
+    cpu_pct_by_process: dict[str, float] = field(default_factory=dict)  # process kind -> CPU %, the load generator too
+
+
+LOAD_GENERATOR = "load generator"  # the harness process: its client threads send the load
+INTERPRETERS = ("python", "python3")
+
+
+def process_kind(cmdline: list[str], name: str) -> str:
+    """What a process runs, as a short name: the script or module a Python interpreter runs
+    (model_service_worker.py, litserve_openvino_app), else the program's own name (java, tritonserver)."""
+    program = Path(cmdline[0]).name if cmdline else name
+    if not program.startswith(INTERPRETERS):
+        return program
+    arguments = iter(cmdline[1:])
+    for argument in arguments:
+        if argument == "-m":
+            return next(arguments, program).rsplit(".", 1)[-1]
+        if argument == "-c":
+            return program  # a program given on the command line: nothing names it
+        if not argument.startswith("-"):
+            return Path(argument).name
+    return program
 
 
 class Periodic:
@@ -60,24 +88,38 @@ class TreeSampler(Periodic):
 
     def __post_init__(self):
         self._known: dict[int, psutil.Process] = {}
+        self._kinds: dict[int, str] = {}
+        self._harness = psutil.Process(self.root_pid)  # the load generator runs in it
+        self._harness.cpu_percent(None)
 
     def tick(self) -> None:
         self.samples.append(self.sample())
 
     def sample(self) -> Sample:
-        cpu = rss = 0.0
+        rss = 0.0
         alive = 0
+        by_kind: dict[str, float] = defaultdict(float)
         for process in self._descendants():
             try:
                 with process.oneshot():
-                    cpu += process.cpu_percent(None)  # since this process's previous sample
+                    busy = process.cpu_percent(None)  # since this process's previous sample
                     own = process.memory_info().rss
+                    kind = self._kind(process)
+                by_kind[kind] += busy
                 rss += own
                 self.peak_rss_mb_by_pid[process.pid] = max(self.peak_rss_mb_by_pid.get(process.pid, 0.0), own / 2**20)
                 alive += 1
             except (psutil.NoSuchProcess, psutil.ZombieProcess, psutil.AccessDenied):
                 continue
-        return Sample(time.monotonic(), cpu, rss / 2**20, alive)
+        cpu = sum(by_kind.values())
+        by_kind[LOAD_GENERATOR] += self._harness.cpu_percent(None)  # beside the system, not part of its total
+        return Sample(time.monotonic(), cpu, rss / 2**20, alive, dict(by_kind))
+
+    def _kind(self, process: psutil.Process) -> str:
+        """The process's kind, read once per process: its command line does not change."""
+        if process.pid not in self._kinds:
+            self._kinds[process.pid] = process_kind(process.cmdline(), process.name())
+        return self._kinds[process.pid]
 
     def _descendants(self) -> list[psutil.Process]:
         """Cached Process objects, so cpu_percent measures from one sample to the next."""
@@ -99,14 +141,18 @@ class TreeSampler(Periodic):
 
 
 def window_stats(samples: list[Sample], start: float | None = None, end: float | None = None) -> dict[str, float | None]:
-    """Peak and mean CPU %, peak RSS (MiB) of the samples taken within [start, end]."""
+    """Peak and mean CPU %, peak RSS (MiB) of the samples taken within [start, end], and the mean CPU % of
+    each kind of process (a kind missing from a sample was idle or not running then: 0)."""
     chosen = [s for s in samples if (start is None or s.at >= start) and (end is None or s.at <= end)]
     if not chosen:
-        return {"peak_cpu_pct": None, "mean_cpu_pct": None, "peak_rss_mb": None}
+        return {"peak_cpu_pct": None, "mean_cpu_pct": None, "peak_rss_mb": None, "mean_cpu_pct_by_process": {}}
+    kinds = sorted({kind for s in chosen for kind in s.cpu_pct_by_process})
     return {
         "peak_cpu_pct": round(max(s.cpu_pct for s in chosen), 1),
         "mean_cpu_pct": round(sum(s.cpu_pct for s in chosen) / len(chosen), 1),
         "peak_rss_mb": round(max(s.rss_mb for s in chosen), 1),
+        "mean_cpu_pct_by_process": {kind: round(sum(s.cpu_pct_by_process.get(kind, 0.0) for s in chosen) / len(chosen), 1)
+                                    for kind in kinds},
     }
 
 

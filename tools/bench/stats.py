@@ -62,6 +62,17 @@ def _median(values: Sequence[float | None]) -> float | None:
     return round(statistics.median(present), 2) if present else None
 
 
+def cpu_ms_per_image(system: dict) -> dict[str, float]:
+    """Process kind -> ms of CPU per answered image during the load (mean CPU % over throughput), largest first.
+    The load generator's share is the clients' cost, the same work for every system."""
+    rate = system.get("throughput_ips")
+    by_process = system.get("mean_cpu_pct_by_process") or {}
+    if not rate:
+        return {}
+    costs = {kind: round(10 * pct / rate, 2) for kind, pct in by_process.items() if pct > 0}  # pct/100 s per s, x1000 ms
+    return dict(sorted(costs.items(), key=lambda item: -item[1]))
+
+
 ROUND_FIELDS = ("throughput_ips", "requests", "errors", "wall_s", "loadavg")
 
 

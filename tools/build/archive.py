@@ -11,13 +11,14 @@ import json
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import yaml
 
 import tsvk
 from tsvk.settings import SETTINGS_KEY
-from tsvk.tasks import task_kind
+from tsvk.tasks import TASKS, task_kind
 
 from .. import progress
 from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
@@ -36,6 +37,21 @@ def handler_sources(task: str = "classify") -> tuple[Path, Path]:
     if not handler.is_file():
         raise UsageError(f"handler {handler} not found: run tsvk from a checkout of the toolkit (pip install -e .)")
     return handler, package
+
+
+def handler_files_changed(archive: Path) -> list[str]:
+    """The handler files an archive bundles that differ from this checkout's, or that only one of them has: an
+    archive serves its own copy of the handler, so one built before a change goes on serving the old code."""
+    handlers = {kind.handler_file: name for name, kind in TASKS.items()}
+    with zipfile.ZipFile(archive) as bundle:
+        names = bundle.namelist()
+        task = next((handlers[name] for name in names if name in handlers), "classify")
+        handler, package = handler_sources(task)
+        packed = {name: bundle.read(name) for name in names
+                  if name == handler.name or (name.startswith(f"{package.name}/") and name.endswith(".py"))}
+    tree = {handler.name: handler.read_bytes(),
+            **{f"{package.name}/{path.relative_to(package).as_posix()}": path.read_bytes() for path in package.rglob("*.py")}}
+    return sorted(name for name in set(tree) | set(packed) if tree.get(name) != packed.get(name))
 
 
 def build_archive(request: BuildRequest, model_store: Path, force: bool = False) -> tuple[Path, BuildResult]:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import psutil
 
+from ..build.archive import handler_files_changed
 from ..errors import UsageError
 from ..images import image_bytes
 from ..serve.server import workers_below
@@ -119,7 +120,8 @@ def run(args) -> dict:
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
     chosen = variants(f"http://{gateway}:{port}/{archive.name}", f"{gateway}/32", port, args.model, sha256)
     host = None if args.no_bench else start_host_baseline(archive, args.build_dir, args.model)
-    report = {"image": args.image, "digest": digest, "model": args.model, "variants": {}}
+    report = {"image": args.image, "digest": digest, "model": args.model, "archive_handler_changed": stale_handler(archive),
+              "variants": {}}
     try:
         for name in args.variants.split(","):
             rendered = render(chosen[name], args.build_dir, image_values(args.image, digest))
@@ -133,6 +135,18 @@ def run(args) -> dict:
         if host:
             host[0].stop()
     return report
+
+
+def stale_handler(archive: Path) -> list[str]:
+    """The handler files the archive bundles that differ from this checkout's, said out loud: the pod and `make serve`
+    both serve the archive's copy, so the check measures the handler the archive was built with."""
+    changed = handler_files_changed(archive)
+    if changed:
+        model = archive.stem
+        print(f"[kube-check] NOTE: {archive} was built from another version of the handler ({', '.join(changed[:4])}"
+              f"{', ...' if len(changed) > 4 else ''}); both sides serve that one. To check this checkout's handler: "
+              f"make archive MODEL={model} FORCE=1 (WEIGHTS=none offline)", flush=True)
+    return changed
 
 
 def print_variant(name: str, result: dict) -> None:

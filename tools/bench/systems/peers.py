@@ -3,16 +3,20 @@ OpenVINO int8 IR as ours_fast.
 
 - torchserve_best: the stock image_classifier handler on the eager model (TorchServe's model-file path),
   model-config.yaml `pt2: {compile: {enable: true, backend: B}}` for B in inductor and openvino, W workers x
-  vCPUs/W threads, batch 8 / 100 ms as torchserve_tuned; every (B, W) is tried and the fastest is the row.
+  vCPUs/W threads, batch 8 or 4 / 100 ms; every (B, W, batch) is tried and the fastest is the row.
   The base handler compiles lazily, so a backend that cannot compile fails the requests, not the start:
   that variant is recorded with its error.
-- triton: PyTriton 0.7 (a real tritonserver), dynamic batching (max batch 8, 100 ms queue delay), N model
+- triton: PyTriton 0.7 (a real tritonserver), dynamic batching (max batch 8 or 4, 100 ms queue delay), N model
   instances x vCPUs/N OpenVINO threads; the client sends raw JPEG bytes over Triton's gRPC with
   tritonclient, the bound function decodes and preprocesses (apps/triton_app.py). It runs from its own
   venv of Debian's python3 (`make triton-venv`): with other CPython 3.11 builds Triton's Python stub fails
   at model load ('_thread.RLock' object has no attribute '_recursion_count').
-- litserve_fast: LitServe batched (8, 0.1 s), W inference workers x vCPUs/W threads, the same IR and
+- litserve_fast: LitServe batched (8 or 4, 0.1 s), W inference workers x vCPUs/W threads, the same IR and
   preprocessing code as Triton's (apps/litserve_openvino_app.py).
+
+Each peer is tried with the run's batch and half of it (`peer_batches`): with clients that wait for their
+answers, batch x instances = concurrency leaves every instance idle while its answers go out and the next
+requests come in, and half the batch keeps one waiting; which is faster depends on the peer and the model.
 """
 
 from __future__ import annotations
@@ -48,16 +52,16 @@ class TorchServeBest(TorchServeTuned):
     name = "torchserve_best"
     label = "TorchServe, pt2 compiled, hand-tuned"
     description = ("stock TorchServe 0.12, its image_classifier handler on the eager model (model file + state_dict) with "
-                   "its documented model-config.yaml `pt2: {compile: {enable: true, backend: B}}`, batch 8 / 100 ms, "
-                   "W workers x vCPUs/W threads; every backend B (inductor, openvino) and W is run, the fastest is "
-                   "the row; fp32")
+                   "its documented model-config.yaml `pt2: {compile: {enable: true, backend: B}}`, batch 8 or 4 / 100 ms, "
+                   "W workers x vCPUs/W threads; every backend B (inductor, openvino), W and batch is run, the fastest "
+                   "is the row; fp32")
 
     def prepare(self, ctx: RunContext) -> None:
         for backend in PT2_BACKENDS:
             ctx.pt2_mar(backend)
 
     def variants(self, ctx: RunContext) -> list[dict]:
-        return pt2_variants(ctx.vcpus, ctx.options.device)
+        return pt2_variants(ctx.vcpus, ctx.options.device, ctx.options.batch)
 
     def warm_up(self, deployment: Deployment, images: list[bytes], options) -> list:
         """torch.compile compiles at the first batch and again, for a dynamic batch size, at the first batch of another
@@ -70,10 +74,10 @@ class TorchServeBest(TorchServeTuned):
         return warm
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(f"{self.name}-{variant['backend']}-w{variant['workers']}")
+        folder = ctx.system_dir(f"{self.name}-{variant['backend']}-w{variant['workers']}-b{variant['batch']}")
         config = folder / "config.properties"
         mar = ctx.pt2_mar(variant["backend"])
-        properties = stock_tuned_properties(mar.parent, ctx.options.model, variant["workers"], ctx.options.batch,
+        properties = stock_tuned_properties(mar.parent, ctx.options.model, variant["workers"], variant["batch"],
                                             ctx.options.tuned_max_batch_delay_ms)
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
@@ -88,10 +92,15 @@ def last_error(logs: Path) -> str:
     return errors[-1] if errors else f"none found in {log}"
 
 
-def pt2_variants(vcpus: int, device: str) -> list[dict]:
-    """Every compile backend with every hand-tuned worker count."""
-    return [{"backend": backend, "workers": w, "threads": max(1, vcpus // w)}
-            for backend in PT2_BACKENDS for w in tuned_worker_counts(vcpus, device)]
+def peer_batches(batch: int) -> list[int]:
+    """The batch sizes a peer is tried with: the run's and half of it (the module's docstring says why)."""
+    return sorted({batch, max(1, batch // 2)}, reverse=True)
+
+
+def pt2_variants(vcpus: int, device: str, batch: int) -> list[dict]:
+    """Every compile backend with every hand-tuned worker count and batch."""
+    return [{"backend": backend, "workers": w, "threads": max(1, vcpus // w), "batch": b}
+            for backend in PT2_BACKENDS for w in tuned_worker_counts(vcpus, device) for b in peer_batches(batch)]
 
 
 def fast_model_files(ctx: RunContext, folder: Path) -> dict:
@@ -118,17 +127,17 @@ def model_arguments(files: dict, threads: int) -> list[str]:
             "--mean", *map(str, files["mean"]), "--std", *map(str, files["std"])]
 
 
-def split_variants(vcpus: int, key: str) -> list[dict]:
-    """`key` processes or instances x vCPUs/`key` threads, for every count up to the vCPUs."""
-    return [{key: n, "threads": max(1, vcpus // n)} for n in range(1, vcpus + 1)]
+def split_variants(vcpus: int, key: str, batch: int) -> list[dict]:
+    """`key` processes or instances x vCPUs/`key` threads, for every count up to the vCPUs, with each peer batch."""
+    return [{key: n, "threads": max(1, vcpus // n), "batch": b} for n in range(1, vcpus + 1) for b in peer_batches(batch)]
 
 
 def triton_command(python: Path, files: dict, model: str, ports: tuple[int, int, int], variant: dict,
-                   batch: int, delay_ms: int) -> list[str]:
+                   delay_ms: int) -> list[str]:
     http, grpc, metrics = ports
     return [str(python), str(APPS / "triton_app.py"), *model_arguments(files, variant["threads"]), "--model-name", model,
             "--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
-            "--instances", str(variant["instances"]), "--max-batch-size", str(batch), "--max-queue-delay-ms", str(delay_ms)]
+            "--instances", str(variant["instances"]), "--max-batch-size", str(variant["batch"]), "--max-queue-delay-ms", str(delay_ms)]
 
 
 def start_server(command: list[str], folder: Path, ready, timeout: float, what: str, env: dict | None = None) -> Child:
@@ -149,12 +158,12 @@ class FastArtifactServer(System):
         ctx.fast_mar
 
     def variants(self, ctx: RunContext) -> list[dict]:
-        return split_variants(ctx.vcpus, self.split)
+        return split_variants(ctx.vcpus, self.split, ctx.options.batch)
 
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(f"{self.name}-{self.split[0]}{variant[self.split]}")
+        folder = ctx.system_dir(f"{self.name}-{self.split[0]}{variant[self.split]}-b{variant['batch']}")
         server, target, details = self.launch(ctx, folder, fast_model_files(ctx, folder), variant)
-        return Deployment(target, server.stop, {**variant, "max_batch_size": ctx.options.batch, **details,
+        return Deployment(target, server.stop, {**variant, "max_batch_size": variant["batch"], **details,
                                                 "log": str(folder / "server.log")})
 
     def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
@@ -166,8 +175,8 @@ class Triton(FastArtifactServer):
     name = "triton"
     split = "instances"
     label = "Triton (PyTriton), OpenVINO int8"
-    description = ("Triton Inference Server via PyTriton 0.7, dynamic batching (max batch 8, 100 ms queue delay), N model "
-                   "instances x vCPUs/N threads (best N reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's "
+    description = ("Triton Inference Server via PyTriton 0.7, dynamic batching (max batch 8 or 4, 100 ms queue delay), N model "
+                   "instances x vCPUs/N threads (best N and batch reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's "
                    "Python API in the bound function; the client sends raw JPEG bytes over gRPC (tritonclient), the bound "
                    "function decodes with Pillow, resizes the shorter side (bilinear), center-crops and normalizes in NumPy")
 
@@ -178,8 +187,7 @@ class Triton(FastArtifactServer):
 
     def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
         ports = tuple(free_ports(3))
-        command = triton_command(TRITON_PYTHON.absolute(), files, ctx.options.model, ports, variant, ctx.options.batch,
-                                 MAX_QUEUE_DELAY_MS)
+        command = triton_command(TRITON_PYTHON.absolute(), files, ctx.options.model, ports, variant, MAX_QUEUE_DELAY_MS)
         model_ready = f"http://127.0.0.1:{ports[0]}/v2/models/{ctx.options.model}/ready"
         server = start_server(command, folder, lambda: http_ok(model_ready), ctx.options.ready_timeout_s, "Triton")
         target = GrpcTarget(f"127.0.0.1:{ports[1]}", ctx.options.model, 300, input_shape=(1, 1))
@@ -190,14 +198,14 @@ class LitServeFast(FastArtifactServer):
     name = "litserve_fast"
     split = "workers"
     label = "LitServe, OpenVINO int8"
-    description = ("LitServe 0.2 batched (max_batch_size 8, batch_timeout 0.1 s), W inference workers x vCPUs/W threads (best "
-                   "W reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's Python API; base64 JSON requests, "
+    description = ("LitServe 0.2 batched (max_batch_size 8 or 4, batch_timeout 0.1 s), W inference workers x vCPUs/W threads (best "
+                   "W and batch reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's Python API; base64 JSON requests, "
                    "decoded with Pillow, resized, center-cropped and normalized in NumPy (the same code as the Triton row)")
 
     def launch(self, ctx: RunContext, folder: Path, files: dict, variant: dict) -> tuple[Child, HttpTarget, dict]:
         (port,) = free_ports(1)
         command = [sys.executable, "-m", "tsvk_tools.bench.apps.litserve_openvino_app", *model_arguments(files, variant["threads"]),
-                   "--port", str(port), "--workers", str(variant["workers"]), "--max-batch-size", str(ctx.options.batch),
+                   "--port", str(port), "--workers", str(variant["workers"]), "--max-batch-size", str(variant["batch"]),
                    "--batch-timeout", "0.1"]
         server = start_server(command, folder, lambda: http_ok(f"http://127.0.0.1:{port}/health"), ctx.options.ready_timeout_s, "LitServe")
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
