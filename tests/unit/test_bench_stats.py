@@ -36,3 +36,15 @@ def test_rate_needs_a_positive_span():
     assert rate(10, 2.0) == 5.0
     assert rate(10, 0.0) is None
     assert rate(0, 2.0) is None
+
+
+def test_a_failure_that_introduces_a_log_is_said_with_the_logs_last_exception():
+    from tsvk_tools.bench.stats import error_headline
+
+    started = ("UsageError: Triton exited during start-up:\n  File \"model.py\", line 425, in initialize\n"
+               "ConnectionRefusedError: [Errno 111] Connection refused\n\nAt:\n  /tmp/f/1/model.py(454): initialize\n;")
+    assert error_headline(started) == ("UsageError: Triton exited during start-up: "
+                                       "ConnectionRefusedError: [Errno 111] Connection refused")
+    assert error_headline("RuntimeError: no warm-up request was answered\nmore") == "RuntimeError: no warm-up request was answered"
+    assert error_headline("X exited during start-up:\nlast words") == "X exited during start-up: last words"
+    assert error_headline(None) == error_headline("\n") == "no answer"

@@ -8,7 +8,7 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 from __future__ import annotations
 
 from .rows import best_peer
-from .stats import cpu_ms_per_image
+from .stats import cpu_ms_per_image, error_headline
 
 
 def explain(systems: dict) -> list[str]:
@@ -171,7 +171,7 @@ def _variant_result(variant: dict) -> str:
     described = ", ".join(f"{k} {v}" for k, v in (variant.get("variant") or {}).items())
     if variant.get("throughput_ips"):
         return f"{described}: {variant['throughput_ips']:.1f} img/s"
-    return f"{described}: failed ({(variant.get('error') or 'no answer').splitlines()[0][:160]})"
+    return f"{described}: failed ({error_headline(variant.get('error'))[:160]})"
 
 
 def _inference_bound(systems: dict) -> list[str]:

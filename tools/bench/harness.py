@@ -21,7 +21,7 @@ from .loadgen import run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .report import build_result
 from .sampler import TreeSampler, leftover, window_stats
-from .stats import combine_rounds
+from .stats import combine_rounds, error_headline
 from .systems import registry
 from .systems.base import RunContext, System
 from .systems.process import THREAD_VARIABLES
@@ -209,7 +209,7 @@ def _describe(variant: dict) -> str:
 
 def _brief(measured: dict) -> str:
     if "error" in measured:
-        return f"FAILED: {measured['error'].splitlines()[0]}"
+        return f"FAILED: {error_headline(measured['error'])}"
     latency = measured.get("latency_ms") or {}
     return (f"{measured.get('throughput_ips')} img/s, p50 {latency.get('p50')} ms, p99 {latency.get('p99')} ms, "
             f"ready {measured.get('ready_s')} s, errors {measured.get('errors')}/{measured.get('requests')}")

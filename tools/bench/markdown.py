@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from .options import PEER_SYSTEMS
-from .stats import cpu_ms_per_image, ranges_overlap, ratio
+from .stats import cpu_ms_per_image, error_headline, ranges_overlap, ratio
 
 PEER_TABLE = ("ours_fast", "ours", *PEER_SYSTEMS, "ceiling_pipeline_fast")  # rows of the lead table, in this order
 
@@ -21,7 +21,7 @@ def _cell(value, digits: int = 1) -> str:
 
 def system_row(name: str, system: dict) -> str:
     if "error" in system and not system.get("throughput_ips"):
-        return f"| {system.get('label', name)} | failed: {system['error'].splitlines()[0][:80]} |" + " |" * (len(COLUMNS) - 2)
+        return f"| {system.get('label', name)} | failed: {error_headline(system['error'])[:80]} |" + " |" * (len(COLUMNS) - 2)
     latency = system.get("latency_ms") or {}
     cells = [
         system.get("label", name) + _variant_note(system),
@@ -55,7 +55,7 @@ def peer_lines(result: dict) -> list[str]:
     for name in present:
         system = systems[name]
         if not system.get("throughput_ips"):
-            error = (system.get("error") or "no answer").splitlines()[0][:100]
+            error = error_headline(system.get("error"))[:100]
             lines.append(f"| {system.get('label', name)} | failed: {error} | - | - | - |")
             continue
         spread = system.get("spread") or {}
@@ -88,7 +88,7 @@ def _failed_variants(systems: dict, names: list[str]) -> list[str]:
         for variant in systems[name].get("variants") or []:
             if "error" in variant:
                 described = ", ".join(f"{k} {v}" for k, v in (variant.get("variant") or {}).items())
-                lines.append(f"- {name} ({described}) failed: {variant['error'].splitlines()[0][:300]}")
+                lines.append(f"- {name} ({described}) failed: {error_headline(variant['error'])[:300]}")
     return ["", *lines] if lines else []
 
 

@@ -1,10 +1,26 @@
-"""Latency percentiles and rates, computed the same way for every system."""
+"""Latency percentiles and rates, computed the same way for every system, and a failure said in one line."""
 
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from typing import Sequence
+
+EXCEPTION_LINE = re.compile(r"\b\w+(Error|Exception)\b: ")  # `ConnectionRefusedError: [Errno 111] ...`
+
+
+def error_headline(error: str | None) -> str:
+    """Why a system failed, in one line: the error's first line, and when that line only introduces a log
+    (`Triton exited during start-up:`), the log's last exception line after it, which says what went wrong."""
+    lines = [line.strip() for line in (error or "no answer").splitlines() if line.strip()]
+    if not lines:
+        return "no answer"
+    head = lines[0]
+    if head.endswith(":") and len(lines) > 1:
+        cause = next((line for line in reversed(lines[1:]) if EXCEPTION_LINE.search(line)), lines[-1])
+        head = f"{head} {cause}"
+    return head
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:
