@@ -194,7 +194,7 @@ def _cpu_against_peer(systems: dict) -> list[str]:
     """ours_fast and the best peer, CPU per image by process: on cores that both keep busy, the cheaper image is the
     faster system, and the split says which process the difference is in."""
     peer = best_peer(systems)
-    ours, theirs = cpu_ms_per_image(systems.get("ours_fast") or {}), cpu_ms_per_image(systems.get(peer) or {}) if peer else {}
+    ours, theirs = cpu_ms_per_image(systems.get("ours_fast") or {}), cpu_ms_per_image(systems.get(peer) or {})
     if not (ours and theirs):
         return []
     return [f"CPU per answered image, by process: ours_fast {_split(ours)}; {peer} {_split(theirs)}."]

@@ -32,14 +32,14 @@ class Sample:
 
 
 LOAD_GENERATOR = "load generator"  # the harness process: its client threads send the load
-INTERPRETERS = ("python", "python3")
+INTERPRETER = "python"  # python, python3, python3.11: the kind is the script or module it runs
 
 
 def process_kind(cmdline: list[str], name: str) -> str:
     """What a process runs, as a short name: the script or module a Python interpreter runs
     (model_service_worker.py, litserve_openvino_app), else the program's own name (java, tritonserver)."""
     program = Path(cmdline[0]).name if cmdline else name
-    if not program.startswith(INTERPRETERS):
+    if not program.startswith(INTERPRETER):
         return program
     arguments = iter(cmdline[1:])
     for argument in arguments:
@@ -88,7 +88,7 @@ class TreeSampler(Periodic):
 
     def __post_init__(self):
         self._known: dict[int, psutil.Process] = {}
-        self._kinds: dict[int, str] = {}
+        self._kinds: dict[psutil.Process, str] = {}  # keyed by process (pid and start time): a reused pid is another
         self._harness = psutil.Process(self.root_pid)  # the load generator runs in it
         self._harness.cpu_percent(None)
 
@@ -117,9 +117,9 @@ class TreeSampler(Periodic):
 
     def _kind(self, process: psutil.Process) -> str:
         """The process's kind, read once per process: its command line does not change."""
-        if process.pid not in self._kinds:
-            self._kinds[process.pid] = process_kind(process.cmdline(), process.name())
-        return self._kinds[process.pid]
+        if process not in self._kinds:
+            self._kinds[process] = process_kind(process.cmdline(), process.name())
+        return self._kinds[process]
 
     def _descendants(self) -> list[psutil.Process]:
         """Cached Process objects, so cpu_percent measures from one sample to the next."""

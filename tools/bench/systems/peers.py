@@ -22,7 +22,6 @@ requests come in, and half the batch keeps one waiting; which is faster depends 
 from __future__ import annotations
 
 import json
-import re
 import sys
 import zipfile
 from pathlib import Path
@@ -39,6 +38,7 @@ from .torchserve import STOCK_ALLOCATOR, TorchServeTuned, render, serve, stock_t
 from .webapps import litserve_body
 from ..assets import labels_for
 from ..loadgen import HttpTarget, run_closed_loop
+from ..stats import EXCEPTION_LINE
 
 PT2_BACKENDS = ("inductor", "openvino")
 # `make triton-venv`; relative to the project root, where make runs. Never resolve(): the venv is its symlinked python
@@ -88,7 +88,7 @@ def last_error(logs: Path) -> str:
     """The last exception line (`SomeError: ...`) of TorchServe's model log, or a note that there is none."""
     log = logs / "model_log.log"
     lines = log.read_text(errors="replace").splitlines() if log.is_file() else []
-    errors = [line.split("MODEL_LOG - ", 1)[-1].strip() for line in lines if re.search(r"\b\w+(Error|Exception): ", line)]
+    errors = [line.split("MODEL_LOG - ", 1)[-1].strip() for line in lines if EXCEPTION_LINE.search(line)]
     return errors[-1] if errors else f"none found in {log}"
 
 
