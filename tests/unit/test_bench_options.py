@@ -58,6 +58,17 @@ def test_warmup_defaults_to_two_rounds_of_a_full_batch():
     assert BenchOptions(warmup=0).warmup_requests == 0
 
 
+def test_unmeasured_load_precedes_time_bounded_rounds_only():
+    from tsvk_tools.bench.options import WARMUP_SECONDS
+
+    assert BenchOptions(round_seconds=20).warmup_load_seconds == WARMUP_SECONDS > 0
+    assert BenchOptions(round_seconds=0).warmup_load_seconds == 0
+    assert BenchOptions(round_seconds=0, warmup_seconds=3).warmup_load_seconds == 3
+    assert BenchOptions(round_seconds=20, warmup_seconds=0).warmup_load_seconds == 0
+    with pytest.raises(UsageError, match="warmup_seconds must be >= 0"):
+        BenchOptions(warmup_seconds=-1)
+
+
 def test_task_models_get_the_systems_that_serve_them():
     from tsvk_tools.bench.options import TASK_SYSTEMS
 

@@ -8,6 +8,7 @@ from pathlib import Path
 import yaml
 
 from tsvk_tools.bench.assets import pt2_model_config
+from tsvk_tools.bench.loadgen import TIME_BOUNDED_JOBS
 from tsvk_tools.bench.options import BenchOptions
 from tsvk_tools.bench.systems import registry
 from tsvk_tools.bench.systems.base import RunContext
@@ -172,7 +173,36 @@ def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(
     monkeypatch.setattr(base, "run_closed_loop", fake)
     deployment = base.Deployment("target", lambda: None, {"logs": "/nonexistent"})
     warm = peers.TorchServeBest().warm_up(deployment, [b"jpeg"], BenchOptions(concurrency=16, systems=("torchserve_best",)))
-    assert calls == [(2, 1), (32, 16)] and len(warm) == 2
+    assert calls == [(2, 1), (32, 16), (TIME_BOUNDED_JOBS, 16)] and len(warm) == 3
+
+
+def test_the_warm_up_ends_with_seconds_of_the_full_load(monkeypatch):
+    """After the counted warm-up requests, a time-bounded load at the measured concurrency: the round then measures a
+    frontend whose request path is already compiled."""
+    from tsvk_tools.bench.loadgen import RequestRecord
+    from tsvk_tools.bench.systems import base
+
+    calls = []
+    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency, until)) or [RequestRecord(0, 1, 200)]
+    monkeypatch.setattr(base, "run_closed_loop", fake)
+    monkeypatch.setattr(base.time, "monotonic", lambda: 1000.0)
+    deployment = base.Deployment("target", lambda: None, {})
+    base.System().warm_up(deployment, [b"jpeg"], BenchOptions(concurrency=16, round_seconds=20, warmup_seconds=7.5))
+    assert calls == [(32, 16, None), (TIME_BOUNDED_JOBS, 16, 1007.5)]
+    calls.clear()
+    base.System().warm_up(deployment, [b"jpeg"], BenchOptions(concurrency=16, round_seconds=0))
+    assert calls == [(32, 16, None)]  # a counted round: counted warm-up only
+
+
+def test_no_warm_up_load_follows_warm_up_requests_that_all_failed(monkeypatch):
+    from tsvk_tools.bench.loadgen import RequestRecord
+    from tsvk_tools.bench.systems import base
+
+    calls = []
+    failed = lambda target, images, total, concurrency, until=None: calls.append(total) or [RequestRecord(0, 1, 503, error="down")]
+    monkeypatch.setattr(base, "run_closed_loop", failed)
+    warm = base.System().warm_up(base.Deployment("target", lambda: None, {}), [b"jpeg"], BenchOptions(concurrency=16))
+    assert calls == [32] and [record.status for record in warm] == [503]
 
 
 def test_a_backend_that_cannot_compile_fails_with_the_workers_error(tmp_path, monkeypatch):

@@ -142,7 +142,7 @@ CLI_ONLY = {
     "bench": {flag: _BENCH_TUNING for flag in (
         "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--fast-backend", "--fast-precision",
         "--ours-workers", "--tuned-config", "--vcpus", "--quiet",
-        "--warmup", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
+        "--warmup", "--warmup-seconds", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
     "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},

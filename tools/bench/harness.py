@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 
 from .. import progress
-from .loadgen import run_closed_loop, summarize_records
+from .loadgen import TIME_BOUNDED_JOBS, run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .report import build_result
 from .sampler import TreeSampler, leftover, window_stats
@@ -29,7 +29,6 @@ from .tsmetrics import profile_difference
 
 SETTLE_S = 2.0  # let the previous system's processes and page cache settle
 LEFTOVER_GRACE_S = 10.0
-TIME_BOUNDED_JOBS = 10**9  # a time-bounded round stops at its deadline, never at a count
 
 
 def run_benchmark(options: BenchOptions, log=print) -> dict:

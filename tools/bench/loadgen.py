@@ -18,6 +18,8 @@ import requests
 
 from .stats import latency_summary, rate
 
+TIME_BOUNDED_JOBS = 10**9  # a time-bounded load stops at its deadline, never at a count
+
 
 @dataclass(frozen=True)
 class HttpTarget:

@@ -46,9 +46,10 @@ def peer_lines(result: dict) -> list[str]:
     present = [name for name in PEER_TABLE if name in systems]
     if not any(name in systems for name in PEER_SYSTEMS):
         return []
-    rounds = result["options"].get("rounds", 1)
+    options = result["options"]
+    warm = f", each after {options['warmup_seconds']:g} s of unmeasured load" if options.get("warmup_seconds") else ""
     lines = ["## Against the strongest peers", "",
-             f"Medians of {rounds} alternating round(s) of {result['options'].get('round_seconds', 0):g} s of load each "
+             f"Medians of {options.get('rounds', 1)} alternating round(s) of {options.get('round_seconds', 0):g} s of load{warm} "
              "(min-max of the rounds in brackets); ours_fast / system is a ratio of medians; 'overlap' means the two "
              "systems' throughput ranges overlap, so these rounds do not tell them apart.", "",
              "| System | Throughput (img/s) | p99 (ms) | ours_fast / system | Ranges overlap with ours_fast |", "|---|---|---|---|---|"]

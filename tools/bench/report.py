@@ -101,7 +101,7 @@ def _options_dict(options: BenchOptions) -> dict:
     raw["task"] = options.task
     raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), tuned_config=str(options.tuned_config),
                images=list(options.images), systems=list(options.systems), image_size=list(options.image_size),
-               warmup=options.warmup_requests)
+               warmup=options.warmup_requests, warmup_seconds=options.warmup_load_seconds)
     return raw
 
 

@@ -24,7 +24,8 @@ from .. import defaults
 from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
-from .options import BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, gpu_backend, with_preset
+from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, WARMUP_SECONDS, gpu_backend,
+                      with_preset)
 from .report import refresh, write_outputs
 from .harness import prepare, run_benchmark
 from .markdown import render_markdown
@@ -98,6 +99,8 @@ def build_parser() -> argparse.ArgumentParser:
                    f"{defaults.TUNE_OUTPUT}; left out of the run when it has no entry for the model)")
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
     p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
+    p.add_argument("--warmup-seconds", type=_seconds, help="seconds of unmeasured full load after those, before each round's "
+                   f"measured load (default {WARMUP_SECONDS:g} with --round-seconds above 0, else 0)")
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
     p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
@@ -125,7 +128,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         round_seconds=args.round_seconds,
         decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
         vcpus=args.vcpus, ours_workers=args.ours_workers, tuned_config=args.tuned_config, fast_backend=args.fast_backend,
-        fast_precision=args.fast_precision, warmup=args.warmup, ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
+        fast_precision=args.fast_precision, warmup=args.warmup, warmup_seconds=args.warmup_seconds,
+        ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
         cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
         command=("tsvk bench " + shlex.join(argv)).strip(),
     )

@@ -7,12 +7,13 @@ its measurements. Both run under the same process-tree sampler.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
-from ..loadgen import HttpTarget, run_closed_loop
+from ..loadgen import TIME_BOUNDED_JOBS, HttpTarget, run_closed_loop
 from ..options import BenchOptions
 
 
@@ -100,9 +101,15 @@ class System:
         raise NotImplementedError
 
     def warm_up(self, deployment: Deployment, images: list[bytes], options: BenchOptions) -> list:
-        """Unmeasured requests before the load, at the load's concurrency (at most as many clients as requests)."""
+        """Unmeasured requests before the load, at the load's concurrency (at most as many clients as requests): first
+        calls, compiles and lazy allocations happen here; then, unless those all failed, `warmup_load_seconds` of the
+        full load, so that the measured round finds the server in the state it keeps for hours (a JIT-compiled frontend)."""
         warmup = options.warmup_requests
-        return run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        warm = run_closed_loop(deployment.target, images, warmup, min(warmup, options.concurrency)) if warmup else []
+        seconds = options.warmup_load_seconds
+        if seconds and (not warm or any(record.ok for record in warm)):
+            warm += run_closed_loop(deployment.target, images, TIME_BOUNDED_JOBS, options.concurrency, until=time.monotonic() + seconds)
+        return warm
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
         raise NotImplementedError
