@@ -81,3 +81,17 @@ def test_window_stats_uses_only_samples_inside_the_window():
                                                "mean_cpu_pct_by_process": {"java": 15.0, "worker.py": 105.0}}
     assert window_stats(samples)["peak_rss_mb"] == 900.0
     assert window_stats(samples, 5.0)["peak_cpu_pct"] is None
+
+
+def test_a_process_that_execs_another_program_is_counted_as_the_program_it_became(tmp_path):
+    """TorchServe starts each worker through Java's jspawnhelper, which then execs Python: same pid, another program."""
+    script = tmp_path / "spinner.py"
+    script.write_text(BUSY_CHILD)
+    with TreeSampler(interval=0.1) as sampler:
+        child = subprocess.Popen(["/bin/sh", "-c", f"sleep 0.5; exec {sys.executable} {script}"])
+        child.wait()
+    kinds = [set(sample.cpu_pct_by_process) for sample in sampler.samples]
+    as_shell = [i for i, names in enumerate(kinds) if "sh" in names]
+    as_script = [i for i, names in enumerate(kinds) if "spinner.py" in names]
+    assert as_shell and as_script and max(as_shell) < min(as_script)  # the same pid, first the shell, then the script
+    assert window_stats(sampler.samples)["mean_cpu_pct_by_process"]["spinner.py"] >= 10

@@ -104,8 +104,8 @@ def _variant_note(system: dict) -> str:
         return f" (best: {variant['workers']} worker(s) x {variant['threads']} thread(s){batch})"
     plan = (system.get("details") or {}).get("plan")
     if plan:
-        precision = f" {plan['precision']}" if plan.get("precision", "fp32") != "fp32" else ""
-        return f" ({plan['workers']} worker(s) x {plan['threads']} thread(s), batch {plan['batch']}, {plan['backend']}{precision})"
+        precision = plan.get("precision", "fp32")  # always said: "openvino" alone is fp32 or int8
+        return f" ({plan['workers']} worker(s) x {plan['threads']} thread(s), batch {plan['batch']}, {plan['backend']} {precision})"
     return ""
 
 

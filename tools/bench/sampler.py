@@ -88,7 +88,6 @@ class TreeSampler(Periodic):
 
     def __post_init__(self):
         self._known: dict[int, psutil.Process] = {}
-        self._kinds: dict[psutil.Process, str] = {}  # keyed by process (pid and start time): a reused pid is another
         self._harness = psutil.Process(self.root_pid)  # the load generator runs in it
         self._harness.cpu_percent(None)
 
@@ -104,7 +103,7 @@ class TreeSampler(Periodic):
                 with process.oneshot():
                     busy = process.cpu_percent(None)  # since this process's previous sample
                     own = process.memory_info().rss
-                    kind = self._kind(process)
+                    kind = process_kind(process.cmdline(), process.name())  # each time: a process may exec another program
                 by_kind[kind] += busy
                 rss += own
                 self.peak_rss_mb_by_pid[process.pid] = max(self.peak_rss_mb_by_pid.get(process.pid, 0.0), own / 2**20)
@@ -114,12 +113,6 @@ class TreeSampler(Periodic):
         cpu = sum(by_kind.values())
         by_kind[LOAD_GENERATOR] += self._harness.cpu_percent(None)  # beside the system, not part of its total
         return Sample(time.monotonic(), cpu, rss / 2**20, alive, dict(by_kind))
-
-    def _kind(self, process: psutil.Process) -> str:
-        """The process's kind, read once per process: its command line does not change."""
-        if process not in self._kinds:
-            self._kinds[process] = process_kind(process.cmdline(), process.name())
-        return self._kinds[process]
 
     def _descendants(self) -> list[psutil.Process]:
         """Cached Process objects, so cpu_percent measures from one sample to the next."""
