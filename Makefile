@@ -20,7 +20,7 @@ switch = $(if $(2),$(1))
 include k8s/helm.mk
 
 build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS)) $(call opt,--backend,$(BACKEND)) \
-  $(call opt,--device,$(DEVICE)) $(call opt,--precision,$(PRECISION)) $(call opt,--max-batch,$(MAX_BATCH)) \
+  $(call opt,--device,$(DEVICE)) $(call opt,--cpu-isa,$(CPU_ISA)) $(call opt,--precision,$(PRECISION)) $(call opt,--max-batch,$(MAX_BATCH)) \
   $(call opt,--batch,$(BATCH)) $(call opt,--max-batch-delay,$(MAX_BATCH_DELAY)) $(call opt,--workers,$(WORKERS)) \
   $(call opt,--topk,$(TOPK)) $(call opt,--model-file,$(MODEL_FILE)) $(call opt,--model-factory,$(MODEL_FACTORY)) \
   $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) \

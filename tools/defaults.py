@@ -13,6 +13,9 @@ from tsvk.defaults import *  # noqa: F401,F403 - the worker's defaults, which to
 MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
 WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
 BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
+# aoti on the cpu: kernels for this machine's widest vector instructions, which the CPUs it is served on must have
+# (`--cpu-isa avx2` for any x86-64 CPU with AVX2; tools/build/backends/aoti.py)
+CPU_ISA = "native"
 DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
 # The malloc `tsvk serve` starts TorchServe and its workers with: glibc's (with the workers' heap trim, what
 # `make soak` measures), or jemalloc through LD_PRELOAD, which many CPU deployments of PyTorch prefer; auto:

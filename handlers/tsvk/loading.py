@@ -23,6 +23,7 @@ from typing import Any, Callable
 import torch
 
 from . import features
+from .cpu_isa import check_package_runs_here
 from .loaded_model import LoadedModel
 from .openvino_detector import attach_openvino_backbone, quantize_box_head
 from .openvino_ir import compile_for_cpu
@@ -136,9 +137,22 @@ def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
     (AOT_INDUCTOR_DEBUG_COMPILE, torch/_inductor/codegen/cpp_wrapper_cpu.py): a strided view would be
     read as if it were contiguous, wrong logits without an error. `.contiguous()` costs nothing when
     the batch already is."""
+    if device.type == "cpu":
+        refuse_foreign_cpu_package(path)
     index = device.index if device.type == "cuda" and device.index is not None else -1
     runner = open_aoti_package(str(path), index)
     return lambda batch: runner(batch.contiguous())
+
+
+def refuse_foreign_cpu_package(path: Path) -> None:
+    """An AOTInductor CPU package compiled for instructions this CPU lacks fails here, by name, instead of
+    crashing the worker at its first batch (tsvk/cpu_isa.py)."""
+    problem = check_package_runs_here(path)
+    if problem:
+        raise ArtifactLoadError(
+            f"{path.name} (aoti, cpu) cannot run on this machine: {problem}. Build the archive on a CPU like this one, "
+            "or for any x86-64 CPU with AVX2 (tsvk archive --cpu-isa avx2), or with --backend openvino, whose model "
+            "picks its kernels on the CPU it runs on")
 
 
 def open_aoti_package(path: str, device_index: int) -> Callable:

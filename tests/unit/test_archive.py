@@ -103,6 +103,8 @@ def test_failed_build_leaves_nothing(tmp_path, capsys):
     (["--model", "resnet18", "--batch", "16", "--max-batch", "8"], "--batch 16 exceeds --max-batch 8"),
     (["--model", "resnet18", "--weights", "none", "--backend", "tensorrt"], "--backend tensorrt does not run on --device cpu"),
     (["--model", "resnet18", "--weights", "none", "--precision", "fp16"], "supported: --device cpu: --precision fp32|bf16"),
+    (["--model", "resnet18", "--weights", "none", "--backend", "openvino", "--cpu-isa", "avx2"],
+     "--cpu-isa avx2 applies to --backend aoti --device cpu only (this build: openvino on cpu)"),
 ])
 def test_bad_archive_arguments(tmp_path, capsys, argv, message):
     assert main(["archive", *argv, "--model-store", str(tmp_path)]) == 2

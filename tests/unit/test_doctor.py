@@ -173,3 +173,37 @@ def test_a_missing_config_is_a_usage_error(tmp_path, capsys):
 def test_the_job_queue_is_held_to_twice_the_clients_tsvk_config_accepts(generated):
     assert problems(edited(generated, {"job_queue_size": "5000000"})) == ["warning: job_queue_size=5000000 is outside 2..2000000"]
     assert problems(edited(generated, {"job_queue_size": "1000000"})) == []
+
+
+def _aoti_package(cpu_isa: str) -> bytes:
+    """An AOTInductor package's zip as far as the check reads it: the metadata member torch 2.14 writes beside the
+    compiled library (model/data/aotinductor/model/<hash>.wrapper_metadata.json, as in a package built here)."""
+    import io
+
+    metadata = {"AOTI_DEVICE_KEY": "cpu", "AOTI_PLATFORM": "linux", "AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": cpu_isa,
+                "AOTI_COMPUTE_CAPABILITY": ""}
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as package:
+        package.writestr("model/data/aotinductor/model/c0ffee.wrapper_metadata.json", json.dumps(metadata))
+        package.writestr("model/data/aotinductor/model/c0ffee.wrapper.so", b"\x7fELF")
+    return buffer.getvalue()
+
+
+def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(generated, store, tmp_path, monkeypatch):
+    from tsvk_tools.doctor import archive_rules
+
+    def as_aoti(raw):
+        raw["tsvk"]["artifact"].update(format="aoti", file="model.pt2", device="cpu")
+
+    (tmp_path / "a").mkdir()
+    avx512 = repacked(store / "tiny.mar", tmp_path / "a" / "tiny.mar", edit_yaml=as_aoti,
+                      extra={"model.pt2": _aoti_package("AVX512 AVX512_VNNI")})
+    avx2 = repacked(store / "tiny.mar", tmp_path / "tiny.mar", edit_yaml=as_aoti, extra={"model.pt2": _aoti_package("AVX2")})
+    monkeypatch.setattr(archive_rules, "host_instructions", lambda: {"avx2"})
+    monkeypatch.setattr(archive_rules.platform, "machine", lambda: "x86_64")
+    found = problems(generated, [avx512])
+    assert len(found) == 1 and found[0].startswith("error: its AOTInductor package cannot run on this CPU: it was compiled for "
+                                                   "the CPU instructions AVX512 AVX512_VNNI and this CPU lacks AVX512 AVX512_VNNI")
+    assert problems(generated, [avx2]) == []
+    monkeypatch.setattr(archive_rules, "host_instructions", lambda: {"avx2", "avx512", "avx512_vnni"})
+    assert problems(generated, [avx512]) == []

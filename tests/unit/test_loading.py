@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk import features, loading
+from tsvk import cpu_isa, features, loading
 from tsvk.loading import ArtifactLoadError, load_model, model_device, worker_device
 from tsvk.settings import ArtifactSettings, ModelSource
 
@@ -103,6 +103,48 @@ def test_aoti_artifact(tmp_path, tiny, batch):
     assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def packages(tmp_path_factory, tiny, batch) -> dict[str, Path]:
+    """The tiny model as AOTInductor CPU packages: for this machine's widest vector instructions and for AVX2."""
+    from tsvk_tools.build.backends import CompileTarget
+    from tsvk_tools.build.backends.aoti import CPU_ISA_SIMDLEN, compile_aoti
+
+    built = {}
+    for isa in CPU_ISA_SIMDLEN:  # `tsvk archive --cpu-isa <isa>`'s compile
+        folder = tmp_path_factory.mktemp(f"aoti-{isa}")
+        compile_aoti(tiny, CompileTarget("cpu", "fp32", max_batch=8, crop=32, cpu_isa=isa), folder / "model.pt2")
+        built[isa] = folder
+    return built
+
+
+def test_a_package_records_the_instructions_it_was_compiled_for(packages):
+    from torch._inductor.cpu_vec_isa import pick_vec_isa
+
+    assert cpu_isa.package_target(packages["native"] / "model.pt2")["AOTI_CPU_ISA"] == str(pick_vec_isa()).upper()
+    assert cpu_isa.package_target(packages["avx2"] / "model.pt2")["AOTI_CPU_ISA"] == "AVX2"
+
+
+def test_a_package_for_instructions_this_cpu_lacks_is_refused_at_load_by_name(packages, monkeypatch):
+    """What an AVX2-only CPU sees of a package built on an AVX-512 machine: a load error, not SIGILL at the first batch.
+    The CPU is the seam: torch's own checks (torch.cpu._is_avx512_supported, ...) answer as an AVX2-only CPU would."""
+    for probe in ("_is_avx512_supported", "_is_vnni_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False)
+    assert cpu_isa.host_instructions() == {"avx2"}
+    native = cpu_isa.package_target(packages["native"] / "model.pt2")["AOTI_CPU_ISA"]
+    if native == "AVX2":
+        pytest.skip("this machine's widest vectors are AVX2: its native package runs on an AVX2-only CPU")
+    with pytest.raises(ArtifactLoadError, match=f"compiled for the CPU instructions {native} and this CPU lacks AVX512.*"
+                       "--cpu-isa avx2.*--backend openvino"):
+        load_model(_artifact("model.pt2", "aoti"), packages["native"], CPU)
+
+
+def test_an_avx2_package_loads_and_answers_as_the_model_does(packages, tiny, batch, monkeypatch):
+    for probe in ("_is_avx512_supported", "_is_vnni_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False)
+    loaded = load_model(_artifact("model.pt2", "aoti"), packages["avx2"], CPU)
+    assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-5)
+
+
 class _MakesATensorInForward(torch.nn.Module):
     """export bakes the device of `torch.ones(..., device=x.device)` into the graph."""
 
@@ -157,6 +199,7 @@ def test_aoti_package_only_ever_sees_contiguous_batches(tmp_path, monkeypatch):
     """AOTInductor does not check input strides outside debug builds: a view would be misread."""
     seen = []
     monkeypatch.setattr(loading, "open_aoti_package", lambda path, device_index: seen.append)
+    monkeypatch.setattr(loading, "check_package_runs_here", lambda path: None)  # no package file here
     forward = loading.load_aoti(tmp_path / "model.pt2", CPU)
     forward(torch.zeros(2, 3, 304, 304)[..., :299])
     assert seen[0].is_contiguous() and seen[0].shape == (2, 3, 304, 299)

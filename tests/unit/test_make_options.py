@@ -57,6 +57,7 @@ OPTIONS = [
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
     Option("DEVICE", "--device", BUILD, "cuda"),
+    Option("CPU_ISA", "--cpu-isa", BUILD, "avx2"),
     Option("PRECISION", "--precision", BUILD, "bf16"),
     Option("MAX_BATCH", "--max-batch", BUILD, "16"),
     Option("BATCH", "--batch", f"{BUILD} config", "4"),

@@ -42,6 +42,7 @@ class BuildRequest:
     task: str | None = None  # --task: a model file's task; for a torchvision builder, it must agree with torchvision's
     score_threshold: float = defaults.SCORE_THRESHOLD  # detect: the answers' default score threshold
     max_detections: int = defaults.MAX_DETECTIONS  # detect: the answers' default box count
+    cpu_isa: str = defaults.CPU_ISA  # aoti on the cpu: native (this CPU's widest vectors) or avx2 (any x86-64 with AVX2)
 
 
 @dataclass
@@ -60,6 +61,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     backend = get_backend(request.backend or default_backend(task))
     check_target(backend, request.device, request.precision)
     check_task(backend.name, task)
+    check_cpu_isa(backend.name, request)
     request = _clamp_suggested_batch(request)
     with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
         resolved = resolve_model(request.model, request.weights, request.custom, request.task)
@@ -69,7 +71,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
         photos = _photos(request, resolved, preprocess)
     target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
                            calibration=photos.calibration.batch if photos else None, task=resolved.task,
-                           size=example_size(preprocess), max_side=preprocess.max_size)
+                           size=example_size(preprocess), max_side=preprocess.max_size, cpu_isa=request.cpu_isa)
     eager_fp32 = resolved.model.to(request.device)
     artifact = Path(workdir) / backend.file_name
     artifact_settings = ArtifactSettings(file=artifact.name, format=backend.name, device=request.device,
@@ -100,6 +102,13 @@ def built_on(device: str) -> dict[str, str]:
 
     name, capability = gpu_architecture(torch.device("cuda", torch.cuda.current_device()))
     return {"gpu": name, "compute_capability": capability}
+
+
+def check_cpu_isa(backend: str, request: BuildRequest) -> None:
+    """Only an AOTInductor CPU package is compiled for particular CPU instructions: the others choose at load."""
+    if request.cpu_isa != defaults.CPU_ISA and (backend != "aoti" or request.device != "cpu"):
+        raise UsageError(f"--cpu-isa {request.cpu_isa} applies to --backend aoti --device cpu only (this build: {backend} on "
+                         f"{request.device}); the other backends pick their CPU kernels where they run")
 
 
 def default_backend(task: str) -> str:

@@ -12,6 +12,7 @@ from tsvk.settings import DEVICES, PRECISIONS, TASKS, ServingDefaults
 from .. import defaults
 from ..arguments import fraction, non_negative_int, positive_int, request_from, tolerance, triple
 from .backends import BACKENDS
+from .backends.aoti import CPU_ISA_SIMDLEN
 from ..errors import UsageError
 from ..fsutil import scratch_dir
 
@@ -44,6 +45,10 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=list(BACKENDS), help=f"compile backend (default {defaults.BACKEND}; detection models "
                    f"{defaults.DETECT_BACKEND})")
     p.add_argument("--device", default=defaults.DEVICE, choices=DEVICES)
+    p.add_argument("--cpu-isa", default=defaults.CPU_ISA, choices=list(CPU_ISA_SIMDLEN),
+                   help="--backend aoti --device cpu: the CPU instructions its kernels use; the archive then runs only on CPUs "
+                   "that have them: native (this CPU's widest, e.g. AVX-512) or avx2 (any x86-64 CPU with AVX2, for "
+                   f"machines other than this one; default {defaults.CPU_ISA})")
     p.add_argument("--precision", default=defaults.PRECISION, choices=PRECISIONS)
     p.add_argument("--max-batch", type=positive_int, default=defaults.MAX_BATCH,
                    help=f"largest batch the artifact accepts (dynamic 1..N; default {defaults.MAX_BATCH})")

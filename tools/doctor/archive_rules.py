@@ -13,6 +13,7 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
+import platform
 import re
 import sys
 import zipfile
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
+from tsvk.cpu_isa import cpu_mismatch, host_instructions, recorded_target
 from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
 
 from ..build.archive_info import MODEL_CONFIG_NAME
@@ -80,7 +82,26 @@ def check_archive(archive: Archive, install_deps: bool) -> list[Finding]:
     if archive.settings is not None and archive.settings.artifact.format == "openvino" and not _importable("openvino"):
         findings.append(Finding(ERROR, where, "an OpenVINO archive, and this Python has no openvino", "its workers fail to load",
                                 "pip install openvino (requirements.txt pins the version)"))
-    return findings
+    return findings + _cpu_instructions(archive)
+
+
+def _cpu_instructions(archive: Archive) -> list[Finding]:
+    """An AOTInductor CPU package compiled for vector instructions this machine's CPU lacks (tsvk/cpu_isa.py)."""
+    artifact = archive.settings.artifact if archive.settings is not None else None
+    if artifact is None or artifact.format != "aoti" or artifact.device != "cpu" or artifact.file not in archive.names:
+        return []
+    try:
+        with zipfile.ZipFile(archive.path) as mar, zipfile.ZipFile(mar.open(artifact.file)) as package:
+            target = recorded_target(package)
+    except (OSError, zipfile.BadZipFile, ValueError) as err:
+        return [Finding(ERROR, archive.path.name, f"its AOTInductor package {artifact.file} cannot be read ({err})",
+                        "its workers fail to load", "rebuild it (`tsvk archive`)")]
+    problem = cpu_mismatch(target, host_instructions(), platform.machine())
+    if problem is None:
+        return []
+    return [Finding(ERROR, archive.path.name, f"its AOTInductor package cannot run on this CPU: {problem}",
+                    "every worker refuses it at load", "rebuild it on a CPU like this one, or for any x86-64 CPU with AVX2 "
+                    "(`tsvk archive --cpu-isa avx2`), or with --backend openvino")]
 
 
 def _handler(archive: Archive, handler: str) -> list[Finding]:

@@ -13,13 +13,22 @@ from . import pt2e
 from .export import export_program
 
 
+# The CPU instructions a CPU package's kernels are compiled for, as Inductor's vector width (`cpp.simdlen`):
+# native is this machine's widest (AVX-512 here and there); avx2 runs on any x86-64 CPU with AVX2. A package runs
+# only on CPUs that have its instructions (handlers/tsvk/cpu_isa.py refuses it elsewhere, by name).
+CPU_ISA_SIMDLEN = {"native": None, "avx2": 256}
+
+
 def compile_aoti(model, target: CompileTarget, artifact: Path) -> dict | None:
     import torch
 
     int8 = target.precision == "int8"
     program = pt2e.quantized_program(model, target, export_program) if int8 else export_program(model, target)
     # freezing folds weights into constants so Inductor can pre-pack them: the main CPU speedup
-    torch._inductor.aoti_compile_and_package(program, package_path=str(artifact), inductor_configs={"freezing": True})
+    configs = {"freezing": True}
+    if target.device == "cpu" and CPU_ISA_SIMDLEN[target.cpu_isa]:
+        configs["cpp.simdlen"] = CPU_ISA_SIMDLEN[target.cpu_isa]
+    torch._inductor.aoti_compile_and_package(program, package_path=str(artifact), inductor_configs=configs)
     if int8:
         counts = pt2e.check_quantized(artifact)
         print(f"aoti int8: {pt2e.describe(counts)}")

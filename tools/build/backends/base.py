@@ -8,6 +8,8 @@ from typing import Any, Callable
 
 from tsvk.tasks import task_kind
 
+from ... import defaults
+
 INPUT_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16", "int8": "float32"}  # int8 quantizes inside
 
 
@@ -21,6 +23,7 @@ class CompileTarget:
     task: str = "classify"
     size: tuple[int, int] = (0, 0)  # tasks that take whole photos: a typical model input's (height, width)
     max_side: int = 0  # whole photos in one NCHW batch: the largest height or width the artifact accepts (both dynamic)
+    cpu_isa: str = defaults.CPU_ISA  # aoti on the cpu: the instructions its kernels use (backends/aoti.py CPU_ISA_SIMDLEN)
 
     @property
     def input_dtype(self):
