@@ -17,10 +17,9 @@ import zipfile
 from pathlib import Path
 
 X86_MACHINES = ("x86_64", "AMD64")
-# The instruction-set words torch writes into AOTI_CPU_ISA for x86, and how torch asks the CPU for each
-# (torch/_inductor/cpu_vec_isa.py `x86_isa_checker`, which reads cpuinfo and compiles nothing).
-X86_PROBES = {"avx2": "_is_avx2_supported", "avx512": "_is_avx512_supported", "avx512_vnni": "_is_vnni_supported",
-              "amx_tile": "_is_amx_tile_supported"}
+# What to build instead, said by the worker's load error and by `tsvk doctor`.
+REMEDY = ("build it on a CPU like this one, or for any x86-64 CPU with AVX2 (tsvk archive --cpu-isa avx2), or with "
+          "--backend openvino, whose model picks its kernels on the CPU it runs on")
 
 
 def recorded_target(package: zipfile.ZipFile) -> dict[str, str]:
@@ -42,12 +41,11 @@ def package_target(path: Path) -> dict[str, str]:
 
 
 def host_instructions() -> set[str]:
-    """The vector instruction sets of this CPU, in the words of AOTI_CPU_ISA (lower case); empty off x86."""
-    if platform.machine() not in X86_MACHINES:
-        return set()
-    import torch
+    """The vector instruction sets of this CPU in the words of AOTI_CPU_ISA (lower case), empty off x86: torch's
+    own check (torch/_inductor/cpu_vec_isa.py `x86_isa_checker`, which reads cpuinfo and compiles nothing)."""
+    from torch._inductor.cpu_vec_isa import x86_isa_checker
 
-    return {word for word, probe in X86_PROBES.items() if getattr(torch.cpu, probe)()}
+    return set(x86_isa_checker())
 
 
 def missing_instructions(recorded_isa: str, host: set[str]) -> list[str]:
@@ -69,6 +67,11 @@ def cpu_mismatch(target: dict[str, str], host: set[str], machine: str) -> str | 
     return None
 
 
+def mismatch_here(target: dict[str, str]) -> str | None:
+    """Why a CPU package with this recorded target cannot run on this machine, or None when it can."""
+    return cpu_mismatch(target, host_instructions(), platform.machine())
+
+
 def check_package_runs_here(path: Path) -> str | None:
     """Why the AOTInductor CPU package at `path` cannot run on this machine, or None when it can."""
-    return cpu_mismatch(package_target(path), host_instructions(), platform.machine())
+    return mismatch_here(package_target(path))

@@ -23,7 +23,7 @@ from typing import Any, Callable
 import torch
 
 from . import features
-from .cpu_isa import check_package_runs_here
+from .cpu_isa import REMEDY, check_package_runs_here
 from .loaded_model import LoadedModel
 from .openvino_detector import attach_openvino_backbone, quantize_box_head
 from .openvino_ir import compile_for_cpu
@@ -149,10 +149,7 @@ def refuse_foreign_cpu_package(path: Path) -> None:
     crashing the worker at its first batch (tsvk/cpu_isa.py)."""
     problem = check_package_runs_here(path)
     if problem:
-        raise ArtifactLoadError(
-            f"{path.name} (aoti, cpu) cannot run on this machine: {problem}. Build the archive on a CPU like this one, "
-            "or for any x86-64 CPU with AVX2 (tsvk archive --cpu-isa avx2), or with --backend openvino, whose model "
-            "picks its kernels on the CPU it runs on")
+        raise ArtifactLoadError(f"{path.name} (aoti, cpu) cannot run on this machine: {problem}. Rebuild the archive: {REMEDY}")
 
 
 def open_aoti_package(path: str, device_index: int) -> Callable:

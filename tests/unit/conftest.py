@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 from tsvk import features
 
 from tests.support.fake_cuda import FakeCuda
@@ -17,6 +18,13 @@ def cuda(monkeypatch):
     yield FakeCuda(device_count=2).install(monkeypatch)
     monkeypatch.undo()
     features.reset_cache()
+
+
+@pytest.fixture
+def avx2_only_cpu(monkeypatch):
+    """torch's own CPU checks (torch.cpu._is_avx512_supported, ...) answering as an AVX2-only CPU would."""
+    for probe in ("_is_avx512_supported", "_is_vnni_supported", "_is_amx_tile_supported"):
+        monkeypatch.setattr(torch.cpu, probe, lambda: False)
 
 
 @pytest.fixture

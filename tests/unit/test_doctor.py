@@ -189,8 +189,8 @@ def _aoti_package(cpu_isa: str) -> bytes:
     return buffer.getvalue()
 
 
-def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(generated, store, tmp_path, monkeypatch):
-    from tsvk_tools.doctor import archive_rules
+def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(generated, store, tmp_path, monkeypatch, avx2_only_cpu):
+    from tsvk import cpu_isa
 
     def as_aoti(raw):
         raw["tsvk"]["artifact"].update(format="aoti", file="model.pt2", device="cpu")
@@ -199,11 +199,10 @@ def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(ge
     avx512 = repacked(store / "tiny.mar", tmp_path / "a" / "tiny.mar", edit_yaml=as_aoti,
                       extra={"model.pt2": _aoti_package("AVX512 AVX512_VNNI")})
     avx2 = repacked(store / "tiny.mar", tmp_path / "tiny.mar", edit_yaml=as_aoti, extra={"model.pt2": _aoti_package("AVX2")})
-    monkeypatch.setattr(archive_rules, "host_instructions", lambda: {"avx2"})
-    monkeypatch.setattr(archive_rules.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(cpu_isa.platform, "machine", lambda: "x86_64")
     found = problems(generated, [avx512])
     assert len(found) == 1 and found[0].startswith("error: its AOTInductor package cannot run on this CPU: it was compiled for "
                                                    "the CPU instructions AVX512 AVX512_VNNI and this CPU lacks AVX512 AVX512_VNNI")
     assert problems(generated, [avx2]) == []
-    monkeypatch.setattr(archive_rules, "host_instructions", lambda: {"avx2", "avx512", "avx512_vnni"})
+    monkeypatch.setattr(cpu_isa, "host_instructions", lambda: {"avx2", "avx512", "avx512_vnni"})
     assert problems(generated, [avx512]) == []

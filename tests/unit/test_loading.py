@@ -124,11 +124,9 @@ def test_a_package_records_the_instructions_it_was_compiled_for(packages):
     assert cpu_isa.package_target(packages["avx2"] / "model.pt2")["AOTI_CPU_ISA"] == "AVX2"
 
 
-def test_a_package_for_instructions_this_cpu_lacks_is_refused_at_load_by_name(packages, monkeypatch):
+def test_a_package_for_instructions_this_cpu_lacks_is_refused_at_load_by_name(packages, avx2_only_cpu):
     """What an AVX2-only CPU sees of a package built on an AVX-512 machine: a load error, not SIGILL at the first batch.
-    The CPU is the seam: torch's own checks (torch.cpu._is_avx512_supported, ...) answer as an AVX2-only CPU would."""
-    for probe in ("_is_avx512_supported", "_is_vnni_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(torch.cpu, probe, lambda: False)
+    The CPU is the seam (avx2_only_cpu)."""
     assert cpu_isa.host_instructions() == {"avx2"}
     native = cpu_isa.package_target(packages["native"] / "model.pt2")["AOTI_CPU_ISA"]
     if native == "AVX2":
@@ -138,9 +136,7 @@ def test_a_package_for_instructions_this_cpu_lacks_is_refused_at_load_by_name(pa
         load_model(_artifact("model.pt2", "aoti"), packages["native"], CPU)
 
 
-def test_an_avx2_package_loads_and_answers_as_the_model_does(packages, tiny, batch, monkeypatch):
-    for probe in ("_is_avx512_supported", "_is_vnni_supported", "_is_amx_tile_supported"):
-        monkeypatch.setattr(torch.cpu, probe, lambda: False)
+def test_an_avx2_package_loads_and_answers_as_the_model_does(packages, tiny, batch, avx2_only_cpu):
     loaded = load_model(_artifact("model.pt2", "aoti"), packages["avx2"], CPU)
     assert torch.allclose(loaded.forward(batch), tiny(batch), atol=1e-5)
 

@@ -13,7 +13,6 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
-import platform
 import re
 import sys
 import zipfile
@@ -21,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from tsvk.cpu_isa import cpu_mismatch, host_instructions, recorded_target
+from tsvk.cpu_isa import REMEDY, mismatch_here, recorded_target
 from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
 
 from ..build.archive_info import MODEL_CONFIG_NAME
@@ -96,12 +95,11 @@ def _cpu_instructions(archive: Archive) -> list[Finding]:
     except (OSError, zipfile.BadZipFile, ValueError) as err:
         return [Finding(ERROR, archive.path.name, f"its AOTInductor package {artifact.file} cannot be read ({err})",
                         "its workers fail to load", "rebuild it (`tsvk archive`)")]
-    problem = cpu_mismatch(target, host_instructions(), platform.machine())
+    problem = mismatch_here(target)
     if problem is None:
         return []
     return [Finding(ERROR, archive.path.name, f"its AOTInductor package cannot run on this CPU: {problem}",
-                    "every worker refuses it at load", "rebuild it on a CPU like this one, or for any x86-64 CPU with AVX2 "
-                    "(`tsvk archive --cpu-isa avx2`), or with --backend openvino")]
+                    "every worker refuses it at load", REMEDY)]
 
 
 def _handler(archive: Archive, handler: str) -> list[Finding]:

@@ -25,9 +25,8 @@ def compile_aoti(model, target: CompileTarget, artifact: Path) -> dict | None:
     int8 = target.precision == "int8"
     program = pt2e.quantized_program(model, target, export_program) if int8 else export_program(model, target)
     # freezing folds weights into constants so Inductor can pre-pack them: the main CPU speedup
-    configs = {"freezing": True}
-    if target.device == "cpu" and CPU_ISA_SIMDLEN[target.cpu_isa]:
-        configs["cpp.simdlen"] = CPU_ISA_SIMDLEN[target.cpu_isa]
+    simdlen = CPU_ISA_SIMDLEN[target.cpu_isa] if target.device == "cpu" else None
+    configs = {"freezing": True, **({"cpp.simdlen": simdlen} if simdlen else {})}
     torch._inductor.aoti_compile_and_package(program, package_path=str(artifact), inductor_configs=configs)
     if int8:
         counts = pt2e.check_quantized(artifact)
