@@ -162,3 +162,19 @@ def test_cpu_per_image_by_process_is_reported_and_set_against_the_best_peer():
     when = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc)
     markdown = render_markdown(build_result(options, 2, systems, when, when))
     assert "| tsvk fast | 98.0 | model_service_worker.py 88.0 (176%), java 6.0 (12%), load generator 4.0 (8%) |" in markdown
+
+
+def test_cpu_bound_says_whether_a_goal_is_within_reach_at_the_measured_cpu_per_image():
+    from tsvk_tools.bench.diagnosis import explain
+
+    systems = _peer_systems()
+    systems["ours_fast"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 176.0, "java": 12.0, "load generator": 8.0}
+    systems["ours"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 180.0, "java": 10.0}
+    text = "\n".join(explain(systems, vcpus=2))
+    assert ("ours_fast spent 98.0 ms of CPU per answered image and kept the 2 vCPUs 196% busy (of 200%): with every vCPU "
+            "busy all the time it could answer at most 20.4 img/s = 1.28x triton (16.0 img/s); 1.3x is out of reach at this "
+            "CPU cost: it needs at most 96.2 ms per image.") in text
+    assert ("ours spent 237.5 ms of CPU per answered image and kept the 2 vCPUs 190% busy (of 200%): with every vCPU busy "
+            "all the time it could answer at most 8.4 img/s = 1.40x torchserve_best (6.0 img/s); 1.2x is within reach of "
+            "this CPU cost.") in text
+    assert "could answer at most" not in "\n".join(explain(systems))  # no vCPU count (an old result): no bound claimed

@@ -7,11 +7,11 @@ request), and the ceiling probe (the same model in-process, decode and preproces
 
 from __future__ import annotations
 
-from .rows import best_peer
+from .rows import FAST_VS_BEST_PEER_GOAL, FP32_VS_TORCHSERVE_BEST_GOAL, best_peer
 from .stats import cpu_ms_per_image, error_headline
 
 
-def explain(systems: dict) -> list[str]:
+def explain(systems: dict, vcpus: int | None = None) -> list[str]:
     ours = systems.get("ours") or {}
     ceiling = systems.get("ceiling") or {}
     lines = []
@@ -26,6 +26,8 @@ def explain(systems: dict) -> list[str]:
     lines += _fast_pipeline(systems.get("ours_fast") or {}, systems.get("ceiling_pipeline_fast") or {})
     lines += _inference_bound(systems)
     lines += _cpu_against_peer(systems)
+    lines += _cpu_bound(systems, "ours_fast", best_peer(systems), FAST_VS_BEST_PEER_GOAL, vcpus)
+    lines += _cpu_bound(systems, "ours", "torchserve_best", FP32_VS_TORCHSERVE_BEST_GOAL, vcpus)
     lines += _peer_variants(systems)
     return lines
 
@@ -198,6 +200,24 @@ def _cpu_against_peer(systems: dict) -> list[str]:
     if not (ours and theirs):
         return []
     return [f"CPU per answered image, by process: ours_fast {_split(ours)}; {peer} {_split(theirs)}."]
+
+
+def _cpu_bound(systems: dict, name: str, peer: str | None, goal: float, vcpus: int | None) -> list[str]:
+    """The most `name` could answer with every vCPU busy all the time at the CPU per image it was measured at (its
+    processes and the load generator, which share the cores), against `peer` and the goal: when the bound is under
+    the goal, no layout, queueing or batching change can meet it; only spending less CPU per image can."""
+    costs, peer_rate = cpu_ms_per_image(systems.get(name) or {}), (systems.get(peer) or {}).get("throughput_ips")
+    if not (costs and peer_rate and vcpus):
+        return []
+    spent = sum(costs.values())
+    bound = vcpus * 1e3 / spent
+    busy = systems[name]["throughput_ips"] * spent / 10  # ms per image x img/s / 1000 s, in % of one vCPU
+    needed = vcpus * 1e3 / (goal * peer_rate)
+    verdict = ("within reach of this CPU cost" if bound >= goal * peer_rate
+               else f"out of reach at this CPU cost: it needs at most {needed:.1f} ms per image")
+    return [f"{name} spent {spent:.1f} ms of CPU per answered image and kept the {vcpus} vCPUs {busy:.0f}% busy (of "
+            f"{vcpus * 100}%): with every vCPU busy all the time it could answer at most {bound:.1f} img/s = "
+            f"{bound / peer_rate:.2f}x {peer} ({peer_rate:.1f} img/s); {goal:g}x is {verdict}."]
 
 
 def _split(costs: dict[str, float]) -> str:

@@ -22,7 +22,7 @@ from .compute import compute_use, fp32_peak, gflop_per_image
 from .diagnosis import explain
 from .markdown import render_markdown
 from .options import BenchOptions
-from .rows import best_peer, throughput
+from .rows import FAST_VS_BEST_PEER_GOAL, FP32_VS_TORCHSERVE_BEST_GOAL, best_peer, throughput
 from .stats import ranges_overlap, ratio
 
 SCHEMA_VERSION = 1
@@ -58,8 +58,8 @@ GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_compute_ceiling", 0.9, "ours >= 0.9x the in-process compute ceiling"),
     ("fast_vs_ours", 1.12, "ours with the fastest CPU artifact >= 1.12x ours fp32"),
     ("fast_vs_torchserve_tuned", 1.25, "ours with the fastest CPU artifact >= 1.25x best hand-tuned stock TorchServe"),
-    ("fast_vs_best_peer", 1.3, "ours_fast >= 1.3x the best of torchserve_best, triton, litserve_fast"),
-    ("ours_vs_torchserve_best", 1.2, "ours (fp32) >= 1.2x torchserve_best"),
+    ("fast_vs_best_peer", FAST_VS_BEST_PEER_GOAL, f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast"),
+    ("ours_vs_torchserve_best", FP32_VS_TORCHSERVE_BEST_GOAL, f"ours (fp32) >= {FP32_VS_TORCHSERVE_BEST_GOAL:g}x torchserve_best"),
     ("fast_vs_pipeline_fast_ceiling", 0.9, "ours_fast >= 0.9x its in-process pipeline ceiling (decode + preprocess + model)"),
 )
 
@@ -82,7 +82,7 @@ def build_result(options: BenchOptions, vcpus: int, systems: dict, started: date
         "ratios": ratios,
         "goals": evaluate_goals(systems, ratios, options.task),
         "compute": {**compute, "systems": compute_use(systems, compute["gflop_per_image"], compute["fp32_peak"])},
-        "diagnosis": diagnose(systems),
+        "diagnosis": diagnose(systems, vcpus),
     }
 
 
@@ -187,9 +187,9 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
     return goals
 
 
-def diagnose(systems: dict) -> list[str]:
+def diagnose(systems: dict, vcpus: int | None = None) -> list[str]:
     """Where ours spends its time, in numbers, from TorchServe's counters and our handler's metrics."""
-    return explain(systems)
+    return explain(systems, vcpus)
 
 
 def machine_info(vcpus: int, device: str = "cpu") -> dict:
@@ -259,7 +259,7 @@ def refresh(result: dict) -> dict:
     compute = result.get("compute") or compute_inputs(result["options"]["model"], result["machine"]["vcpus"], task)
     compute = {**compute, "systems": compute_use(result["systems"], compute["gflop_per_image"], compute["fp32_peak"])}
     return {**result, "ratios": ratios, "goals": evaluate_goals(result["systems"], ratios, task), "compute": compute,
-            "diagnosis": diagnose(result["systems"])}
+            "diagnosis": diagnose(result["systems"], result["machine"]["vcpus"])}
 
 
 def result_stem(result: dict, tag: str) -> str:

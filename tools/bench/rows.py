@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from .options import PEER_SYSTEMS
 
+FAST_VS_BEST_PEER_GOAL = 1.3  # ours_fast's throughput over the best peer's
+FP32_VS_TORCHSERVE_BEST_GOAL = 1.2  # ours (fp32) over torchserve_best's
+
 
 def throughput(systems: dict, name: str) -> float | None:
     return (systems.get(name) or {}).get("throughput_ips")
