@@ -211,7 +211,7 @@ def _cpu_bound(systems: dict, name: str, peer: str | None, goal: float, vcpus: i
         return []
     spent = sum(costs.values())
     bound = vcpus * 1e3 / spent
-    busy = systems[name]["throughput_ips"] * spent / 10  # ms per image x img/s / 1000 s, in % of one vCPU
+    busy = sum(systems[name]["mean_cpu_pct_by_process"].values())  # the mean CPU the sampler measured, in % of one vCPU
     needed = vcpus * 1e3 / (goal * peer_rate)
     verdict = ("within reach of this CPU cost" if bound >= goal * peer_rate
                else f"out of reach at this CPU cost: it needs at most {needed:.1f} ms per image")
