@@ -55,7 +55,7 @@ $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
-system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, jemalloc, Python venv and headers) as root, else print the apt-get line
+system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, curl, jemalloc, Python venv and headers) as root, else print the apt-get line
 	@scripts/system-deps.sh
 
 # the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java

@@ -20,6 +20,7 @@ PACKAGES=(
   "python3-dev|has_python_headers|torch's Inductor includes Python.h when it compiles"
   "bubblewrap|command -v bwrap|tests/helm run the chart's pod spec in a sandbox"
   "hey|command -v hey|the load generator of tsvk robustness (overload burst)"
+  "curl|command -v curl|the chart's archive-download init container, run by tests/helm and the pod sandbox"
   "libjemalloc2|has_jemalloc|the workers' malloc with tsvk serve --allocator jemalloc|auto"
 )
 
@@ -36,7 +37,7 @@ if [[ "${1:-}" == --check ]]; then
   exit 1
 fi
 if ! command -v apt-get >/dev/null; then
-  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, jemalloc)" >&2
+  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, curl, jemalloc)" >&2
   exit 1
 fi
 if [[ $(id -u) -eq 0 ]]; then

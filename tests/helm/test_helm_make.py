@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 from tests.support.helm import REPO, default_config, default_values
+from tsvk_tools import defaults
 
 pytestmark = pytest.mark.helm
 
@@ -121,7 +122,6 @@ def make_variables(make, *names: str) -> dict[str, str]:
 
 def test_chart_defaults_are_the_values_yaml_defaults_and_tsvks(make):
     """helm.mk writes the chart's defaults once; values.yaml says the same, and so does tsvk for batch and workers."""
-    defaults = pytest.importorskip("tsvk_tools.defaults")
     chart = make_variables(make, "chart_vcpus", "chart_workers", "chart_batch", "chart_gpus", "chart_models")
     values = default_values()
     assert int(chart["chart_vcpus"]) == values["torchserve"]["vcpus"]

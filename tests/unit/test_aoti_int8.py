@@ -17,7 +17,7 @@ from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
 from tsvk_tools.build.models import CustomModel
 
-pytest.importorskip("torchao")
+import torchao  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)

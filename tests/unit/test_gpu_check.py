@@ -60,7 +60,7 @@ def test_a_check_runs_every_step_even_after_a_failure_and_reports_each(tmp_path,
     assert "boom: no kernel image" in broken["error_tail"] and measured["error_tail"] == ""
     assert measured["figures"]["paths"]["tsvk cuda"] == {"images_per_s": 2450.5, "ms_per_batch": 3.26, "vs_pil": 9.01}
     assert broken["command"].endswith("sys.exit(3)'") and broken["duration_s"] >= 0
-    assert result["summary"] == {"passed": 1, "failed": 1, "timed out": 0}
+    assert result["summary"] == {"passed": 1, "incomplete": 0, "failed": 1, "timed out": 0}
     assert broken["gpu_memory_peak_mib"] == measured["gpu_memory_peak_mib"] == {"0": 512}
     assert "| measures | passed | 0 |" in written["md"].read_text() and "GPU 0: 512" in written["md"].read_text()
     assert json.loads(written["json"].read_text()) == result
@@ -93,7 +93,7 @@ def test_report_holds_every_step_in_json_and_markdown(tmp_path):
     written = report.write_report(built, tmp_path)
     assert written["json"].name == "gpu-check-20270102T030405Z.json" and written["md"].suffix == ".md"
     saved = json.loads(written["json"].read_text())
-    assert saved["summary"] == {"passed": 1, "failed": 1, "timed out": 0} and saved["duration_s"] == 20.0
+    assert saved["summary"] == {"passed": 1, "incomplete": 0, "failed": 1, "timed out": 0} and saved["duration_s"] == 20.0
     assert [s["exit_status"] for s in saved["steps"]] == [0, 2]
     markdown = written["md"].read_text()
     assert "| gpu-tests | passed | 0 | 12.5 | - | 14 passed, 0 failed, 2 skipped |" in markdown
@@ -145,7 +145,7 @@ def test_the_report_is_rewritten_after_each_step(tmp_path, monkeypatch):
         _step("second", "import glob, json; print([json.load(open(f))['summary'] for f in glob.glob('out/*.json')])"),
     ])
     result, written = run.check("resnet50", "none", tmp_path / "out", log=seen.append)
-    assert "{'passed': 1, 'failed': 0, 'timed out': 0}" in (tmp_path / ".tsvk/gpu-check").joinpath(
+    assert "{'passed': 1, 'incomplete': 0, 'failed': 0, 'timed out': 0}" in (tmp_path / ".tsvk/gpu-check").joinpath(
         next(p.name for p in (tmp_path / ".tsvk/gpu-check").iterdir()), "second.log").read_text()
     assert result["summary"]["passed"] == 2 and json.loads(written["json"].read_text())["summary"]["passed"] == 2
 
@@ -242,3 +242,29 @@ def test_an_unknown_model_is_refused_before_any_step(tmp_path, monkeypatch):
     with pytest.raises(Exception, match="--model resnet5: .*seeded weights are made for torchvision's classifiers"):
         run.check("resnet5", "seeded", tmp_path / "out", log=lambda line: None)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_step_whose_tests_skipped_is_incomplete_and_names_what_skipped(tmp_path, monkeypatch):
+    """pytest exits 0 when tests skip (a GPU package missing): such a step must not count as passed."""
+    monkeypatch.setattr(run, "gpu_memory_used", lambda: {})
+    (tmp_path / "test_skips_gpu.py").write_text(
+        "import pytest\n\ndef test_runs():\n    assert True\n\n"
+        "def test_needs_trt():\n    pytest.skip('needs torch_tensorrt: ImportError')\n")
+    (tmp_path / "test_passes_gpu.py").write_text("def test_fine():\n    assert True\n")
+    planned = [steps.gpu_test_step(tmp_path, path, sys.executable) for path in steps.gpu_test_files(tmp_path)]
+    results = {step["name"]: step for step in run.run_steps(planned, tmp_path, log=lambda line: None, on_step=list)}
+    skipped, passed = results["gpu-skips"], results["gpu-passes"]
+    assert (skipped["exit_status"], skipped["status"]) == (0, "incomplete")
+    assert "test_needs_trt: needs torch_tensorrt: ImportError" in skipped["error_tail"]
+    assert (passed["status"], passed["error_tail"]) == ("passed", "")
+    summary = report.build_report(list(results.values()), datetime.now(timezone.utc), datetime.now(timezone.utc), {})
+    assert summary["summary"]["incomplete"] == 1 and summary["summary"]["passed"] == 1
+    assert "What it skipped" in report.render_markdown({**summary, "environment": {}})
+
+
+def test_only_a_step_that_ran_everything_passes():
+    assert run.step_status(0, False, {"skipped": 0}) == "passed"
+    assert run.step_status(0, False, {"skipped": 2}) == "incomplete"
+    assert run.step_status(0, False, {"headline": "no figures"}) == "passed"
+    assert run.step_status(1, False, {"skipped": 0}) == "failed"
+    assert run.step_status(None, True, {}) == "timed out"

@@ -18,7 +18,7 @@ from tsvk_tools.build.calibration import split
 from tsvk_tools.errors import UsageError
 from tsvk_tools.build.models import CustomModel
 
-pytest.importorskip("openvino")
+import openvino  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 TINY = CustomModel(FIXTURES / "tiny_model.py", "TinyNet", resize=40, crop=32)

@@ -140,6 +140,16 @@ def test_a_soak_with_no_good_minutes_fails_every_check():
     assert not any(figures["checks"].values())
 
 
+def test_a_soak_with_one_steady_minute_has_no_drift_to_judge():
+    """One minute after warm-up would be compared with itself (a drift of 0): the drift checks fail instead."""
+    figures = summarize([_minute(i) for i in range(3)], 26.0, 18.2, SOAK_ARGS)  # minutes 0, 1 warm up; minute 2 steady
+    assert figures["rss_drift_pct"] is None and figures["p99_drift_pct"] is None
+    assert figures["checks"]["RSS drift under 5%"] is False and figures["checks"]["p99 drift under 10%"] is False
+    assert "not measured" in figures["reasons"]["p99 drift under 10%"]
+    two_windows = summarize([_minute(i) for i in range(4)], 26.0, 18.2, SOAK_ARGS)
+    assert two_windows["checks"]["p99 drift under 10%"] is True and two_windows["p99_drift_pct"] == 0.0
+
+
 def test_a_report_without_checks_does_not_pass():
     from datetime import datetime, timezone
 

@@ -25,3 +25,15 @@ def test_a_run_dir_whose_sockets_just_fit_is_not_refused_for_its_length(tmp_path
     fits = tmp_path / ("d" * (LINUX_SOCKET_PATH_MAX - len(str(tmp_path)) - len(WORKER_SOCKET) - 1))
     with pytest.raises(UsageError, match="not found"):  # refused for the missing config, not for the path
         start_torchserve(config, fits)
+
+
+def test_a_launcher_that_cannot_run_java_says_why(tmp_path):
+    """TorchServe's launcher reports a missing Java only on its console (stdout.log): the start-up error shows it."""
+    config = tmp_path / "config.properties"
+    config.write_text("inference_address=http://127.0.0.1:0\nmodels={}\n")
+    started = start_torchserve(config, tmp_path / "run", env={"JAVA_HOME": str(tmp_path / "no-java-here")})
+    try:
+        with pytest.raises(UsageError, match=r"(?s)exited during start-up.*--- stdout\.log.*no-java-here/bin/java"):
+            started.wait_ready(models=[], timeout=60)
+    finally:
+        started.stop(drain_timeout=0)

@@ -54,7 +54,7 @@ def test_the_factory_loads_the_packaged_weights():
 
 def test_the_plain_torch_network_matches_the_reference_implementation():
     """Our copy exists so workers need only torch; it must compute what efficientnet-lite-pytorch does."""
-    reference_package = pytest.importorskip("efficientnet_lite_pytorch")
+    import efficientnet_lite_pytorch as reference_package  # pinned in requirements.txt: a broken install must fail the suite, not skip it
     reference = reference_package.EfficientNet.from_name("efficientnet-lite0").eval()
     ours = efficientnet_lite0.pretrained()
     reference.load_state_dict(ours.state_dict())

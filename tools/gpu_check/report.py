@@ -12,7 +12,8 @@ from tsvk import features
 from ..bench.report import git_state, machine_info, software_versions
 from ..cpus import detect_vcpus
 
-SCHEMA_VERSION = 2  # 2: per-step GPU memory peaks, the GPU packages' versions
+SCHEMA_VERSION = 3  # 2: per-step GPU memory peaks, the GPU packages' versions; 3: "incomplete" steps
+STATUSES = ("passed", "incomplete", "failed", "timed out")  # incomplete: exited 0, but some of its tests skipped
 OPTIONAL_PACKAGES = ("cvcuda", "torch_tensorrt")
 GPU_PACKAGES = ("cvcuda-cu13", "torch-tensorrt", "tensorrt-cu13")  # as requirements-gpu.txt pins them
 
@@ -25,7 +26,7 @@ def build_report(results: list[dict], started: datetime, finished: datetime, opt
         "duration_s": round((finished - started).total_seconds(), 1),
         "options": options,
         "environment": _environment_or_why(),
-        "summary": {status: statuses.count(status) for status in ("passed", "failed", "timed out")},
+        "summary": {status: statuses.count(status) for status in STATUSES},
         "steps": results,
     }
 
@@ -130,5 +131,6 @@ def _details(step: dict) -> list[str]:
              f"Command: `{step['command']}`" + (f" (the same as `{step['same_as']}`)" if step.get("same_as") else ""),
              "", "```json", json.dumps({k: v for k, v in step["figures"].items() if k != "headline"}, indent=1), "```"]
     if step["error_tail"]:
-        lines += ["", f"Last lines of its output (all of it in {step['log']}):", "", "```", step["error_tail"], "```"]
+        what = "What it skipped" if step["status"] == "incomplete" else "Last lines of its output"
+        lines += ["", f"{what} (all of its output in {step['log']}):", "", "```", step["error_tail"], "```"]
     return lines

@@ -94,11 +94,31 @@ def run_step(step: Step, work_dir: Path) -> dict:
         exit_status, timed_out = _run(step, out)
     duration = round(time.monotonic() - started, 1)
     output = log_path.read_text(errors="replace")
-    status = "timed out" if timed_out else "passed" if exit_status == 0 else "failed"
+    figures = _figures(step, output, work_dir)
+    status = step_status(exit_status, timed_out, figures)
     return {"name": step.name, "purpose": step.purpose, "command": shlex.join(step.argv), "same_as": step.same_as,
             "status": status, "exit_status": exit_status, "duration_s": duration, "timeout_s": step.timeout_s,
-            "figures": _figures(step, output, work_dir), "error_tail": "" if status == "passed" else tail(output),
+            "figures": figures, "error_tail": _error_tail(status, output, figures),
             "gpu_memory_peak_mib": memory.peaks, "log": str(log_path)}
+
+
+def step_status(exit_status: int | None, timed_out: bool, figures: dict) -> str:
+    """A step passes only when it exited 0 and ran everything it holds: pytest exits 0 when a test skips (a
+    GPU package missing), and a check whose tests skipped has not shown that they pass."""
+    if timed_out:
+        return "timed out"
+    if exit_status != 0:
+        return "failed"
+    return "incomplete" if figures.get("skipped") else "passed"
+
+
+def _error_tail(status: str, output: str, figures: dict) -> str:
+    """What a reader needs to see under a step that did not pass: what was skipped, or the output's end."""
+    if status == "passed":
+        return ""
+    if status == "incomplete":
+        return "\n".join(["skipped, so not shown to pass:", *figures.get("skipped_tests", [])])
+    return tail(output)
 
 
 def _run(step: Step, out) -> tuple[int | None, bool]:

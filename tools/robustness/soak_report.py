@@ -20,14 +20,11 @@ WINDOW_MINUTES = 10
 
 def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dict:
     steady = [m for m in per_minute if m["minute"] >= args.warmup_minutes and m["good"]]
-    if len(steady) < 2:
-        steady = [m for m in per_minute if m["good"]]
     rss = _totals(steady, "rss_mb")
     fds = _totals(steady, "fds")
-    window = max(1, min(WINDOW_MINUTES, len(steady) // 2))
-    early = _median([m["p99_ms"] for m in steady[:window]])
-    late = _median([m["p99_ms"] for m in steady[-window:]])
-    rss_early, rss_late = _median(rss[:window]), _median(rss[-window:])
+    window = drift_window(len(steady))
+    early, late = _early_late([m["p99_ms"] for m in steady], window)
+    rss_early, rss_late = _early_late(rss, window)
     rss_drift = _pct(rss_early, rss_late)
     p99_drift = _pct(early, late)
     good_errors = sum(m["good_errors"] for m in per_minute)
@@ -55,6 +52,19 @@ def summarize(per_minute: list[dict], capacity: float, rate: float, args) -> dic
     return figures
 
 
+def drift_window(steady_minutes: int) -> int:
+    """Minutes in each of the early and late windows a drift compares; 0 with fewer than two steady minutes
+    after warm-up, where both windows would be the same minute and a drift of 0 would prove nothing."""
+    return min(WINDOW_MINUTES, steady_minutes // 2)
+
+
+def _early_late(values: list[float | None], window: int) -> tuple[float | None, float | None]:
+    """The medians of the first and the last `window` values; (None, None) for an empty window."""
+    if not window:
+        return None, None
+    return _median(values[:window]), _median(values[len(values) - window:])
+
+
 def _totals(steady: list[dict], key: str) -> list[float]:
     """Each minute's total over every process; none at all when any minute found no process (a sum of
     nothing is not a measurement of 0)."""
@@ -67,7 +77,7 @@ def _attribution(steady: list[dict], window: int) -> dict:
     """Early and late medians of what tells a slower service from a busier machine or client: the
     frontend's own p99, the worker's CPU per answer, and the CPU the service did not get."""
     def early_late(name: str, value) -> dict:
-        early, late = _median([value(m) for m in steady[:window]]), _median([value(m) for m in steady[-window:]])
+        early, late = _early_late([value(m) for m in steady], window)
         return {f"{name}_early": early, f"{name}_late": late}
 
     def cpu(m: dict, *parts: str) -> float | None:

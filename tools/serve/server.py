@@ -114,7 +114,13 @@ class TorchServeRun:
             address = _FAILED_ADDRESS.search(output)
             return PortTaken(f"TorchServe could not bind {address.group(1) if address else 'a port'} of {self.config}: another "
                              f"process holds it ({BIND_FAILURE}); free it or choose another port, then start again; see {logs}")
-        return UsageError(f"TorchServe exited during start-up; see {logs}:\n{self.log_tail()}")
+        return UsageError(f"TorchServe exited during start-up; see {logs}:\n{self.start_output_tail()}")
+
+    def start_output_tail(self, lines: int = 25) -> str:
+        """The logs' ends and this start's own console output: a launcher that fails before TorchServe logs
+        anything (no Java, a broken JAVA_HOME) says why only on stdout."""
+        console = self.stdout_since_start().strip().splitlines()[-lines:]
+        return "\n".join(filter(None, [self.log_tail(lines), *(["--- stdout.log", *console] if console else [])]))
 
     def stdout_since_start(self) -> str:
         try:
