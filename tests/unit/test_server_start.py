@@ -30,10 +30,10 @@ def test_a_run_dir_whose_sockets_just_fit_is_not_refused_for_its_length(tmp_path
 def test_a_launcher_that_cannot_run_java_says_why(tmp_path):
     """TorchServe's launcher reports a missing Java only on its console (stdout.log): the start-up error shows it."""
     config = tmp_path / "config.properties"
-    config.write_text("inference_address=http://127.0.0.1:0\nmodels={}\n")
+    config.write_text(f"inference_address=http://127.0.0.1:0\nmodel_store={tmp_path}\nmodels={{}}\n")
     started = start_torchserve(config, tmp_path / "run", env={"JAVA_HOME": str(tmp_path / "no-java-here")})
     try:
-        with pytest.raises(UsageError, match=r"(?s)exited during start-up.*--- stdout\.log.*no-java-here/bin/java"):
+        with pytest.raises(UsageError, match=r"(?s)exited during start-up.*--- stdout\.log\njava not found, please make sure JAVA_HOME is set"):
             started.wait_ready(models=[], timeout=60)
     finally:
         started.stop(drain_timeout=0)
