@@ -17,6 +17,8 @@ PYTEST_ARGS ?=
 opt = $(if $(2),$(1) $(2))
 switch = $(if $(2),$(1))
 
+# k8s/helm.mk's targets set up the venv first, as every target here does.
+kube_setup := setup
 include k8s/helm.mk
 
 build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS)) $(call opt,--backend,$(BACKEND)) \

@@ -21,6 +21,7 @@ PACKAGES=(
   "bubblewrap|command -v bwrap|tests/helm run the chart's pod spec in a sandbox"
   "hey|command -v hey|the load generator of tsvk robustness (overload burst)"
   "libjemalloc2|has_jemalloc|the workers' malloc with tsvk serve --allocator jemalloc|auto"
+  "prometheus|command -v prometheus|tests/helm ask a real Prometheus the chart's dashboard and autoscaling queries"
 )
 
 missing=()
@@ -36,7 +37,7 @@ if [[ "${1:-}" == --check ]]; then
   exit 1
 fi
 if ! command -v apt-get >/dev/null; then
-  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, jemalloc)" >&2
+  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, jemalloc, prometheus)" >&2
   exit 1
 fi
 if [[ $(id -u) -eq 0 ]]; then
