@@ -41,7 +41,7 @@ POD = "demo-tsvk-7d9f8-abcde"  # a pod name as a Deployment's ReplicaSet gives i
 SCRAPE_S = 1
 RATE_WINDOW = "20s"
 SEND_S = 30
-GOOD_PER_S, BAD_PER_S = 4, 1
+GOOD_PER_S, BAD_PER_S = 4, 2  # apart enough that counting only the good ones would miss by 33%
 TOLERANCE = 0.2
 
 

@@ -32,7 +32,7 @@ from ..images import image_bytes
 from . import checks, pod as podlib
 from .chart import REPO, Rendered, Variant
 from .probes import wait_ready
-from .readme import CLUSTER_TARGET, deploy_block, make_target, with_registry
+from .readme import CLUSTER_TARGET, deploy_block, make_target, make_variables, with_registry
 from .registry import LocalRegistry, check_podman_trusts
 from .results import write_results
 
@@ -154,25 +154,55 @@ def serve_check(rendered: Rendered, build_dir: Path, model: str, photo: bytes) -
 
 
 def missing_archive_check(rendered: Rendered, build_dir: Path, model: str) -> dict:
-    """Step 5: the serving image without archives; the server must exit at once naming the archive."""
+    """Step 5: the serving image without archives; the server must stop at once naming the archive, before TorchServe.
+    podman restarts it (the pod's restartPolicy is Always) as the kubelet would, so its first words are what count."""
     pod, started, _ = play(rendered, build_dir)
     try:
         deadline = time.monotonic() + MISSING_EXIT_TIMEOUT_S
-        state = pod.state("torchserve")
-        while state["Status"] not in ("exited", "stopped") and time.monotonic() < deadline:
-            time.sleep(0.5)
-            state = pod.state("torchserve")
-        seconds = round(time.monotonic() - started, 1)
         logs = pod.logs("torchserve")
+        while "archive missing" not in logs and time.monotonic() < deadline:
+            time.sleep(0.5)
+            logs = pod.logs("torchserve")
+        seconds = round(time.monotonic() - started, 1)
+        time.sleep(2)  # let it exit (and be restarted) at least once more
+        inspected = pod.inspect("torchserve")
+        state, restarts = inspected["State"], inspected.get("RestartCount", 0)
         line = next((l for l in logs.splitlines() if "archive missing" in l), "")
-        ok = state["Status"] in ("exited", "stopped") and state.get("ExitCode") == 1 and f"{model}.mar" in line
-        return {"image": rendered.pod_spec["containers"][0]["image"], "exited_after_s": seconds,
-                "exit_code": state.get("ExitCode"), "line": line,
+        stopped = state["Status"] in ("exited", "stopped") and state.get("ExitCode") == 1 or restarts > 0
+        ok = f"{model}.mar" in line and stopped and "TorchServe started" not in logs
+        return {"image": rendered.pod_spec["containers"][0]["image"], "line_after_s": seconds, "state": state["Status"],
+                "exit_code": state.get("ExitCode"), "restarts": restarts, "line": line,
                 "checks": [checks.Check("a pod without its archive stops at once, naming it", ok,
-                                        f"{state['Status']} {state.get('ExitCode')} after {seconds} s: {line or logs[-300:]}").to_json()]}
+                                        f"after {seconds} s: {line or logs[-300:]} ({state['Status']}, exit {state.get('ExitCode')}, "
+                                        f"{restarts} restarts)").to_json()]}
     finally:
         pod.remove()
         podlib.remove_volume(rendered.of_kind("ConfigMap")[0]["metadata"]["name"])
+
+
+def carried_checks(commands: list[str], rendered: Rendered, pushed: dict) -> list[dict]:
+    """What the block asked for is what was rendered: its VCPUS, the archives in model_store, the pushed image by digest."""
+    asked = {}
+    for command in commands:
+        if make_target(command) == "helm-config":
+            asked = make_variables(command)
+    server = rendered.container("torchserve")
+    properties = rendered.config_properties()
+    vcpus = asked.get("VCPUS") or asked.get("HELM_VCPUS")
+    found = []
+    if vcpus:
+        limit = str(server["resources"]["limits"]["cpu"])
+        threads = sum(int(v.split(",")[0]) for k, v in properties.items() if k.startswith("tsvk.threads."))
+        found.append(checks.Check(f"helm-config's VCPUS={vcpus} reached the pod", limit == vcpus and threads == int(vcpus),
+                                  f"CPU limit {limit}, intra-op threads {threads}"))
+    served = sorted(p.name for p in (REPO / "model_store").glob("*.mar"))
+    loaded = sorted(properties.get("load_models", "").split(","))
+    found.append(checks.Check("with no MODELS, the archives in model_store/ are served", loaded == served == sorted(pushed["archives"]),
+                              f"load_models {loaded}, model_store {served}, pushed {sorted(pushed['archives'])}"))
+    image, policy = server["image"], server["imagePullPolicy"]
+    found.append(checks.Check("the pod runs the pushed image holding the archives, by digest", image.endswith(f"@{pushed['digest']}")
+                              and policy == "IfNotPresent", f"{image} ({policy})"))
+    return [c.to_json() for c in found]
 
 
 def restore(serving: str, local_tag: str) -> None:
@@ -193,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
                                                      "podman": podlib.podman("--version").stdout.strip()}}
     registry = LocalRegistry(args.registry, args.build_dir / "registry")
     registry.start()
+    registry_log = args.build_dir / "registry" / "registry.log"
     local_tag = next((e.split("=", 1)[1] for e in args.env if e.startswith("IMAGE=")), "localhost/tsvk/torchserve:0.12.0-cpu")
     try:
         report["ran"] = run_block(commands, registry_ref, block_environment(args.env))
@@ -201,26 +232,30 @@ def main(argv: list[str] | None = None) -> int:
         models_ref = f"{pushed['repository']}:{pushed['tag']}"
         serving_ref = f"{pushed['repository']}:{pushed['serving']['tag']}"
         report["removed_locally"] = remove_local_images([models_ref, serving_ref, local_tag])
+        log_offset = registry_log.stat().st_size
         documents = [d for d in yaml.safe_load_all((HELM_BUILD / "manifests.yaml").read_text()) if d]
         rendered = Rendered(Variant("deploy"), documents)
         report["rendered_image"] = rendered.pod_spec["containers"][0]["image"]
+        report["carried"] = carried_checks(commands, rendered, pushed)
         podlib.PODMAN_OPTIONS[:] = node_store(args.build_dir)
         photo = image_bytes(args.photo)
         report["served"] = serve_check(ours(documents, "deploy"), args.build_dir, args.model, photo)
         bare = f"{pushed['repository']}:{pushed['serving']['tag']}@{pushed['serving']['digest']}"
         report["without_archive"] = missing_archive_check(ours(documents, "deploy-bare", bare), args.build_dir, args.model)
-        report["registry_log_pulls"] = pulls_in_log(args.build_dir / "registry" / "registry.log")
+        report["registry_served_after_removal"] = pulls_in_log(registry_log, log_offset)
     finally:
         node = list(podlib.PODMAN_OPTIONS)
-        if node:
-            podlib.podman("system", "reset", "--force", check=False, timeout=600)
+        if node:  # only this check's own store: its images, then its folders
+            podlib.podman("rmi", "--all", "--force", check=False, timeout=600)
+            podlib.PODMAN_OPTIONS.clear()
             shutil.rmtree(node[1], ignore_errors=True)
+            shutil.rmtree(node[3], ignore_errors=True)
         try:
             if "pushed" in report:
                 restore(f"{report['pushed']['repository']}:{report['pushed']['serving']['tag']}", local_tag)
         finally:
             registry.stop()
-    every = report["served"]["checks"] + report["without_archive"]["checks"]
+    every = report["carried"] + report["served"]["checks"] + report["without_archive"]["checks"]
     report["removed_ok"] = all(report["removed_locally"].values())
     report["passed"] = all(c["ok"] for c in every) and report["removed_ok"]
     path = write_results(report, args.results_dir, started, kind="deploy-check")
@@ -230,9 +265,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if report["passed"] else 1
 
 
-def pulls_in_log(log: Path) -> dict[str, int]:
-    """What the registry served: manifest and blob GETs, counted from its access log."""
-    text = log.read_text() if log.is_file() else ""
+def pulls_in_log(log: Path, offset: int) -> dict[str, int]:
+    """What the registry served from `offset` of its access log on: manifest and blob GETs."""
+    with log.open() as handle:
+        handle.seek(offset)
+        text = handle.read()
     return {"manifest_gets": len(re.findall(r'"GET /v2/[^ ]+/manifests/', text)),
             "blob_gets": len(re.findall(r'"GET /v2/[^ ]+/blobs/', text))}
 
