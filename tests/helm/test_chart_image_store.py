@@ -7,25 +7,24 @@ import pytest
 
 pytestmark = pytest.mark.helm
 
-DIGEST = "sha256:" + "ab" * 32
-IMAGE_VALUES = {"modelStore": {"source": "image"},
-                "image": {"repository": "127.0.0.1:5000/tsvk/tsvk-torchserve", "tag": "0.12.0-cpu-abc-models-0123", "digest": DIGEST}}
+from tests.support.helm_scenarios import SCENARIOS
+
+IMAGE_VALUES = SCENARIOS["model-image"]  # also rendered, linted and schema-checked with every other scenario
+DIGEST = IMAGE_VALUES["image"]["digest"]
 
 
-def test_image_source_mounts_nothing_over_the_image_model_store(render, kubernetes_versions):
+def test_image_source_mounts_nothing_over_the_image_model_store(render):
     rendered = render(IMAGE_VALUES)
     spec = rendered.pod_spec()
     assert not rendered.has("PersistentVolumeClaim")
     assert "model-store" not in [v["name"] for v in spec["volumes"]]
     for container in spec["containers"]:
         assert "/home/model-server/model-store" not in [m["mountPath"] for m in container.get("volumeMounts", [])]
-        assert container["image"] == f"127.0.0.1:5000/tsvk/tsvk-torchserve:0.12.0-cpu-abc-models-0123@{DIGEST}"
+        assert container["image"] == f"127.0.0.1:5000/tsvk/tsvk-torchserve:0.12.0-cpu-abc1234-models-0123456789ab@{DIGEST}"
         assert container["imagePullPolicy"] == "IfNotPresent"
 
 
 def test_image_source_with_oip_front_reads_the_archives_from_the_image_too(render):
-    from tests.support.helm_scenarios import SCENARIOS
-
     values = {**SCENARIOS["oip"], **IMAGE_VALUES}
     for container in render(values).pod_spec()["containers"]:
         assert "/home/model-server/model-store" not in [m["mountPath"] for m in container.get("volumeMounts", [])]
