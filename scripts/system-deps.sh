@@ -22,6 +22,7 @@ PACKAGES=(
   "hey|command -v hey|the load generator of tsvk robustness (overload burst)"
   "curl|command -v curl|the chart's archive-download init container, run by tests/helm and the pod sandbox"
   "libjemalloc2|has_jemalloc|the workers' malloc with tsvk serve --allocator jemalloc|auto"
+  "prometheus|command -v prometheus|tests/helm ask a real Prometheus the chart's dashboard and autoscaling queries"
 )
 
 missing=()
@@ -37,7 +38,7 @@ if [[ "${1:-}" == --check ]]; then
   exit 1
 fi
 if ! command -v apt-get >/dev/null; then
-  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, curl, jemalloc)" >&2
+  echo "tsvk needs these system packages, and this machine has no apt-get: ${missing[*]} (Java 17+, Python's venv and headers, a C++ compiler, bubblewrap, hey, curl, jemalloc, prometheus)" >&2
   exit 1
 fi
 if [[ $(id -u) -eq 0 ]]; then

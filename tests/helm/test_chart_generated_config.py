@@ -17,6 +17,12 @@ from tests.support.helm import REPO, default_config, default_values
 pytestmark = pytest.mark.helm
 
 
+def with_models(variables: tuple[str, ...]) -> tuple[str, ...]:
+    """The chart's default model where none is named (none named: the archives in model_store/, none in a test)."""
+    named = any(v.startswith(("HELM_MODELS=", "MODELS=")) for v in variables)
+    return variables if named else ("HELM_MODELS=resnet50", *variables)
+
+
 @pytest.fixture(scope="module")
 def generate(tmp_path_factory):
     if importlib.util.find_spec("tsvk_tools.serve.serving_config") is None:
@@ -28,7 +34,7 @@ def generate(tmp_path_factory):
         build = tmp_path_factory.mktemp("helm-build")
         result = subprocess.run(
             ["make", "--no-print-directory", "-f", "k8s/helm.mk", "helm-config", f"PYTHON={sys.executable}",
-             f"HELM_BUILD={build}", *variables],
+             f"HELM_BUILD={build}", *with_models(variables)],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -29,7 +29,7 @@ def test_helm_template_deploys_a_tuned_config(helm, tmp_path):
     tuned = tuned_config(tmp_path / "tuned.properties", {"resnet50": ModelChoice(2, 1, 1, 4, 20, "2 worker(s): 9.9 img/s")})
     build = tmp_path / "helm"
     result = subprocess.run(["make", "--no-print-directory", "-f", "k8s/helm.mk", "helm-template", f"PYTHON={sys.executable}",
-                             f"HELM={helm}", f"HELM_BUILD={build}", f"HELM_TUNED={tuned}"],
+                             f"HELM={helm}", f"HELM_BUILD={build}", f"HELM_TUNED={tuned}", "MODELS=resnet50"],
                             cwd=REPO, capture_output=True, text=True, check=False, env={**os.environ})
     assert result.returncode == 0, result.stdout + result.stderr
     config = (build / "config.properties").read_text()

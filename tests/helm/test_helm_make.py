@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import sys
 
 import pytest
 from tests.support.helm import REPO, default_config, default_values
@@ -14,7 +15,7 @@ pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
 TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image",
-           "image-gpu", "kube-check", "chart-scan")
+           "image-gpu", "image-push", "kube-check", "deploy-check", "chart-scan")
 HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 
@@ -27,6 +28,9 @@ def make():
 
 
 def dry_run(make, target: str, *variables: str) -> str:
+    """`make -n`; without HELM_BUILD, what a helm-config run in this checkout kept (build/helm/settings.mk) is ignored."""
+    if not any(v.startswith("HELM_BUILD=") for v in variables):
+        variables = (*variables, "helm_settings=/nonexistent")
     result = subprocess.run(
         [make, "--no-print-directory", "-n", "-f", str(HELM_MK), target, *variables],
         cwd=REPO,
@@ -114,7 +118,7 @@ def make_variables(make, *names: str) -> dict[str, str]:
     """The values helm.mk gives these variables when nothing is set on the command line."""
     result = subprocess.run(
         [make, "--no-print-directory", "-s", "-f", str(HELM_MK), "--eval", "print-%: ; @echo '$*=$($*)'",
-         *(f"print-{name}" for name in names)],
+         *(f"print-{name}" if "=" not in name else name for name in names)],
         cwd=REPO, capture_output=True, text=True, check=True,
     )
     return dict(line.split("=", 1) for line in result.stdout.splitlines())
@@ -129,7 +133,85 @@ def test_chart_defaults_are_the_values_yaml_defaults_and_tsvks(make):
     assert int(chart["chart_batch"]) == values["torchserve"]["batchSize"] == defaults.BATCH
     assert (chart["chart_gpus"] != "0") == values["gpu"]["enabled"]
     assert f"load_models={chart['chart_models'].replace(',', '.mar,')}.mar" in default_config()
-    helm = make_variables(make, "HELM_VCPUS", "HELM_WORKERS", "HELM_BATCH", "HELM_GPUS", "HELM_MODELS",
-                          "HELM_MAX_BATCH_DELAY", "HELM_METRICS_ADDRESS", "HELM_PROTOCOL")
-    assert helm == {**{f"HELM_{key[6:].upper()}": value for key, value in chart.items()},
+    helm = make_variables(make, "HELM_VCPUS", "HELM_WORKERS", "HELM_BATCH", "HELM_GPUS",
+                          "HELM_MAX_BATCH_DELAY", "HELM_METRICS_ADDRESS", "HELM_PROTOCOL", "HELM_BUILD=/nonexistent")
+    assert helm == {**{f"HELM_{key[6:].upper()}": value for key, value in chart.items() if key != "chart_models"},
                     "HELM_MAX_BATCH_DELAY": "", "HELM_METRICS_ADDRESS": "", "HELM_PROTOCOL": ""}
+
+
+def _store(tmp_path, *names: str):
+    store = tmp_path / "store"
+    store.mkdir()
+    for name in names:
+        (store / f"{name}.mar").write_bytes(b"an archive")
+    return store
+
+
+def test_with_no_models_named_the_chart_serves_the_local_store_and_says_so(make, tmp_path):
+    store = _store(tmp_path, "resnet152", "efficientnet_lite0")
+    commands = dry_run(make, "helm-template", f"HELM_MODEL_STORE={store}", f"HELM_BUILD={tmp_path / 'build'}")
+    assert "--models efficientnet_lite0,resnet152" in commands
+    assert f"MODELS=efficientnet_lite0,resnet152 (the archives in {store}/)" in commands
+
+
+def test_with_no_models_and_an_empty_store_helm_config_says_what_to_do(make, tmp_path):
+    result = subprocess.run([make, "--no-print-directory", "-f", str(HELM_MK), "helm-config", f"HELM_MODEL_STORE={_store(tmp_path)}",
+                             f"HELM_BUILD={tmp_path / 'build'}"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode != 0
+    assert "no MODELS given and no archive in" in result.stderr and "make archive MODEL=" in result.stderr
+    assert not (tmp_path / "build" / "config.properties").exists()
+
+
+@pytest.mark.parametrize("plain, spelled", [("VCPUS=8", "HELM_VCPUS=8"), ("WORKERS=2", "HELM_WORKERS=2"),
+                                            ("MODELS=resnet152", "HELM_MODELS=resnet152"), ("PROTOCOL=oip", "HELM_PROTOCOL=oip")])
+def test_the_plain_names_are_the_helm_names(make, plain, spelled, tmp_path):
+    build = f"HELM_BUILD={tmp_path}"
+    as_plain, as_helm = dry_run(make, "helm-template", plain, build), dry_run(make, "helm-template", spelled, build)
+    assert as_plain.replace("(given)", "") == as_helm.replace("(given)", "")
+
+
+def test_helm_template_ships_what_helm_config_was_given(make, tmp_path):
+    """helm-config VCPUS=4, then helm-template with nothing: the 4 vCPUs carry through, and it says where they came from."""
+    pytest.importorskip("tsvk_tools.serve.serving_config")
+    build = tmp_path / "build"
+    result = subprocess.run([make, "--no-print-directory", "-f", str(HELM_MK), "helm-config", f"PYTHON={sys.executable}",
+                             f"HELM_BUILD={build}", "VCPUS=4", "WORKERS=2", "MODELS=resnet152"],
+                            cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "VCPUS=4 (given)" in result.stdout
+    commands = dry_run(make, "helm-template", f"HELM_BUILD={build}")
+    assert "--vcpus 4 --workers 2" in commands and "--models resnet152" in commands
+    assert "--set torchserve.vcpus=4" in commands and "--set torchserve.workers=2" in commands
+    assert "VCPUS=4 (from the last helm-config)" in commands and "BATCH=8 (from the last helm-config)" in commands
+    overridden = dry_run(make, "helm-template", f"HELM_BUILD={build}", "VCPUS=6")
+    assert "--vcpus 6" in overridden and "VCPUS=6 (given)" in overridden
+
+
+def test_registry_points_the_chart_at_the_pushed_image(make, tmp_path):
+    commands = dry_run(make, "helm-deploy", "REGISTRY=registry.example.com/ml", "MODELS=resnet152", f"HELM_BUILD={tmp_path}")
+    assert (f"k8s/push_image.py values --registry registry.example.com/ml --models resnet152 --model-store model_store "
+            f"--record {tmp_path}/pushed.json --output {tmp_path}/image-values.yaml") in " ".join(commands.replace("\\\n", " ").split())
+    assert f"-f {tmp_path}/image-values.yaml" in commands
+    assert "image-values" not in dry_run(make, "helm-deploy", "MODELS=resnet152", f"HELM_BUILD={tmp_path}")
+
+
+def test_image_push_needs_a_registry(make, tmp_path):
+    result = subprocess.run([make, "--no-print-directory", "-f", str(HELM_MK), "image-push", "DOCKER=true", "MODELS=resnet152",
+                             f"HELM_BUILD={tmp_path}"], cwd=REPO, capture_output=True, text=True, check=False)
+    assert result.returncode != 0 and "REGISTRY=host[:port]/path" in result.stderr
+
+
+def test_every_kubernetes_target_sets_up_first():
+    """From a fresh clone: the top-level Makefile hands its setup to helm.mk, and helm is fetched when missing."""
+    makefile = (REPO / "Makefile").read_text()
+    assert "kube_setup := setup\ninclude k8s/helm.mk" in makefile
+    text = HELM_MK.read_text()
+    for target in TARGETS:
+        if target in ("image", "image-gpu", "helm-sync-default"):
+            continue  # image needs only a container engine; helm-sync-default runs helm-config first
+        prerequisites = re.search(rf"^{target}:([^#\n]*)", text, re.MULTILINE).group(1)
+        assert "$(kube_setup)" in prerequisites or "helm-config" in prerequisites, target
+        if target in ("helm-lint", "helm-template", "helm-deploy", "kube-check", "deploy-check", "chart-scan"):
+            assert "$(helm_fetch)" in prerequisites, target
+    assert "helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))" in text
+    assert re.search(r"^\$\(helm_fetch\): \| \$\(kube_setup\)\n\t\$\(PYTHON\) k8s/fetch_helm.py \$\(HELM\)", text, re.MULTILINE)

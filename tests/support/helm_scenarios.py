@@ -19,6 +19,11 @@ SCENARIOS: dict[str, dict] = {
         "autoscaling": {"customMetric": {"enabled": True, "name": "tsvk_queue_latency_microseconds"}},
     },
     "existing-claim": {"modelStore": {"source": "existingClaim", "existingClaim": "team-models"}},
+    "model-image": {  # what make helm-template REGISTRY=... sets: the pushed image holding the archives, by digest
+        "modelStore": {"source": "image"},
+        "image": {"repository": "127.0.0.1:5000/tsvk/tsvk-torchserve", "tag": "0.12.0-cpu-abc1234-models-0123456789ab",
+                  "digest": "sha256:" + "ab" * 32},
+    },
     "download": {
         "modelStore": {
             "source": "download",

@@ -52,7 +52,7 @@ def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
     result = _run(bare_dir, "--check")
     assert result.returncode == 1
     assert not (bare_dir / "apt-get-calls").exists()
-    for package in ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev", "bubblewrap", "hey"):
+    for package in ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev", "bubblewrap", "hey", "curl"):
         assert package in result.stderr
 
 
@@ -63,8 +63,8 @@ def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir):
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     install_lines = [line.strip() for line in result.stderr.splitlines() if "apt-get install" in line]
-    assert install_lines == ["apt-get install -y openjdk-17-jre-headless python3-venv g++ python3-dev bubblewrap hey"
-                             + (" libjemalloc2" if "libjemalloc2" in result.stderr else "")]
+    assert install_lines == ["apt-get install -y openjdk-17-jre-headless python3-venv g++ python3-dev bubblewrap hey curl"
+                             + (" libjemalloc2" if "libjemalloc2" in result.stderr else "") + " prometheus"]
     assert result.stderr.startswith("tsvk needs system packages")
     assert elapsed < 1.0, f"took {elapsed:.2f} s"
     assert not (bare_dir / "apt-get-calls").exists()

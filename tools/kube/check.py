@@ -39,10 +39,11 @@ def variants(download_url: str, download_cidr: str, download_port: int, model: s
                        "download": {"archives": [{"name": model, "url": download_url, "sha256": sha256}]}},
         "networkPolicy": {"downloadTo": [{"ipBlock": {"cidr": download_cidr}}], "downloadPorts": [download_port]},
     }
+    served = {"HELM_MODELS": model}
     return {
-        "default": Variant("default"),
-        "oip": Variant("oip", make_vars={"HELM_PROTOCOL": "oip"}),
-        "download": Variant("download", values=download),
+        "default": Variant("default", make_vars=served),
+        "oip": Variant("oip", make_vars={**served, "HELM_PROTOCOL": "oip"}),
+        "download": Variant("download", make_vars=served, values=download),
     }
 
 

@@ -16,6 +16,9 @@ from pathlib import Path
 from ..errors import UsageError
 
 PODMAN = "podman"
+# Global options of every podman command here; the deploy check points them at a store of its own
+# (--root/--runroot), as a node with nothing pulled yet.
+PODMAN_OPTIONS: list[str] = []
 POD_PREFIX = "tsvk-kube-"
 # podman takes its bridge (and the gateway address the download variant's archives are served on)
 # down with the last container on it: this one holds it up while kube-check runs.
@@ -25,7 +28,7 @@ BRIDGE_KEEPER = f"{POD_PREFIX}bridge"
 def podman(*args: str, timeout: float = 600, check: bool = True) -> subprocess.CompletedProcess:
     """One podman command; a failure says which and what podman answered."""
     try:
-        result = subprocess.run([PODMAN, *args], capture_output=True, text=True, timeout=timeout)
+        result = subprocess.run([PODMAN, *PODMAN_OPTIONS, *args], capture_output=True, text=True, timeout=timeout)
     except FileNotFoundError:
         raise UsageError("kube-check needs podman: apt-get install -y podman runc catatonit (k8s/README.md)") from None
     if check and result.returncode != 0:

@@ -36,7 +36,8 @@ VARIANTS: dict[str, tuple[list[str], list[str]]] = {
 def config(name: str, make_vars: list[str], out: Path) -> list[str]:
     """The config `make helm-config` writes for this variant's pods, as a --set-file argument."""
     build = out / name
-    result = subprocess.run(["make", "--no-print-directory", "-s", "helm-config", f"HELM_BUILD={build}", *make_vars],
+    result = subprocess.run(["make", "--no-print-directory", "-s", "helm-config", f"HELM_BUILD={build}",
+                             f"HELM_MODELS={ARCHIVE['name']}", *make_vars],
                             cwd=REPO, capture_output=True, text=True)
     if result.returncode != 0:
         raise SystemExit(f"chart-scan: make helm-config {' '.join(make_vars)} failed: {result.stderr.strip()}")

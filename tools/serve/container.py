@@ -24,6 +24,7 @@ from ..oip.config import is_oip_config
 from ..oip.process import start_front
 from ..processes import signal_group
 from .server import TorchServeRun, start_torchserve
+from .store_check import missing_archives_message
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 _FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
@@ -55,6 +56,10 @@ def register(commands) -> None:
 
 
 def cmd_run_container(args: argparse.Namespace) -> int:
+    missing = missing_archives_message(args.config)
+    if missing:
+        print(missing, file=sys.stderr, flush=True)
+        return 1
     become_subreaper()
     stop = _Stop()
     for sig in (*_DRAIN_SIGNALS, signal.SIGQUIT):
