@@ -80,8 +80,8 @@ config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODEL
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
 	$(TSVK) tune $(tune_flags)
 
-serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
-	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR))
+serve: setup ## start TorchServe (or ENGINE=kserve: tsvk's own engine, no Java) on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
+	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR)) $(call opt,--engine,$(ENGINE))
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop $(call opt,--drain-timeout,$(DRAIN_TIMEOUT)) || true
