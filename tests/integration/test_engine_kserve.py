@@ -55,7 +55,7 @@ def store(tmp_path_factory) -> Path:
 
 
 def _request(store: Path, **fields):
-    return serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=100, auth=True, **fields)
+    return serving_on_free_ports(model_store=store, vcpus=3, workers=1, batch=4, max_batch_delay_ms=100, auth=True, **fields)
 
 
 @pytest.fixture(scope="module")
@@ -192,11 +192,11 @@ def _broken_copies(store: Path, into: Path) -> Path:
     return into
 
 
-def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(store, tmp_path, capsys):
-    broken = _broken_copies(store, tmp_path / "store")
+def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(tmp_path, capsys):
+    broken = _broken_copies(archive_tiny(tmp_path / "tiny_store"), tmp_path / "store")
     request = _request(broken)
     config = tmp_path / "config.properties"
-    assert tsvk(["config", "--model-store", str(broken), "--vcpus", "2", "--workers", "1", "--auth", "off", "--output", str(config),
+    assert tsvk(["config", "--model-store", str(broken), "--vcpus", "3", "--workers", "1", "--auth", "off", "--output", str(config),
                  "--inference-address", request.inference_address, "--management-address", request.management_address,
                  "--metrics-address", request.metrics_address, "--grpc-inference-port", str(request.grpc_inference_port),
                  "--grpc-management-port", str(request.grpc_management_port)]) == 0

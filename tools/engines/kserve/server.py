@@ -23,8 +23,8 @@ from urllib.parse import urlsplit
 from tsvk.properties import read_properties
 
 from ... import defaults
-from ...oip.config import MAX_IMAGES_KEY, is_oip_config, read_front_config, tensors_of
-from ...oip.server import PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
+from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
+from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .pool import ModelPool, WorkerStart, worker_env
@@ -127,7 +127,7 @@ async def serve(config: Path, run_dir: Path) -> int:
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(config, server)))
+        servers.append(asyncio.create_task(_grpc(properties, server)))
     await _load(engine)
     for pool in engine.pools.values():  # the models that loaded; the protocol's tensors are stated for classifiers
         m = pool.model
@@ -154,9 +154,12 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-async def _grpc(config: Path, server) -> None:
-    grpc = _grpc_server(read_front_config(config), server)
-    await grpc.start(4)
+async def _grpc(properties: dict[str, str], server) -> None:
+    """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port)."""
+    front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
+                        rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
+                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
+    await _grpc_server(front, server).start(GRPC_THREADS)
 
 
 def _max_images(properties: dict[str, str]) -> int:
