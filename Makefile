@@ -42,7 +42,7 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -125,6 +125,9 @@ bench-compile: setup ## archive time per backend and compiled vs eager img/s (MO
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
 	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
+
+bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS)
+	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
 
 bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
 	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))
