@@ -34,7 +34,9 @@ from tsvk_tools.build.archive import build_archive
 from tsvk_tools.build.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.engines.kserve.files import STATUS_FILE
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.client.predict import predict
+from tsvk_tools.images import image_bytes
+from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 
@@ -246,3 +248,17 @@ def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(
         assert status()["deaths"] == 1 and status()["workers"][0]["pid"] != worker
         responses = post_concurrently(url, [encode(photo("coffee"))] * 2)
         assert [r.status_code for r in responses] == [200, 200]
+
+
+def test_the_protocol_over_grpc_and_rest_answers_as_predictions(tmp_path):
+    """A config from `tsvk config --protocol oip`: the engine serves the protocol's gRPC too (no front process), and
+    `tsvk predict` reaches it over both transports with the inference key."""
+    store = archive_tiny(tmp_path / "store")
+    rest_port, grpc_port = free_ports(2)
+    request = _request(store, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port)
+    with running_engine(request, tmp_path / "oip") as engine:
+        expected = _post(engine, f"/predictions/{CLASSIFIER}", image_bytes("skimage:chelsea")).json()
+        for protocol in ("oip-grpc", "oip-rest"):
+            answer = json.loads(predict(engine.run_dir, "skimage:chelsea", CLASSIFIER, protocol))
+            assert list(answer) == list(expected)
+            assert np.allclose(list(answer.values()), list(expected.values()), atol=1e-6)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ... import defaults
 from ...errors import UsageError
+from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
 from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ...serve.keys import KEY_FILE
 from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
@@ -42,6 +43,16 @@ class EngineRun(TorchServeRun):
                 return
             time.sleep(0.2)
         raise UsageError(f"the engine was not ready after {timeout:.0f} s; see {self.run_dir / 'logs'}:\n{self.log_tail()}")
+
+    def oip_urls(self) -> tuple[str, str]:
+        """The Open Inference Protocol: REST on the inference address; gRPC where the config serves the protocol."""
+        properties = self.properties
+        if not is_oip_config(properties):
+            raise UsageError(f"{self.config} serves the Open Inference Protocol over REST only (at {self.url('inference')}); "
+                             "for gRPC too, write it with `tsvk config --protocol oip`")
+        host = properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS)
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        return self.url("inference"), f"{host}:{properties[GRPC_PORT_KEY]}"
 
     def refusals(self) -> list[str]:
         """The one-line refusals of this start (archives it cannot serve), as its log says them."""

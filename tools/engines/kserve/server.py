@@ -96,13 +96,7 @@ def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
 
 
 async def serve(config: Path, run_dir: Path) -> int:
-    from kserve import ModelServer
-    from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
-    from kserve.protocol.rest.server import RESTServer
-
-    from ...oip.forward import ForwardedError  # kserve, imported once main() has hidden the command line from it
-    from .oip_models import EngineModel  # kserve too
-
+    """The workers are started first, and KServe is imported while they load (cold start: the slowest part runs alone)."""
     properties = read_properties(config)
     key = None
     if auth_enabled(properties):
@@ -113,32 +107,60 @@ async def serve(config: Path, run_dir: Path) -> int:
         log.error("%s", refusal.line())
     start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config))
     engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
+    loading = asyncio.create_task(_load(engine))
+    await asyncio.to_thread(_import_kserve)
+    server, rest = _servers(properties, engine, key, served)
+    servers = [asyncio.create_task(rest.start())]
+    if is_oip_config(properties):
+        servers.append(asyncio.create_task(_grpc(properties, server)))
+    await loading
+    _register_oip_models(server, engine, key, properties)
+    await servers[0]  # until SIGTERM; uvicorn answers what it holds first
+    for task in servers[1:]:
+        task.cancel()
+    await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
+    return 0
+
+
+def _import_kserve() -> None:
+    """KServe's server modules (seconds of imports), once main() has hidden the command line from them."""
+    import kserve.model_server  # noqa: F401
+    import kserve.protocol.rest.server  # noqa: F401
+
+
+def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list):
+    """KServe's model server and REST server, with TorchServe's inference API and the front's guards on the app."""
+    from kserve import ModelServer
+    from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
+    from kserve.protocol.rest.server import RESTServer
+
+    from ...oip.forward import ForwardedError  # kserve, imported once main() has hidden the command line from it
+
     host, port = inference_bind(properties)
     server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
     server.dataplane = _torchserve_dataplane(server.registered_models, _Health(engine))
     app.add_exception_handler(ForwardedError, _forwarded_error_handler)
     PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties)).register(app)
-    app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties), json_limits=front_json_limits_for(m.settings.preprocess for m in served),
+    app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties),
+                       json_limits=front_json_limits_for(m.settings.preprocess for m in served),
                        paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
     app.add_middleware(_TokenGuard, key=key)
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port, workers=1,
                       grace_period=GRACE_S)
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
-    servers = [asyncio.create_task(rest.start())]
-    if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(properties, server)))
-    await _load(engine)
-    for pool in engine.pools.values():  # the models that loaded; the protocol's tensors are stated for classifiers
+    return server, rest
+
+
+def _register_oip_models(server, engine: _Engine, key: InferenceKey | None, properties: dict[str, str]) -> None:
+    """The models that loaded, on the Open Inference Protocol; its tensors are stated for classifiers."""
+    from .oip_models import EngineModel  # kserve, as above
+
+    for pool in engine.pools.values():
         m = pool.model
         tensors = tensors_of(m.name, m.archive, m.settings, m.response_timeout_s)
         if tensors is not None:
             server.register_model(EngineModel(tensors, pool, _max_images(properties), key))
-    await servers[0]  # until SIGTERM; uvicorn answers what it holds first
-    for task in servers[1:]:
-        task.cancel()
-    await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
-    return 0
 
 
 async def _load(engine: _Engine) -> None:
