@@ -132,9 +132,19 @@ def _models(run: TorchServeRun) -> list[dict] | dict:
 def _engine_models(run: TorchServeRun) -> list[dict] | dict:
     """The engine's models and workers, from the status file it rewrites whenever a worker starts or dies."""
     try:
-        return json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
+        models = json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
     except (OSError, ValueError, KeyError) as err:
         return {"error": f"{run.run_dir / STATUS_FILE} cannot be read: {err}"}
+    for worker in (w for model in models for w in model["workers"]):
+        worker["memory_mb"] = _rss_mb(worker.get("pid"))
+    return models
+
+
+def _rss_mb(pid: int | None) -> float:
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1) if pid else 0.0
+    except psutil.Error:
+        return 0.0
 
 
 def _front(run: TorchServeRun, properties: dict[str, str]) -> dict | None:

@@ -52,11 +52,11 @@ class _Engine:
 
     def write_status(self) -> None:
         """The models and their workers as `tsvk status` reports TorchServe's (its management API's fields)."""
-        models = [{"name": name, "archive": f"{pool.model.name}.mar", "batch_size": pool.model.batch_size,
+        models = [{"name": name, "archive": pool.model.archive.name, "batch_size": pool.model.batch_size,
                    "max_batch_delay_ms": pool.model.max_batch_delay_ms, "min_workers": pool.model.workers,
                    "max_workers": pool.model.workers, "starts": pool.starts, "deaths": pool.deaths,
-                   "workers": [{"id": w.number, "status": "READY" if w.alive() else "STARTING", "pid": w.pid, "gpu": False,
-                                "memory_mb": 0.0} for w in pool.workers],
+                   "workers": [{"id": w.number, "status": "READY" if w.alive() else "STARTING", "pid": w.pid,
+                                "gpu": bool(pool.model.gpu_ids)} for w in pool.workers],
                    "ready": pool.ready_workers == pool.model.workers} for name, pool in self.pools.items()]
         temporary = self.run_dir / (STATUS_FILE + ".tmp")
         temporary.write_text(json.dumps({"models": models}, indent=2))
