@@ -44,7 +44,7 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -82,8 +82,8 @@ config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODEL
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
 	$(TSVK) tune $(tune_flags)
 
-serve: setup ## start TorchServe on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
-	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR))
+serve: setup ## start TorchServe (or ENGINE=kserve: tsvk's own engine, no Java) on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
+	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR)) $(call opt,--engine,$(ENGINE))
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
 	@test -x $(TSVK) && $(TSVK) stop $(call opt,--drain-timeout,$(DRAIN_TIMEOUT)) || true
@@ -127,6 +127,9 @@ bench-compile: setup ## archive time per backend and compiled vs eager img/s (MO
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
 	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
+
+bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS)
+	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
 
 bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
 	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))

@@ -111,6 +111,8 @@ TUNE_MEMORY_MARGIN = 0.1  # a candidate's estimated memory is its workers' measu
 # The Open Inference Protocol (KServe v2): `tsvk config --protocol oip` and the front `tsvk serve` starts.
 PROTOCOLS = ("predictions", "oip")  # predictions: TorchServe's /predictions only; oip: that plus the front
 PROTOCOL = "predictions"
+ENGINES = ("torchserve", "kserve")  # torchserve: TorchServe 0.12 (Java); kserve: tsvk's own workers behind KServe's model server
+ENGINE = "torchserve"
 OIP_ADDRESS = "127.0.0.1"  # the front's REST and gRPC listen here: nothing new on a public address unless asked
 OIP_REST_PORT = 8000  # Triton's ports, where tritonclient users look first
 OIP_GRPC_PORT = 8001

@@ -1,8 +1,11 @@
-"""The vision service a TorchServe worker runs, without TorchServe: load once, then answer batches.
+"""The vision service every engine runs, knowing none of them: load once, then answer batches.
 
-`VisionService.from_context` takes anything shaped like `ts.context.Context` (system_properties,
-model_yaml_config, metrics, set_response_status), so tests drive it with a small fake and each
-handler module stays a few lines. The settings name the task (classify, detect, segment); the task
+`VisionService.load` takes a `ServiceSpec` (the unpacked archive, its settings, the serving config) and
+`answer_batch` takes request bodies and their arrival times; an engine is an adapter around those two.
+TorchServe's is `from_context` / `handle`, which only translate its context (system_properties,
+model_yaml_config, metrics, request headers, set_response_status) to and from them, so tests drive it
+with a small fake and each handler module stays a few lines; tsvk's own engine (tsvk_tools.engines.kserve)
+calls `load` and `answer_batch` in its worker processes. The settings name the task (classify, detect, segment); the task
 (`tasks/`) owns the transform and the answer, while reading, decoding, errors, metrics, threads and
 loading are the same for all. Every request of a batch gets exactly one answer (top-k, boxes, a label
 map), or an error body with its own HTTP status; nothing a client sends can kill the worker.
@@ -112,6 +115,21 @@ class WorkerInfo:
     batch_budget_s: float | None = None  # None: a batch runs to its end
 
 
+@dataclass(frozen=True)
+class ServiceSpec:
+    """What loading a service needs, whatever serves it: the unpacked archive and its settings (model-config.yaml),
+    the serving config (threads, deadline, response timeout; None: the archive's own values) and the worker's GPU."""
+
+    model_dir: Path
+    model_yaml_config: Mapping[str, Any]
+    model_name: str | None = None  # None: the name in the settings
+    gpu_id: int | str | None = None  # None: the CPU
+    config_path: Path | None = None
+    batch_size: int | None = None  # for the load log line only: the engine batches
+    metrics: Any = None  # a TorchServe-shaped metrics cache (metrics.py), or None: no metrics from the service
+    gauge_type: Any = None
+
+
 class VisionService:
     def __init__(self, task: Task, metrics: BatchMetrics | None = None, worker: WorkerInfo = WorkerInfo(),
                  stop_marker: StopMarker | None = None):
@@ -126,36 +144,46 @@ class VisionService:
         self.stop_marker = stop_marker or StopMarker()
 
     @classmethod
-    def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
+    def load(cls, spec: "ServiceSpec") -> "VisionService":
         """Read the settings, set threads, load the model and pick the preprocessing backend."""
-        settings = HandlerSettings.from_model_yaml(context.model_yaml_config)
-        properties = context.system_properties
-        model_dir = Path(properties.get("model_dir") or ".")
-        model_name = getattr(context, "model_name", None) or settings.model_name
-        device = worker_device(properties.get("gpu_id"))
+        settings = HandlerSettings.from_model_yaml(spec.model_yaml_config)
+        model_name = spec.model_name or settings.model_name
+        device = worker_device(spec.gpu_id)
         bind_worker_device(device)  # before any CUDA work: libraries allocate on the current device
-        config_path = find_torchserve_config()
-        plan = resolve_threads(settings.runtime, model_name, config_path)
+        plan = resolve_threads(settings.runtime, model_name, spec.config_path)
         apply_threads(plan)  # before loading: some loaders start thread pools
-        labels = load_labels(model_dir / settings.labels_file)
-        model = load_model(settings.artifact, model_dir, device, num_classes=len(labels) if labels else None, task=settings.task)
+        labels = load_labels(spec.model_dir / settings.labels_file)
+        model = load_model(settings.artifact, spec.model_dir, device, num_classes=len(labels) if labels else None, task=settings.task)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        ts_config = read_properties(config_path) if config_path else {}
-        worker = WorkerInfo(deadline_from_config(ts_config, model_name), record_worker_start(model_dir),
-                            batch_time_budget_s(ts_config, model_name))
-        _log_loaded(settings, model, choice, properties.get("batch_size"), plan.source, worker)
-        metrics = BatchMetrics(getattr(context, "metrics", None), choice.name, model_name, gauge_type, worker.start_number)
+        config = read_properties(spec.config_path) if spec.config_path else {}
+        worker = WorkerInfo(deadline_from_config(config, model_name), record_worker_start(spec.model_dir),
+                            batch_time_budget_s(config, model_name))
+        _log_loaded(settings, model, choice, spec.batch_size, plan.source, worker)
+        metrics = BatchMetrics(spec.metrics, choice.name, model_name, spec.gauge_type, worker.start_number)
         return cls(task_kind(settings.task).task_class()(settings, model, preprocessor, labels), metrics, worker)
 
+    @classmethod
+    def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
+        """TorchServe's load: the service's spec read from its context, and the config its frontend started on."""
+        properties = context.system_properties
+        return cls.load(ServiceSpec(Path(properties.get("model_dir") or "."), context.model_yaml_config,
+                                    getattr(context, "model_name", None), properties.get("gpu_id"), find_torchserve_config(),
+                                    properties.get("batch_size"), getattr(context, "metrics", None), gauge_type))
+
     def handle(self, data: Sequence[Any], context: Any = None) -> list[Any]:
-        """TorchServe's entry point: answers in request order, statuses set on the context."""
-        started = time.monotonic()
-        arrivals = arrival_times(context, len(data)) if context is not None else None
-        outcome = self.answer(data, arrivals)
+        """TorchServe's entry point: arrival times read from its context, answers in request order, statuses set on it."""
+        outcome = self.answer_batch(data, arrival_times(context, len(data)) if context is not None else None)
         if context is not None:
             report_statuses(context, outcome.statuses)
-        self.heap.after_batch(time.monotonic() - started)
         return outcome.answers
+
+    def answer_batch(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
+        """Any engine's entry point: one answer and status per request body, in order; then the heap is
+        trimmed when it is time (heap.py)."""
+        started = time.monotonic()
+        outcome = self.answer(data, arrivals)
+        self.heap.after_batch(time.monotonic() - started)
+        return outcome
 
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
         record = BatchRecord(len(data))

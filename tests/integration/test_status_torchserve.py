@@ -38,4 +38,4 @@ def test_status_reports_the_running_torchserve(tiny_store, tmp_path, capsys):
     assert report["oip_front"] is None
     assert "model tiny: ready, batch 4" in text and f"pid {run.pid}" in text
     assert tsvk(["status", "--run-dir", str(run.run_dir)]) == 0
-    assert "no TorchServe started by `tsvk serve` is running" in capsys.readouterr().out
+    assert "no server started by `tsvk serve` is running" in capsys.readouterr().out

@@ -52,7 +52,7 @@ class Option:
 BUILD = "archive compile"
 BENCH = "bench bench-central"
 OPTIONS = [
-    Option("MODEL", "--model", f"{BUILD} demo predict draw bench bench-central bench-compile bench-pinning gpu-check robustness soak",
+    Option("MODEL", "--model", f"{BUILD} demo predict draw bench bench-central bench-compile bench-pinning bench-engines gpu-check robustness soak",
            "resnet50"),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
@@ -62,7 +62,7 @@ OPTIONS = [
     Option("MAX_BATCH", "--max-batch", BUILD, "16"),
     Option("BATCH", "--batch", f"{BUILD} config", "4"),
     Option("MAX_BATCH_DELAY", "--max-batch-delay", f"{BUILD} config", "20"),
-    Option("WORKERS", "--workers", f"{BUILD} config bench-pinning", "3"),
+    Option("WORKERS", "--workers", f"{BUILD} config bench-pinning bench-engines", "3"),
     Option("TOPK", "--topk", BUILD, "7"),
     Option("TASK", "--task", BUILD, "detect"),
     Option("SCORE_THRESHOLD", "--score-threshold", BUILD, "0.3"),
@@ -90,6 +90,7 @@ OPTIONS = [
     Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
     Option("PROTOCOL", "--protocol", "config serve", "oip"),
     Option("ALLOCATOR", "--allocator", "serve soak", "glibc"),
+    Option("ENGINE", "--engine", "serve", "kserve"),
     Option("DRAIN_TIMEOUT", "--drain-timeout", "stop clean", "10"),
     Option("PREDICT_PROTOCOL", "--protocol", "predict", "oip-grpc"),
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),
@@ -148,6 +149,7 @@ CLI_ONLY = {
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
     "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
+    "bench engines": {flag: _BENCH_TUNING for flag in ("--backend", "--rounds", "--shared", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
         "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet",

@@ -12,7 +12,7 @@ from tsvk_tools.serve.server import PID_FILE
 def test_nothing_running_says_so_in_one_line(tmp_path, capsys):
     assert cli.main(["status", "--run-dir", str(tmp_path)]) == 0
     out = capsys.readouterr().out.strip().splitlines()
-    assert len(out) == 1 and out[0].startswith("no TorchServe started by `tsvk serve` is running") and "make serve" in out[0]
+    assert len(out) == 1 and out[0].startswith("no server started by `tsvk serve` is running") and "make serve" in out[0]
 
 
 def test_nothing_running_as_json(tmp_path, capsys):

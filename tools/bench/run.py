@@ -37,6 +37,7 @@ BENCHMARKS = {
     "compile": ("compiled", "`tsvk archive` time per backend and compiled vs eager img/s"),
     "pinning": ("pinning", "serving with and without core pinning, alternating rounds"),
     "accuracy": ("accuracy", "top-1/top-5 of every backend and precision through a real TorchServe (EfficientNet-Lite0)"),
+    "engines": ("engines", "TorchServe and tsvk's kserve engine on one archive: cold start and the whole server's memory"),
 }
 
 

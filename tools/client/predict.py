@@ -15,7 +15,7 @@ from .. import defaults
 from ..errors import UsageError
 from ..images import image_bytes
 from ..serve.keys import call_with_fresh_key
-from ..serve.server import find_running
+from ..engines.running import find_serving
 from ..oip.client import predict_oip
 
 
@@ -41,10 +41,10 @@ def ask(run_dir: Path, image: str, model: str | None = None) -> tuple[bytes, obj
 
 
 def _running_model(run_dir: Path, model: str | None):
-    """The TorchServe `tsvk serve` started from `run_dir`, and the model to ask (the first configured one by default)."""
-    run = find_running(run_dir)
+    """The server `tsvk serve` started from `run_dir` (either engine), and the model to ask (the first configured one by default)."""
+    run = find_serving(run_dir)
     if run is None:
-        raise UsageError(f"no TorchServe started from {run_dir} is running; `tsvk serve` first")
+        raise UsageError(f"no server started from {run_dir} is running; `tsvk serve` first")
     model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
     if not model:
         raise UsageError("no model named and none configured; pass --model <name>")

@@ -23,7 +23,10 @@ from .. import defaults
 from ..serve.keys import KEY_FILE
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
-from ..serve.server import WORKER_MARKER, TorchServeRun, find_running
+from ..engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ..engines.kserve.files import STATUS_FILE
+from ..engines.running import engine_of, find_serving
+from ..serve.server import WORKER_MARKER, TorchServeRun
 
 GRPC_PORT_KEYS = ("grpc_inference_port", "grpc_management_port")
 API_TIMEOUT_S = 5
@@ -45,23 +48,38 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def gather(run_dir: Path) -> dict:
     """Everything `tsvk status` says, as data; `running` is False when no TorchServe of ours runs."""
-    run = find_running(run_dir)
+    run = find_serving(run_dir)
     if run is None:
         return {"running": False, "run_dir": str(Path(run_dir).resolve())}
     properties = run.properties
+    engine = engine_of(run)
     return {
         "running": True,
+        "engine": engine,
         "run_dir": str(run.run_dir),
         "pid": run.pid,
         "config": str(run.config),
         "uptime_s": round(time.time() - run.started_at, 1) if run.started_at else None,
         "memory_mb": _group_memory_mb(run.pid),
-        "addresses": {**{api: run.url(api) for api in ("inference", "management", "metrics")},
-                      **{key: int(properties[key]) for key in GRPC_PORT_KEYS if properties.get(key, "").isdigit()}},
+        "addresses": _engine_addresses(run) if engine == "kserve" else _addresses(run, properties),
         "key_file": _key_file(run.run_dir),
-        "models": _models(run),
-        "oip_front": _front(run, properties),
+        "models": _engine_models(run) if engine == "kserve" else _models(run),
+        "oip_front": None if engine == "kserve" else _front(run, properties),
     }
+
+
+def _addresses(run: TorchServeRun, properties: dict[str, str]) -> dict:
+    return {**{api: run.url(api) for api in ("inference", "management", "metrics")},
+            **{key: int(properties[key]) for key in GRPC_PORT_KEYS if properties.get(key, "").isdigit()}}
+
+
+def _engine_addresses(run: TorchServeRun) -> dict:
+    """The engine opens the inference address only (no management or metrics API), and the protocol's gRPC port where
+    the config serves it."""
+    addresses = {"inference": run.url("inference")}
+    if is_oip_config(run.properties):
+        addresses["oip_grpc"] = front_urls(read_front_config(run.config))[1]
+    return addresses
 
 
 def _group_memory_mb(pgid: int) -> dict:
@@ -74,7 +92,8 @@ def _group_memory_mb(pgid: int) -> dict:
         except OSError:
             continue
         rss = process.info["memory_info"].rss / 2**20
-        if WORKER_MARKER in " ".join(process.info["cmdline"] or []):
+        command = " ".join(process.info["cmdline"] or [])
+        if WORKER_MARKER in command or ENGINE_WORKER_MARKER in command:
             workers += rss
         else:
             frontend += rss
@@ -110,6 +129,24 @@ def _models(run: TorchServeRun) -> list[dict] | dict:
     return models
 
 
+def _engine_models(run: TorchServeRun) -> list[dict] | dict:
+    """The engine's models and workers, from the status file it rewrites whenever a worker starts or dies."""
+    try:
+        models = json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
+    except (OSError, ValueError, KeyError) as err:
+        return {"error": f"{run.run_dir / STATUS_FILE} cannot be read: {err}"}
+    for worker in (w for model in models for w in model["workers"]):
+        worker["memory_mb"] = _rss_mb(worker.get("pid"))
+    return models
+
+
+def _rss_mb(pid: int | None) -> float:
+    try:
+        return round(psutil.Process(pid).memory_info().rss / 2**20, 1) if pid else 0.0
+    except psutil.Error:
+        return 0.0
+
+
 def _front(run: TorchServeRun, properties: dict[str, str]) -> dict | None:
     if not is_oip_config(properties):
         return None
@@ -132,11 +169,12 @@ def _get_json(url: str, headers: dict[str, str]):
 def describe(report: dict) -> list[str]:
     """The report as lines a person reads."""
     if not report["running"]:
-        return [f"no TorchServe started by `tsvk serve` is running (run dir {report['run_dir']}); start one with "
+        return [f"no server started by `tsvk serve` is running (run dir {report['run_dir']}); start one with "
                 "`make serve` (or `tsvk serve --config <file>`)"]
     uptime = report["uptime_s"]
     memory = report["memory_mb"]
-    lines = [f"TorchServe running: pid {report['pid']}, up {_duration(uptime) if uptime is not None else 'unknown'}, "
+    server = "engine kserve" if report.get("engine") == "kserve" else "TorchServe"
+    lines = [f"{server} running: pid {report['pid']}, up {_duration(uptime) if uptime is not None else 'unknown'}, "
              f"config {report['config']}",
              f"  memory: {memory['total']:,.0f} MiB (frontend {memory['frontend']:,.0f}, workers {memory['workers']:,.0f})",
              "  addresses: " + ", ".join(f"{name} {value}" for name, value in report["addresses"].items())]

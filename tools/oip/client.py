@@ -20,13 +20,17 @@ from .process import front_pid, front_urls
 
 def predict_oip(run, model: str, image: bytes, grpc: bool) -> str:
     """The top-k of one image as {label: probability}, asked over the Open Inference Protocol."""
-    if front_pid(run.run_dir) is None:
-        raise UsageError(f"no Open Inference Protocol front runs next to the TorchServe in {run.run_dir}; "
-                         "serve a config from `tsvk config --protocol oip`")
-    rest, target = front_urls(read_front_config(run.config))
+    rest, target = run.oip_urls() if hasattr(run, "oip_urls") else _front_urls(run)  # the kserve engine speaks it itself
     client = _grpc_client(target) if grpc else _http_client(rest)
     probabilities, labels = _infer(client, model, image, run.run_dir, grpc)
     return json.dumps({_text(label): float(p) for label, p in zip(labels[0], probabilities[0])}, indent=2)
+
+
+def _front_urls(run) -> tuple[str, str]:
+    if front_pid(run.run_dir) is None:
+        raise UsageError(f"no Open Inference Protocol front runs next to the TorchServe in {run.run_dir}; "
+                         "serve a config from `tsvk config --protocol oip`")
+    return front_urls(read_front_config(run.config))
 
 
 def _http_client(rest: str):

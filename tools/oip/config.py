@@ -72,23 +72,31 @@ def read_front_config(config_path: Path) -> FrontConfig:
         grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
         max_images=int(properties.get(MAX_IMAGES_KEY, defaults.OIP_MAX_IMAGES)),
         max_request_bytes=int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20)),
-        models=_models(properties),
+        models=model_tensors(properties),
     )
 
 
-def _models(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
+def model_tensors(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
+    """The tensors of each classifier the config names (the other tasks are served on /predictions only)."""
     store = Path(properties.get("model_store", defaults.MODEL_STORE))
     entries = json.loads(properties.get("models", "{}"))
     models = []
     for name, versions in entries.items():
         entry = next(iter(versions.values()))
         archive = store / entry.get("marName", f"{name}.mar")
-        settings = read_archive_settings(archive)
-        if not task_kind(settings.task).top_k:  # its tensors (boxes, label maps) are not stated here: /predictions serves it
-            continue
-        k = oip.answer_size(settings.runtime.topk, _label_count(archive, settings.labels_file))
-        models.append(ModelTensors(name, settings.preprocess.crop, k, float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))))
+        tensors = tensors_of(name, archive, read_archive_settings(archive), float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)))
+        if tensors is not None:
+            models.append(tensors)
     return tuple(models)
+
+
+def tensors_of(name: str, archive: Path, settings, timeout_s: float) -> ModelTensors | None:
+    """A classifier's tensors; None for the other tasks (their boxes and label maps are not stated here: /predictions
+    serves them)."""
+    if not task_kind(settings.task).top_k:
+        return None
+    k = oip.answer_size(settings.runtime.topk, _label_count(archive, settings.labels_file))
+    return ModelTensors(name, settings.preprocess.crop, k, timeout_s)
 
 
 def _label_count(archive: Path, labels_file: str) -> int | None:

@@ -31,25 +31,30 @@ from .health import TorchServeHealth
 from .upstream import TorchServeClient
 
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
-_PROTOCOL_PATHS = re.compile(r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$")
+PROTOCOL_PATHS = r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$"
 GRPC_THREADS = 4
 BINARY_JSON_LENGTH = b"inference-header-content-length"  # the binary extension: the JSON part's length, in bytes
 
 
 class _Guard:
     """ASGI middleware: the protocol's paths only, a request body no larger than TorchServe accepts, and its JSON
-    within `json_limits`: parsed, a 16 MiB body of `[[],[],...]` cost 572 MiB in KServe's request (docs/robustness.md)."""
+    within `json_limits`: parsed, a 16 MiB body of `[[],[],...]` cost 572 MiB in KServe's request (docs/robustness.md).
+    `paths` are the paths served (the protocol's by default), `json_paths` those whose bodies are checked as JSON here
+    (tsvk's engine also serves /predictions, whose bodies its handler reads within the same bounds)."""
 
-    def __init__(self, app, max_request_bytes: int, json_limits: JsonLimits = JsonLimits()):
+    def __init__(self, app, max_request_bytes: int, json_limits: JsonLimits = JsonLimits(), paths: str = PROTOCOL_PATHS,
+                 json_paths: str = PROTOCOL_PATHS):
         self.app = app
         self.max_request_bytes = max_request_bytes
         self.json_limits = json_limits
+        self.paths = re.compile(paths)
+        self.json_paths = re.compile(json_paths)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refusal = self._refusal(scope)
-        if refusal is None and scope["method"] == "POST":
+        if refusal is None and scope["method"] == "POST" and self.json_paths.match(scope["path"]):
             body = await _read_body(receive)
             refusal = self._json_refusal(scope, body)
             receive = _replay(body, receive)
@@ -69,8 +74,8 @@ class _Guard:
         return None
 
     def _refusal(self, scope) -> tuple[int, str] | None:
-        if not _PROTOCOL_PATHS.match(scope["path"]):
-            return 404, f"not_found: {scope['path']} is not an Open Inference Protocol path"
+        if not self.paths.match(scope["path"]):
+            return 404, f"not_found: {scope['path']} is not a path this server serves"
         headers = dict(scope.get("headers") or [])
         length = headers.get(b"content-length")
         if scope["method"] == "POST" and length is None:
@@ -105,9 +110,13 @@ def _replay(body: bytes, receive):
 
 
 def front_json_limits(config: FrontConfig) -> JsonLimits:
+    return front_json_limits_for(config.models)
+
+
+def front_json_limits_for(models) -> JsonLimits:
     """The handler's JSON limits, with room for OIP_JSON_PIXEL_IMAGES images of pixels at the largest crop the
     front serves (more go as the binary extension or over gRPC, which are not parsed as JSON)."""
-    largest = max((oip.element_count((3, m.crop, m.crop)) for m in config.models), default=0)
+    largest = max((oip.element_count((3, m.crop, m.crop)) for m in models), default=0)
     return limits_for_pixels(OIP_JSON_PIXEL_IMAGES * largest)
 
 

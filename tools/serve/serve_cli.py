@@ -1,5 +1,6 @@
 """`tsvk config`, `tsvk serve`, `tsvk stop` and `tsvk keys`: write a serving config, and start, stop and
-hold the keys of the TorchServe (and Open Inference Protocol front) started from it."""
+hold the keys of the server started from it: TorchServe (and its Open Inference Protocol front), or with
+`--engine kserve` tsvk's own engine (tools/engines/kserve), on the same config and model store."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from tsvk.properties import read_properties
 
 from .. import defaults, progress
 from .allocator import add_allocator_argument, describe as describe_allocator
-from ..arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
+from ..arguments import add_engine_argument, add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
 from .drain import add_drain_timeout_argument, describe_drain
+from ..engines.kserve.run import start_engine
+from ..engines.running import engine_of, find_serving
 from ..errors import UsageError
 from .keys import KEY_FILE, KEY_TYPES, current_key, renew_keys, start_key_renewer
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_urls, start_front, wait_front_ready
-from .server import find_running, start_torchserve
+from .server import start_torchserve
 from .serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config, write_plan
 
 
@@ -102,7 +105,8 @@ def _tuned_config(request, args: argparse.Namespace):
 
 
 def _register_serve(commands) -> None:
-    p = commands.add_parser("serve", help="start TorchServe on a generated config and wait until every model is ready")
+    p = commands.add_parser("serve", help="start TorchServe (or tsvk's own engine: --engine kserve) on a generated config and wait "
+                                          "until every model is ready")
     p.add_argument("--config", type=Path, default=Path(defaults.CONFIG))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="working dir, logs and key file of this TorchServe")
     p.add_argument("--timeout", type=positive_int, default=defaults.READY_TIMEOUT_S,
@@ -110,6 +114,7 @@ def _register_serve(commands) -> None:
     add_protocol_argument(p, "oip: require the config to serve the Open Inference Protocol (default: whatever the config "
                               "says; a config from `tsvk config --protocol oip` starts the front too)")
     add_allocator_argument(p)
+    add_engine_argument(p)
     p.set_defaults(func=cmd_serve)
 
 
@@ -117,6 +122,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     oip = args.config.is_file() and is_oip_config(read_properties(args.config))
     if args.protocol == "oip" and not oip:
         raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
+    if args.engine == "kserve":
+        return _serve_on_engine(args, oip)
     print(describe_allocator(args.allocator))
     with progress.step("start TorchServe", f"its frontend (Java) on {args.config}"):
         run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
@@ -140,6 +147,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _serve_on_engine(args: argparse.Namespace, oip: bool) -> int:
+    """tsvk's own engine on the same config: no Java, no front process (it speaks the protocol itself), no key renewer
+    (its keys do not expire)."""
+    with progress.step("start tsvk's engine", f"worker processes behind KServe's model server, on {args.config}"):
+        run = start_engine(args.config, args.run_dir)
+    try:
+        with progress.step("load the models", f"every served model's workers ready (at most {args.timeout} s; log: {args.run_dir}/logs)"):
+            run.wait_ready(timeout=args.timeout)
+    except BaseException:  # a failed readiness check, Ctrl-C, SIGTERM: nothing we started stays behind
+        run.stop(drain_timeout=0)
+        raise
+    for line in run.refusals():
+        print(line)
+    print(f"engine kserve ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>, "
+          f"Open Inference Protocol REST at {run.url('inference')}/v2/models/<model>/infer")
+    if oip:
+        print(f"Open Inference Protocol gRPC: {_front_addresses(run)[1]}")
+    if run.keys():
+        print("token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it)")
+    return 0
+
+
 def _start_front(run) -> None:
     """The Open Inference Protocol front, once TorchServe's models are ready; stopped with TorchServe."""
     start_front(run.config, run.run_dir)
@@ -151,18 +180,21 @@ def _front_addresses(run) -> tuple[str, str]:
 
 
 def _register_stop(commands) -> None:
-    p = commands.add_parser("stop", help="drain and stop the TorchServe that `tsvk serve` started (and no other)")
+    p = commands.add_parser("stop", help="drain and stop the server (either engine) that `tsvk serve` started (and no other)")
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR)
     add_drain_timeout_argument(p)
     p.set_defaults(func=cmd_stop)
 
 
 def cmd_stop(args: argparse.Namespace) -> int:
-    run = find_running(args.run_dir)
+    run = find_serving(args.run_dir)
     if run is None:
-        print(f"no TorchServe started from {args.run_dir} is running")
+        print(f"no server started from {args.run_dir} is running")
         return 0
     report = run.stop(drain_timeout=args.drain_timeout)
+    if engine_of(run) == "kserve":
+        print(f"stopped engine kserve (pid {run.pid}); it answered what it held before its workers ended")
+        return 0
     print(f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}")
     return 0
 
@@ -176,9 +208,11 @@ def _register_keys(commands) -> None:
 
 
 def cmd_keys(args: argparse.Namespace) -> int:
-    run = find_running(args.run_dir)
+    run = find_serving(args.run_dir)
     if run is None:
-        raise UsageError(f"no TorchServe started from {args.run_dir} is running; `tsvk serve` first")
+        raise UsageError(f"no server started from {args.run_dir} is running; `tsvk serve` first")
+    if args.renew and engine_of(run) == "kserve":
+        raise UsageError("--renew renews TorchServe's keys; the kserve engine's keys are made at its start and do not expire")
     if args.renew:
         renew_keys(run.run_dir, run.url("management"))
     key = current_key(run.run_dir, args.kind)

@@ -1,0 +1,264 @@
+"""tsvk's own engine (`tsvk serve --engine kserve`) against a real TorchServe 0.12 on the same archives: one archive
+per task (classify, detect, segment), the same model store, the same generated config (other ports).
+
+TorchServe's answers are what the engine's must equal: the JSON of every task's answer, and the statuses, bodies
+and headers of TorchServe's own answers (/ping, an unknown model or version, a refused key, a bad image). The engine
+runs no Java and its workers import the archive's own tsvk (checked in the worker). Also: an archive the engine
+cannot serve is refused in one line naming it while the others start, and a worker killed mid-batch has its
+requests answered 503 within a second and is replaced.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import threading
+import time
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+import requests
+from PIL import Image
+
+from tests.support.engine import running_engine
+from tests.support.handler_fakes import encode, photo
+from tests.support.task_models import DETECTOR, SEGMENTER, decisive_weights
+from tests.support.torchserve import archive_tiny, post_concurrently, running_torchserve
+from tsvk_tools.build.archive import build_archive
+from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.cli import main as tsvk
+from tsvk_tools.engines.kserve.files import STATUS_FILE
+from tsvk_tools.client.predict import predict
+from tsvk_tools.images import image_bytes
+from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+
+pytestmark = pytest.mark.integration
+
+CLASSIFIER = "tiny"
+PHOTOS = ("chelsea", "coffee")
+SAME_HEADERS = ("cache-control", "pragma", "expires", "content-type")
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("engine_store")
+    store = archive_tiny(work / "model_store")
+    detector = decisive_weights(DETECTOR, work / "detector.pt")
+    segmenter = decisive_weights(SEGMENTER, work / "segmenter.pt", std=1.0)
+    build_archive(BuildRequest(model=DETECTOR, backend="torchscript", weights=str(detector), max_batch=4, score_threshold=0.3), store)
+    build_archive(BuildRequest(model=SEGMENTER, backend="export", weights=str(segmenter), max_batch=4), store)
+    return store
+
+
+def _request(store: Path, **fields):
+    return serving_on_free_ports(model_store=store, vcpus=3, workers=1, batch=4, max_batch_delay_ms=100, auth=True, **fields)
+
+
+@pytest.fixture(scope="module")
+def both(store, tmp_path_factory):
+    """(TorchServe's run, the engine's run) on the same store and config settings, served side by side."""
+    work = tmp_path_factory.mktemp("engine_both")
+    with running_torchserve(_request(store), work / "torchserve") as torchserve, running_engine(_request(store), work / "kserve") as engine:
+        yield torchserve, engine
+
+
+def _post(run, path: str, body: bytes, headers: dict | None = None, **kwargs) -> requests.Response:
+    headers = run.headers("inference") if headers is None else headers
+    return requests.post(f"{run.url('inference')}{path}", data=body, headers=headers, timeout=120, **kwargs)
+
+
+def test_the_engine_runs_no_java_and_no_torchserve_module(both):
+    _, engine = both
+    processes = [psutil.Process(engine.pid), *psutil.Process(engine.pid).children(recursive=True)]
+    commands = [" ".join(p.cmdline()) for p in processes]
+    assert len(processes) >= 4, commands  # the server and one worker per model
+    assert not any("java" in c or "org.pytorch.serve" in c or "model_service_worker" in c for c in commands), commands
+    for process in processes:
+        maps = Path(f"/proc/{process.pid}/maps").read_text()
+        assert "libjvm" not in maps
+    status = json.loads((engine.run_dir / STATUS_FILE).read_text())
+    assert sorted(m["name"] for m in status["models"]) == sorted([CLASSIFIER, DETECTOR, SEGMENTER])
+
+
+@pytest.mark.parametrize("model", [CLASSIFIER, DETECTOR, SEGMENTER])
+def test_every_task_answers_the_same_json_on_both_engines(both, model):
+    torchserve, engine = both
+    for name in PHOTOS:
+        body = encode(photo(name), "PNG")
+        expected, got = _post(torchserve, f"/predictions/{model}", body), _post(engine, f"/predictions/{model}", body)
+        assert (got.status_code, expected.status_code) == (200, 200), (got.text[:300], expected.text[:300])
+        assert got.headers.get("content-type") == expected.headers.get("content-type")
+        _assert_same_answer(model, expected.json(), got.json())
+        assert got.content == expected.content or model != CLASSIFIER  # byte for byte where the floats agree exactly
+
+
+def _assert_same_answer(model: str, expected, got) -> None:
+    if model == CLASSIFIER:
+        assert list(got) == list(expected)
+        assert np.allclose(list(got.values()), list(expected.values()), atol=1e-6)
+    elif model == DETECTOR:
+        assert len(got) == len(expected) > 0
+        assert sorted(a["label"] for a in got) == sorted(a["label"] for a in expected)
+        boxes = lambda answer: np.array(sorted(a["box"] + [a["score"]] for a in answer))  # noqa: E731
+        assert np.allclose(boxes(got), boxes(expected), atol=0.02)
+    else:
+        assert (got["width"], got["height"]) == (expected["width"], expected["height"])
+        assert [c["label"] for c in got["classes"]] == [c["label"] for c in expected["classes"]]
+        maps = [np.array(Image.open(io.BytesIO(base64.b64decode(a["label_map"]["data"])))) for a in (got, expected)]
+        assert (maps[0] == maps[1]).mean() >= 0.999
+
+
+def test_form_uploads_and_options_answer_alike(both):
+    torchserve, engine = both
+    body = encode(photo("chelsea"), "PNG")
+    expected, got = (requests.post(f"{run.url('inference')}/predictions/{DETECTOR}", files={"data": body}, data={"max_detections": "2"},
+                                   headers=run.headers("inference"), timeout=120) for run in (torchserve, engine))
+    assert got.status_code == expected.status_code == 200, got.text
+    _assert_same_answer(DETECTOR, expected.json(), got.json())
+    assert len(got.json()) == 2
+
+
+@pytest.mark.parametrize("case", ["ping", "ping without key", "wrong key", "unknown model", "unknown version", "bad image",
+                                  "versioned", "empty GET"])
+def test_torchserves_own_answers_are_the_same(both, case):
+    torchserve, engine = both
+    answers = [_ask(run, case) for run in (torchserve, engine)]
+    expected, got = answers
+    assert got.status_code == expected.status_code, (case, got.text, expected.text)
+    if case == "versioned":
+        assert got.json().keys() == expected.json().keys()
+    else:
+        assert got.content == expected.content, (case, got.content, expected.content)
+    for header in SAME_HEADERS:
+        assert got.headers.get(header) == expected.headers.get(header), (case, header)
+    assert len(got.headers["x-request-id"]) == len(expected.headers["x-request-id"])
+
+
+def _ask(run, case: str) -> requests.Response:
+    url, auth, image = run.url("inference"), run.headers("inference"), encode(photo("chelsea"))
+    if case == "ping":
+        return requests.get(f"{url}/ping", headers=auth, timeout=30)
+    if case == "ping without key":
+        return requests.get(f"{url}/ping", timeout=30)
+    if case == "wrong key":
+        return requests.post(f"{url}/predictions/{CLASSIFIER}", data=image, headers={"Authorization": "Bearer nope"}, timeout=30)
+    if case == "unknown model":
+        return requests.post(f"{url}/predictions/nope", data=image, headers=auth, timeout=30)
+    if case == "unknown version":
+        return requests.post(f"{url}/predictions/{CLASSIFIER}/9.9", data=image, headers=auth, timeout=30)
+    if case == "bad image":
+        return requests.post(f"{url}/predictions/{CLASSIFIER}", data=b"\xff\xd8\xff not a jpeg", headers=auth, timeout=30)
+    if case == "versioned":
+        return requests.post(f"{url}/predictions/{CLASSIFIER}/1.0", data=image, headers=auth, timeout=30)
+    return requests.get(f"{url}/predictions/{CLASSIFIER}", headers=auth, timeout=30)
+
+
+def test_the_open_inference_protocol_answers_the_classifier(both):
+    _, engine = both
+    image = base64.b64encode(encode(photo("chelsea"))).decode()
+    document = {"inputs": [{"name": "images", "datatype": "BYTES", "shape": [2], "data": [image, image]}]}
+    response = requests.post(f"{engine.url('inference')}/v2/models/{CLASSIFIER}/infer", json=document,
+                             headers=engine.headers("inference"), timeout=60)
+    assert response.status_code == 200, response.text
+    outputs = {o["name"]: o for o in response.json()["outputs"]}
+    assert outputs["labels"]["shape"] == [2, 3] and outputs["probabilities"]["shape"] == [2, 3]
+    expected = _post(engine, f"/predictions/{CLASSIFIER}", encode(photo("chelsea"))).json()
+    assert outputs["labels"]["data"][:3] == list(expected)
+    refused = requests.post(f"{engine.url('inference')}/v2/models/{CLASSIFIER}/infer", json=document, timeout=60)
+    assert refused.status_code == 400 and "InvalidKeyException" in refused.text
+
+
+def _broken_copies(store: Path, into: Path) -> Path:
+    """The tiny archive, plus two copies the engine cannot serve: one naming TorchServe's stock handler, one whose
+    artifact is missing."""
+    into.mkdir(parents=True, exist_ok=True)
+    source = store / f"{CLASSIFIER}.mar"
+    (into / source.name).write_bytes(source.read_bytes())
+    with zipfile.ZipFile(source) as mar:
+        files = {name: mar.read(name) for name in mar.namelist()}
+    manifest = json.loads(files["MAR-INF/MANIFEST.json"])
+    stock = {**files, "MAR-INF/MANIFEST.json": json.dumps({**manifest, "model": {**manifest["model"], "handler": "image_classifier"}}).encode()}
+    settings = files["model-config.yaml"].decode()
+    artifact = next(line.split(":", 1)[1].strip() for line in settings.splitlines() if line.strip().startswith("file:"))
+    missing = {name: data for name, data in files.items() if name != artifact}
+    for name, contents in (("stock", stock), ("noartifact", missing)):
+        with zipfile.ZipFile(into / f"{name}.mar", "w") as mar:
+            for member, data in contents.items():
+                mar.writestr(member, data)
+    return into
+
+
+def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(tmp_path, capsys):
+    broken = _broken_copies(archive_tiny(tmp_path / "tiny_store"), tmp_path / "store")
+    request = _request(broken)
+    config = tmp_path / "config.properties"
+    assert tsvk(["config", "--model-store", str(broken), "--vcpus", "3", "--workers", "1", "--auth", "off", "--output", str(config),
+                 "--inference-address", request.inference_address, "--management-address", request.management_address,
+                 "--metrics-address", request.metrics_address, "--grpc-inference-port", str(request.grpc_inference_port),
+                 "--grpc-management-port", str(request.grpc_management_port)]) == 0
+    run_dir = tmp_path / "run"
+    try:
+        assert tsvk(["serve", "--engine", "kserve", "--config", str(config), "--run-dir", str(run_dir)]) == 0
+        out = capsys.readouterr().out
+        refusals = [line for line in out.splitlines() if line.startswith("not serving")]
+        assert len(refusals) == 2, out
+        assert any("stock.mar" in line and "image_classifier" in line and "stock" in line for line in refusals), refusals
+        assert any("noartifact.mar" in line and "missing" in line for line in refusals), refusals
+        answer = requests.post(f"{request.inference_address}/predictions/{CLASSIFIER}", data=encode(photo("chelsea")), timeout=60)
+        assert answer.status_code == 200 and len(answer.json()) == 3
+        assert requests.post(f"{request.inference_address}/predictions/stock", data=b"x", timeout=60).status_code == 404
+        assert tsvk(["status", "--run-dir", str(run_dir)]) == 0
+        assert "engine kserve running" in capsys.readouterr().out
+        assert tsvk(["predict", "--run-dir", str(run_dir), "--model", CLASSIFIER]) == 0
+    finally:
+        assert tsvk(["stop", "--run-dir", str(run_dir)]) == 0
+    assert "stopped engine kserve" in capsys.readouterr().out
+
+
+def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(tmp_path):
+    store = archive_tiny(tmp_path / "slow_store", "SlowTinyNet")
+    request = serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=300, auth=False)
+    with running_engine(request, tmp_path / "slow") as engine:
+        url = f"{engine.url('inference')}/predictions/{CLASSIFIER}"
+        status = lambda: json.loads((engine.run_dir / STATUS_FILE).read_text())["models"][0]  # noqa: E731
+        worker = status()["workers"][0]["pid"]
+        os.kill(worker, signal.SIGSTOP)  # the worker holds the next batch until it is killed
+        answered: list[tuple[float, requests.Response]] = []
+        senders = [threading.Thread(target=lambda: answered.append((time.monotonic(), requests.post(url, data=encode(photo("chelsea")), timeout=60))))
+                   for _ in range(3)]
+        for sender in senders:
+            sender.start()
+        time.sleep(1.0)  # the batch is formed (300 ms) and sent to the stopped worker
+        killed_at = time.monotonic()
+        os.kill(worker, signal.SIGKILL)
+        for sender in senders:
+            sender.join(10)
+        assert len(answered) == 3
+        assert all(r.status_code == 503 and r.json()["error"] == "worker_died" for _, r in answered), [r.text for _, r in answered]
+        assert max(t for t, _ in answered) - killed_at < 1.0
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (status()["starts"] == 2 and status()["ready"]):
+            time.sleep(0.2)
+        assert status()["deaths"] == 1 and status()["workers"][0]["pid"] != worker
+        responses = post_concurrently(url, [encode(photo("coffee"))] * 2)
+        assert [r.status_code for r in responses] == [200, 200]
+
+
+def test_the_protocol_over_grpc_and_rest_answers_as_predictions(tmp_path):
+    """A config from `tsvk config --protocol oip`: the engine serves the protocol's gRPC too (no front process), and
+    `tsvk predict` reaches it over both transports with the inference key."""
+    store = archive_tiny(tmp_path / "store")
+    rest_port, grpc_port = free_ports(2)
+    request = _request(store, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port)
+    with running_engine(request, tmp_path / "oip") as engine:
+        expected = _post(engine, f"/predictions/{CLASSIFIER}", image_bytes("skimage:chelsea")).json()
+        for protocol in ("oip-grpc", "oip-rest"):
+            answer = json.loads(predict(engine.run_dir, "skimage:chelsea", CLASSIFIER, protocol))
+            assert list(answer) == list(expected)
+            assert np.allclose(list(answer.values()), list(expected.values()), atol=1e-6)

@@ -1,0 +1,208 @@
+"""A model's worker processes: each started with the archive unpacked, fed batches by the model's batcher, and
+replaced when it dies, the requests it held answered 503 at once.
+
+A worker holds one end of a socket pair; the other end is this process's. When a worker dies its end closes, so the
+batch it held is answered the moment the read sees the end of the stream (well within a second), and a new worker
+is started in its place while the other workers go on taking batches.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import socket
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from tsvk.errors import RequestError
+from tsvk.stopping import refusal
+
+from . import wire
+from .archives import ServedModel
+from .batcher import Batcher, Pending
+
+log = logging.getLogger(__name__)
+
+WORKER_MODULE = "tsvk_tools.engines.kserve.worker"
+WORKER_MARKER = WORKER_MODULE  # the command-line word that tells the engine's workers apart
+RESTART_PAUSE_S = 1.0  # between a refused restart and the next try
+DIED_STATUS = 503
+
+
+class WorkerGone(Exception):
+    """The worker exited (killed, out of memory, crashed) or outlived the response timeout."""
+
+
+@dataclass(frozen=True)
+class WorkerStart:
+    """How a model's workers are started: the interpreter, the config and where their output goes."""
+
+    config: Path
+    log: Path
+    env: dict[str, str]
+
+
+class WorkerProcess:
+    def __init__(self, model: ServedModel, start: WorkerStart, number: int):
+        self.model = model
+        self.start_info = start
+        self.number = number
+        self.process: asyncio.subprocess.Process | None = None
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process else None
+
+    async def start(self) -> str | None:
+        """Start the process and wait until its service has loaded: None, or the one-line reason it cannot."""
+        ours, theirs = socket.socketpair()
+        with open(self.start_info.log, "ab") as out, theirs:
+            self.process = await asyncio.create_subprocess_exec(
+                *self._command(theirs.fileno()), stdout=out, stderr=out, pass_fds=(theirs.fileno(),),
+                cwd=self.model.directory, env=self.start_info.env)
+        self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
+        message = await wire.read_message(self.reader)
+        if isinstance(message, tuple) and message[0] == wire.READY:
+            return None
+        await self.kill()
+        return message[1] if isinstance(message, tuple) and message[0] == wire.REFUSED else "the worker exited while loading"
+
+    def _command(self, fd: int) -> list[str]:
+        m = self.model
+        command = [sys.executable, "-m", WORKER_MODULE, "--model-dir", str(m.directory), "--model-name", m.name,
+                   "--handler", m.handler, "--settings", m.settings_file, "--config", str(self.start_info.config),
+                   "--fd", str(fd), "--batch-size", str(m.batch_size)]
+        return command + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
+
+    async def run(self, batch: list[Pending]) -> list[tuple[int, bytes]]:
+        """The worker's (status, body) for each request of the batch, or WorkerGone."""
+        message = (id(batch), [p.request for p in batch], [p.arrival_s for p in batch])
+        try:
+            self.writer.write(wire.pack(message))
+            await self.writer.drain()
+            answer = await asyncio.wait_for(wire.read_message(self.reader), self.model.response_timeout_s)
+        except (ConnectionError, asyncio.TimeoutError) as err:
+            raise WorkerGone(f"{type(err).__name__}") from None
+        if answer is None:
+            raise WorkerGone("the worker's socket closed")
+        return answer[1]
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.returncode is None
+
+    async def kill(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        if self.alive():
+            self.process.kill()
+        if self.process is not None:
+            await self.process.wait()
+
+
+class ModelPool:
+    """One model's workers, each taking batches from the model's batcher in a loop of its own."""
+
+    def __init__(self, model: ServedModel, start: WorkerStart):
+        self.model = model
+        self.batcher = Batcher(model.batch_size, model.max_batch_delay_ms / 1e3, model.queue_size)
+        self.workers = [WorkerProcess(model, start, n) for n in range(model.workers)]
+        self.ready_workers = 0
+        self.starts = 0
+        self.deaths = 0
+        self.on_change: Callable[[], None] = lambda: None  # called when a worker starts or dies
+        self._loops: list[asyncio.Task] = []
+
+    async def start(self) -> str | None:
+        """Start every worker; None once all are serving, else why the first one could not load (then none runs)."""
+        reasons = await asyncio.gather(*(self._start(worker) for worker in self.workers))
+        refused = next((reason for reason in reasons if reason is not None), None)
+        if refused is not None:
+            await asyncio.gather(*(worker.kill() for worker in self.workers))
+            return refused
+        self._loops = [asyncio.create_task(self._serve(worker)) for worker in self.workers]
+        return None
+
+    async def _start(self, worker: WorkerProcess) -> str | None:
+        self.starts += 1
+        reason = await worker.start()
+        if reason is None:
+            self.ready_workers += 1
+            self.on_change()
+            log.info("%s: worker %d ready (pid %d)", self.model.name, worker.number, worker.pid)
+        return reason
+
+    async def _serve(self, worker: WorkerProcess) -> None:
+        while True:
+            batch = await self.batcher.next_batch()
+            if not worker.alive():  # died while idle: its batch goes to the next worker free
+                self.batcher.put_back(batch)
+                await self._replace(worker)
+                continue
+            try:
+                answers = await worker.run(batch)
+            except WorkerGone as err:
+                self._answer_died(batch, worker, str(err))
+                await self._replace(worker)
+                continue
+            for pending, (status, body) in zip(batch, answers):
+                pending.settle(status, body)
+
+    def _answer_died(self, batch: list[Pending], worker: WorkerProcess, why: str) -> None:
+        log.error("%s: worker %d (pid %s) is gone with a batch of %d (%s): answering 503 and starting another",
+                  self.model.name, worker.number, worker.pid, len(batch), why)
+        body = died_body(self.model.name)
+        for pending in batch:
+            pending.settle(DIED_STATUS, body)
+
+    async def _replace(self, worker: WorkerProcess) -> None:
+        self.deaths += 1
+        self.ready_workers -= 1
+        await worker.kill()
+        self.on_change()
+        while (reason := await self._start(worker)) is not None:
+            log.error("%s: a new worker could not load (%s); trying again", self.model.name, reason)
+            await asyncio.sleep(RESTART_PAUSE_S)
+
+    async def stop(self, answer_waiting: bool = True) -> None:
+        """Stop taking batches and end the workers; whatever still waits is answered 503 `server_stopping`."""
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        for pending in self.batcher.drain():
+            pending.settle(503, stopping_body())
+        await asyncio.gather(*(worker.kill() for worker in self.workers))
+
+    def pids(self) -> list[int]:
+        return [w.pid for w in self.workers if w.alive()]
+
+
+class WorkerDied(RequestError):
+    """The worker died (killed, out of memory) while it held this request."""
+
+    status = DIED_STATUS
+    kind = "ServiceUnavailable"
+    code = "worker_died"
+
+
+def died_body(model: str) -> bytes:
+    """The handler's error shape (handlers/tsvk/errors.py), encoded as the worker encodes answers."""
+    return encode_body(WorkerDied(f"the worker serving {model} died with this request; it is being replaced: send it again").body())
+
+
+def stopping_body() -> bytes:
+    return encode_body(refusal().body())
+
+
+def encode_body(value: dict) -> bytes:
+    return json.dumps(value, indent=2).encode("utf-8")
+
+
+def worker_env(config: Path) -> dict[str, str]:
+    """The workers' environment: this one, with the config named the way an archive's tsvk looks for it first."""
+    return {**os.environ, "TS_CONFIG_FILE": str(config), "PYTHONUNBUFFERED": "1"}

@@ -1,0 +1,215 @@
+"""The engine's server process: the config's archives opened, their worker pools started, and TorchServe's inference
+API plus the Open Inference Protocol served on the config's inference address through KServe's SDK.
+
+Run as `python -m tsvk_tools.engines.kserve --config <config.properties> --run-dir <dir>`; `tsvk serve --engine
+kserve` does (run.py). The REST server is KServe's (its data plane for /v2) with the OIP front's guard in front:
+only the served paths, bodies no larger than max_request_size, /v2 JSON bounded before it is parsed, and the
+inference key checked on every path when token authorization is on. The gRPC Open Inference Protocol server is
+started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST server stops
+accepting and answers what it holds (uvicorn's graceful shutdown), then the workers are ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import signal
+import sys
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from tsvk.properties import read_properties
+
+from ... import defaults
+from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
+from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
+from .archives import open_archives
+from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
+from .pool import ModelPool, WorkerStart, worker_env
+from .predictions import PredictionsApi, torchserve_error
+from .tokens import InferenceKey, auth_enabled, write_keys
+
+log = logging.getLogger("tsvk.engine")
+
+ENGINE_PATHS = r"^/ping/?$|^/predictions/[^/]+(/[^/]+)?/?$"
+GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives
+
+
+class _Engine:
+    """The pools, and whether every model the engine serves has its workers."""
+
+    def __init__(self, pools: dict[str, ModelPool], run_dir: Path):
+        self.pools = pools
+        self.run_dir = run_dir
+        self.loaded = False
+        for pool in pools.values():
+            pool.on_change = self.write_status
+
+    def healthy(self) -> bool:
+        return self.loaded and all(pool.ready_workers > 0 for pool in self.pools.values())
+
+    def write_status(self) -> None:
+        """The models and their workers as `tsvk status` reports TorchServe's (its management API's fields)."""
+        models = [{"name": name, "archive": pool.model.archive.name, "batch_size": pool.model.batch_size,
+                   "max_batch_delay_ms": pool.model.max_batch_delay_ms, "min_workers": pool.model.workers,
+                   "max_workers": pool.model.workers, "starts": pool.starts, "deaths": pool.deaths,
+                   "workers": [{"id": w.number, "status": "READY" if w.alive() else "STARTING", "pid": w.pid,
+                                "gpu": bool(pool.model.gpu_ids)} for w in pool.workers],
+                   "ready": pool.ready_workers == pool.model.workers} for name, pool in self.pools.items()]
+        temporary = self.run_dir / (STATUS_FILE + ".tmp")
+        temporary.write_text(json.dumps({"models": models}, indent=2))
+        temporary.replace(self.run_dir / STATUS_FILE)
+
+
+class _Health:
+    """The OIP data plane's readiness: the engine's (every served model has a worker)."""
+
+    def __init__(self, engine: _Engine):
+        self.engine = engine
+
+    async def healthy(self) -> bool:
+        return self.engine.healthy()
+
+
+class _TokenGuard:
+    """ASGI middleware: with token authorization on, every path needs the inference key (TorchServe's /ping too)."""
+
+    def __init__(self, app, key: InferenceKey | None):
+        self.app = app
+        self.key = key
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] == "http" and self.key is not None:
+            authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1") or None
+            if not self.key.allows(authorization):
+                response = torchserve_error(400, "InvalidKeyException",
+                                            "Token Authorization failed. Token either incorrect, expired, or not provided correctly")
+                return await response(scope, receive, send)
+        return await self.app(scope, receive, send)
+
+
+def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
+    parts = urlsplit(properties.get("inference_address", defaults.INFERENCE_ADDRESS))
+    return parts.hostname or "127.0.0.1", parts.port or 8080
+
+
+async def serve(config: Path, run_dir: Path) -> int:
+    """The workers are started first, and KServe is imported while they load (cold start: the slowest part runs alone)."""
+    properties = read_properties(config)
+    key = None
+    if auth_enabled(properties):
+        write_keys(run_dir)
+        key = InferenceKey(run_dir)
+    served, refused = open_archives(properties, run_dir / MODELS_DIR)
+    for refusal in refused:
+        log.error("%s", refusal.line())
+    start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config))
+    engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
+    loading = asyncio.create_task(_load(engine))
+    await asyncio.to_thread(_import_kserve)
+    server, rest = _servers(properties, engine, key, served)
+    servers = [asyncio.create_task(rest.start())]
+    if is_oip_config(properties):
+        servers.append(asyncio.create_task(_grpc(properties, server)))
+    await loading
+    _register_oip_models(server, engine, key, properties)
+    await servers[0]  # until SIGTERM; uvicorn answers what it holds first
+    for task in servers[1:]:
+        task.cancel()
+    await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
+    return 0
+
+
+def _import_kserve() -> None:
+    """KServe's server modules (seconds of imports), once main() has hidden the command line from them."""
+    import kserve.model_server  # noqa: F401
+    import kserve.protocol.rest.server  # noqa: F401
+
+
+def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list):
+    """KServe's model server and REST server, with TorchServe's inference API and the front's guards on the app."""
+    from kserve import ModelServer
+    from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
+    from kserve.protocol.rest.server import RESTServer
+
+    from ...oip.forward import ForwardedError  # kserve, imported once main() has hidden the command line from it
+
+    host, port = inference_bind(properties)
+    server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
+    server.dataplane = _torchserve_dataplane(server.registered_models, _Health(engine))
+    app.add_exception_handler(ForwardedError, _forwarded_error_handler)
+    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties)).register(app)
+    app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties),
+                       json_limits=front_json_limits_for(m.settings.preprocess for m in served),
+                       paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
+    app.add_middleware(_TokenGuard, key=key)
+    rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port, workers=1,
+                      grace_period=GRACE_S)
+    rest.config.host = host
+    rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
+    return server, rest
+
+
+def _register_oip_models(server, engine: _Engine, key: InferenceKey | None, properties: dict[str, str]) -> None:
+    """The models that loaded, on the Open Inference Protocol; its tensors are stated for classifiers."""
+    from .oip_models import EngineModel  # kserve, as above
+
+    for pool in engine.pools.values():
+        m = pool.model
+        tensors = tensors_of(m.name, m.archive, m.settings, m.response_timeout_s)
+        if tensors is not None:
+            server.register_model(EngineModel(tensors, pool, _max_images(properties), key))
+
+
+async def _load(engine: _Engine) -> None:
+    """Every pool started at once; a model whose workers cannot load is refused in one line and the others serve."""
+    names = list(engine.pools)
+    reasons = await asyncio.gather(*(engine.pools[name].start() for name in names))
+    for name, reason in zip(names, reasons):
+        if reason is not None:
+            log.error("not serving %s: its worker cannot load it: %s", engine.pools[name].model.name + ".mar", reason)
+            del engine.pools[name]
+    engine.loaded = True
+    engine.write_status()
+    log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
+
+
+async def _grpc(properties: dict[str, str], server) -> None:
+    """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port)."""
+    front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
+                        rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
+                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
+    await _grpc_server(front, server).start(GRPC_THREADS)
+
+
+def _max_images(properties: dict[str, str]) -> int:
+    return int(properties.get(MAX_IMAGES_KEY, defaults.OIP_MAX_IMAGES))
+
+
+def _max_request_bytes(properties: dict[str, str]) -> int:
+    return int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20))
+
+
+def _quiet_logs() -> None:
+    for name in ("uvicorn.access", "kserve.trace"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.engines.kserve",
+                                     description="serve a TorchServe config's tsvk archives without TorchServe")
+    parser.add_argument("--config", type=Path, required=True, help="the config.properties `tsvk config` wrote")
+    parser.add_argument("--run-dir", type=Path, required=True, help="working directory: key file, unpacked archives, logs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    sys.argv = sys.argv[:1]  # kserve.model_server parses the command line when it is imported
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s [engine] %(levelname)s %(message)s")
+    _quiet_logs()
+    for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises the signal again once it has stopped: not fatal here
+        signal.signal(sig, lambda *_: None)
+    return asyncio.run(serve(args.config.resolve(), args.run_dir.resolve()))

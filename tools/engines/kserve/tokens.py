@@ -1,0 +1,55 @@
+"""Token authorization as tsvk's TorchServe config sets it: keys written to the run directory's key_file.json in
+TorchServe 0.12's format, and every inference call (/predictions, /ping, /v2) needs `Authorization: Bearer <key>`.
+
+`tsvk keys` and every client that reads TorchServe's key file read this one the same way. The keys are made at start
+and kept while the engine runs (no expiry, so nothing to renew); `tsvk keys --renew` is TorchServe's alone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from pathlib import Path
+
+from ...serve.keys import KEY_FILE, read_key_file
+
+API_KEY = "API"
+
+
+def auth_enabled(properties: dict[str, str]) -> bool:
+    """TorchServe 0.12's rule: on unless disable_token_authorization=true."""
+    return properties.get("disable_token_authorization", "false").strip().lower() != "true"
+
+
+def write_keys(run_dir: Path) -> None:
+    """A fresh key for each API, owner-only from the first byte."""
+    path = Path(run_dir) / KEY_FILE
+    keys = {kind: {"key": secrets.token_urlsafe(12)} for kind in ("management", "inference", API_KEY)}
+    path.unlink(missing_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as out:
+        json.dump(keys, out, indent=2)
+
+
+class InferenceKey:
+    """The inference key on file, read again only when the file changes."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / KEY_FILE
+        self._stamp: float | None = None
+        self._key: str | None = None
+
+    def current(self) -> str | None:
+        try:
+            stamp = self.path.stat().st_mtime
+        except OSError:
+            return None
+        if stamp != self._stamp:
+            self._key = read_key_file(self.path.parent).get("inference", {}).get("key")
+            self._stamp = stamp
+        return self._key
+
+    def allows(self, authorization: str | None) -> bool:
+        key = self.current()
+        return key is not None and authorization is not None and secrets.compare_digest(authorization.strip(), f"Bearer {key}")

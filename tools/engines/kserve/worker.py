@@ -1,0 +1,124 @@
+"""One worker process of tsvk's engine: load one archive's service with the archive's own code, then answer the
+batches the server sends until the server closes the socket.
+
+Run as `python -m tsvk_tools.engines.kserve.worker`; the server (pool.py) starts it with the archive unpacked in
+`--model-dir` and one end of a socket pair as `--fd`. The archive's directory goes first on the import path, the
+way TorchServe puts it there, so `tsvk` is the archive's copy (checked), and the handler module the manifest names
+is imported and must define a tsvk handler class. Answers are encoded here, as TorchServe's worker encodes them
+(ts/protocol/otf_message_handler.py of 0.12.0: bytes as they are, text as UTF-8, anything else
+`json.dumps(value, indent=2)`), so the server only copies bytes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import os
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from . import wire
+
+log = logging.getLogger("tsvk.engine.worker")
+
+
+class _Context:
+    """The few fields of TorchServe's context an archive's `VisionService.from_context` reads: for archives built
+    before the service had an engine-neutral `load`."""
+
+    def __init__(self, args: argparse.Namespace, yaml_config: dict):
+        self.system_properties = {"model_dir": str(args.model_dir), "gpu_id": args.gpu_id, "batch_size": args.batch_size}
+        self.model_yaml_config = yaml_config
+        self.model_name = args.model_name
+        self.metrics = None
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.engines.kserve.worker")
+    parser.add_argument("--model-dir", type=Path, required=True, help="the archive, unpacked")
+    parser.add_argument("--model-name", required=True)
+    parser.add_argument("--handler", required=True, help="the manifest's handler file (image_classifier.py)")
+    parser.add_argument("--settings", required=True, help="the manifest's config file (model-config.yaml)")
+    parser.add_argument("--config", type=Path, required=True, help="the TorchServe config the server started on")
+    parser.add_argument("--fd", type=int, required=True, help="this worker's end of the socket pair")
+    parser.add_argument("--batch-size", type=int, default=1)
+    parser.add_argument("--gpu-id", type=int, default=None)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{args.model_name} worker {os.getpid()}] %(levelname)s %(message)s")
+    sock = socket.socket(fileno=args.fd)
+    os.environ["TS_CONFIG_FILE"] = str(args.config)  # what an archive's thread and deadline lookups read first
+    try:
+        service = load_service(args)
+    except Exception as err:  # noqa: BLE001 - whatever stops the archive loading is its refusal, said in one line
+        log.exception("cannot serve %s", args.model_name)
+        wire.send(sock, (wire.REFUSED, f"{type(err).__name__}: {str(err)[:300]}"))
+        return 1
+    wire.send(sock, (wire.READY, {"pid": os.getpid()}))
+    return serve_batches(sock, service)
+
+
+def load_service(args: argparse.Namespace) -> Any:
+    """The archive's own service, loaded through its own package (and its handler module, checked to be tsvk's)."""
+    sys.path.insert(0, str(args.model_dir))
+    import yaml  # TorchServe reads model-config.yaml with PyYAML too
+
+    tsvk = importlib.import_module("tsvk")
+    if not Path(tsvk.__file__).resolve().is_relative_to(args.model_dir.resolve()):
+        raise RuntimeError(f"tsvk was imported from {tsvk.__file__}, not from the archive")
+    _check_handler(args.handler)
+    service_module = importlib.import_module("tsvk.service")
+    yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
+    if hasattr(service_module, "ServiceSpec"):
+        spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size)
+        service = service_module.VisionService.load(spec)
+    else:
+        service = service_module.VisionService.from_context(_Context(args, yaml_config))
+    _freeze_startup_objects()
+    return service
+
+
+def _check_handler(handler_file: str) -> None:
+    """The manifest's handler module must define a subclass of the archive's tsvk handler."""
+    base = importlib.import_module("tsvk.handler").TorchServeHandler
+    module = importlib.import_module(Path(handler_file).stem)
+    if not any(isinstance(v, type) and issubclass(v, base) and v is not base for v in vars(module).values()):
+        raise RuntimeError(f"handler {handler_file} defines no tsvk handler class")
+
+
+def _freeze_startup_objects() -> None:
+    heap = importlib.import_module("tsvk.heap")
+    if hasattr(heap, "freeze_startup_objects"):
+        heap.freeze_startup_objects()
+
+
+def serve_batches(sock: socket.socket, service: Any) -> int:
+    """(batch id, request dicts, arrival times) in, (batch id, [(status, body bytes)]) out, until the socket closes."""
+    answer = getattr(service, "answer_batch", None) or service.answer
+    while True:
+        message = wire.receive(sock)
+        if message is None:
+            return 0
+        batch_id, requests, arrivals = message
+        outcome = answer(requests, arrivals)
+        wire.send(sock, (batch_id, [(status, encode(value)) for status, value in zip(outcome.statuses, outcome.answers)]))
+
+
+def encode(value: Any) -> bytes:
+    """An answer's bytes as TorchServe 0.12's worker writes them."""
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    if isinstance(value, str):
+        return value.encode("utf-8")
+    return json.dumps(value, indent=2).encode("utf-8")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
