@@ -189,6 +189,14 @@ def test_stops_within_the_budget_and_keeps_time_for_the_comparison():
     assert result.chosen is not None
 
 
+def test_the_rule_plan_is_written_when_the_budget_ends_before_it_is_measured():
+    machine = FakeMachine()
+    result = search(machine, budget_s=100).run()  # one candidate of 60 s, then no time for the rule's plan
+    assert [c.of("net").workers for c in machine.runs] == [1]
+    assert result.chosen.candidate.of("net") == RULE_PLAN and result.chosen.measurement.error
+    assert not result.goal_met and "budget ran out before the rule's plan was measured" in result.chosen_because
+
+
 def test_a_slow_candidate_is_cut_at_the_deadline_not_after_it():
     machine = FakeMachine(start_s=30, window_s=30)
     budget = search(machine, budget_s=250)
@@ -196,7 +204,9 @@ def test_a_slow_candidate_is_cut_at_the_deadline_not_after_it():
     budget.measure = lambda c, rule, deadline: _slow_after_first(machine, c, rule, deadline)
     result = budget.run()
     assert machine.now <= 250
-    assert any(t.measurement and t.measurement.error == "cut at the deadline" for t in result.trials)
+    cut = [t for t in result.trials if t.measurement and t.measurement.error == "cut at the deadline"]
+    assert cut and cut[-1].candidate.of("net") == RULE_PLAN
+    assert result.chosen.candidate.of("net") == RULE_PLAN, "the rule's plan was cut, and nothing else was compared with it"
 
 
 def _slow_after_first(machine: FakeMachine, candidate, rule, deadline):

@@ -34,7 +34,7 @@ from ..serve.ports import serving_on_free_ports
 from ..serve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow
 from ..serve.serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
 from .decide import Window
-from .search import Comparison, Measurement
+from .search import CUT_AT_DEADLINE, Comparison, Measurement
 from .space import Candidate
 
 WINDOWS = 3  # a candidate's load in this many windows of equal length; the first decides the early stop
@@ -116,7 +116,7 @@ def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadlin
             run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
         load_end = deadline - STOP_MARGIN_S
         if load_end - time.monotonic() < 2 * MIN_WINDOW_S:
-            return Measurement(error="cut at the deadline")
+            return Measurement(error=CUT_AT_DEADLINE)
         with progress.step(f"candidate {folder.name}: measure", f"{candidate.describe()} under load"):
             return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
     finally:
@@ -202,7 +202,7 @@ def _alternate(bench: Bench, compared: Comparison, targets, settled, load_end: f
     for pair in range(bench.decision_pairs):
         for side in ("rule", "contender") if pair % 2 == 0 else ("contender", "rule"):
             if time.monotonic() + bench.decision_window_s > load_end:
-                compared.stopped = "cut at the deadline"
+                compared.stopped = CUT_AT_DEADLINE
                 return
             window = _window(targets[side], bench.photos, compared.clients, time.monotonic() + bench.decision_window_s)
             getattr(compared, side).append(_figures(window, compared.clients))

@@ -17,7 +17,7 @@ from ..fsutil import write_text_atomic
 from ..serve.serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
 from .decide import spread
 from .measure import choices_of
-from .search import Goal, SearchResult, Trial, problems_of, violation
+from .search import CUT_AT_DEADLINE, Goal, SearchResult, Trial, problems_of, violation
 
 
 def tuned_notes(result: SearchResult) -> dict[str, str]:
@@ -27,7 +27,10 @@ def tuned_notes(result: SearchResult) -> dict[str, str]:
     notes = {}
     kept = ", the rule's plan, kept" if result.rule_plan is not None and chosen.number == result.rule_plan.number else ""
     for name, config in chosen.candidate.models:
-        measured = chosen.measurement.per_model[name]
+        measured = chosen.measurement.per_model.get(name)
+        if measured is None:
+            notes[name] = f"{config.describe()}: the rule's plan, {chosen.measurement.error}"
+            continue
         notes[name] = (f"{config.describe()}: {measured['img_s'] or 0:.1f} img/s, p99 {measured['p99_ms'] or 0:,.0f} ms "
                        f"at {measured['concurrency']} clients (candidate {chosen.number} of {len(result.trials)}"
                        f"{', all models loaded together' if together else ''}{kept})")
@@ -138,7 +141,7 @@ def _chosen_lines(document: dict) -> list[str]:
     rule = " (the rule's plan, as `tsvk config` writes it)" if chosen["number"] == document.get("rule_plan") else ""
     verdict = "meets every goal" if document["goal_met"] else "MISSES the goals: " + "; ".join(document["problems"])
     return [f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: {_spread_text(chosen.get('windows_img_s'), m.get('img_s'))} img/s, "
-            f"p99 {_spread_text(chosen.get('windows_p99_ms'), m.get('p99_ms'), 0)} ms, peak RSS {m['peak_rss_mb'] or 0:,.0f} MiB; {verdict}. "
+            f"p99 {_spread_text(chosen.get('windows_p99_ms'), m.get('p99_ms'), 0)} ms, peak RSS {_num(m.get('peak_rss_mb'))} MiB; {verdict}. "
             f"Written to `{document['output']}`.", "", f"Why: {document.get('chosen_because') or 'the best measured'}."]
 
 
@@ -170,7 +173,7 @@ def _stopped_text(compared: dict, document: dict) -> str:
     if not compared["stopped"]:
         return ""
     planned = 2 * (document.get("decision_pairs") or 0)
-    if compared["stopped"] == "cut at the deadline":
+    if compared["stopped"] == CUT_AT_DEADLINE:
         return f"; cut at the deadline after {len(compared['order'])} of {planned} windows"
     return f"; stopped after {len(compared['order'])} of {planned} windows, once the candidate could no longer win"
 

@@ -131,8 +131,9 @@ def _say(result, output: Path, written: list[Path]) -> None:
     print(f"tune: {len(result.trials)} candidates in {result.seconds:.0f} s; stopped: {result.stopped_because}")
     if result.chosen is not None:
         m = result.chosen.measurement
-        print(f"tune: chose candidate {result.chosen.number}: {result.chosen.candidate.describe()}: {m.img_s:.1f} img/s, "
-              f"p99 {m.p99_ms:,.0f} ms, peak RSS {m.peak_rss_mb:,.0f} MiB; because {result.chosen_because}")
+        figures = m.error or f"{m.img_s or 0:.1f} img/s, p99 {m.p99_ms or 0:,.0f} ms, peak RSS {m.peak_rss_mb or 0:,.0f} MiB"
+        print(f"tune: chose candidate {result.chosen.number}: {result.chosen.candidate.describe()}: {figures}; "
+              f"because {result.chosen_because}")
         print(f"tune: wrote {output}; serve it with `tsvk serve --config {output}`")
     if not result.goal_met and result.chosen is not None:
         print("tune: WARNING: no candidate met every goal; the closest was written: " + "; ".join(result.problems))

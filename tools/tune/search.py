@@ -96,6 +96,9 @@ class Decision:
     verdict: Verdict
 
 
+UNMEASURED_RULE = "not measured: the budget ran out before it"
+CUT_AT_DEADLINE = "cut at the deadline"  # a measurement or comparison the budget ended
+
 # A measurement: (candidate, early-stop rule, absolute deadline) -> Measurement. The early-stop rule
 # takes the first window's measurement and returns why to stop, or "".
 Measure = Callable[[Candidate, Callable[[Measurement], str], float], Measurement]
@@ -208,7 +211,8 @@ class Search:
     def run(self) -> SearchResult:
         stopped = self._coarse() or self._climb()
         chosen, because, decisions = self._decide()
-        problems = problems_of(chosen, self.goal) if chosen else ["no candidate could be measured"]
+        problems = (["no candidate could be measured"] if chosen is None else [chosen.measurement.error] if chosen.measurement.error
+                    else problems_of(chosen, self.goal))
         return SearchResult(self.trials, chosen, chosen is not None and not problems, problems, stopped,
                             round(self.clock() - self.started, 1), self.goal.memory_mb, self.rule_trial(), decisions, because)
 
@@ -252,9 +256,12 @@ class Search:
     def _decide(self) -> tuple[Trial | None, str, list[Decision]]:
         """The rule's plan, unless a contender wins against it in alternating windows (decide.py)."""
         rule = self.rule_trial()
+        if rule is not None and rule.measurement.error == CUT_AT_DEADLINE or rule is None and not self._skipped_rule():
+            return rule or self._unmeasured_rule(), ("the budget ran out before the rule's plan was measured, so nothing could be "
+                                             "compared with it and the rule's plan is written as it is (give the tune more time)"), []
         if rule is None or rule.measurement.error:
             best = self.best()
-            why = rule.measurement.error.splitlines()[0] if rule else (self._skipped_rule() or "it was not reached")
+            why = rule.measurement.error.splitlines()[0] if rule else self._skipped_rule()
             return best, f"the rule's plan could not be measured ({why}), so the best measured candidate was written", []
         contenders = self.contenders(rule)
         if not contenders:
@@ -288,6 +295,11 @@ class Search:
             return Decision(contender.number, rule.number, compared, Verdict(False, f"the comparison failed: {compared.error.splitlines()[0]}"))
         return Decision(contender.number, rule.number, compared,
                         verdict(compared.rule, compared.contender, self.goal, self.decision_pairs))
+
+    def _unmeasured_rule(self) -> Trial:
+        trial = Trial(len(self.trials) + 1, "rule", self.space.coarse()[-1], Measurement(error=UNMEASURED_RULE))
+        self.trials.append(trial)
+        return trial
 
     def _both_mb(self, rule: Trial, contender: Trial) -> float | None:
         estimates = [self.memory.estimate_mb(t.candidate) for t in (rule, contender)]
