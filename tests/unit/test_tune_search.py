@@ -189,6 +189,13 @@ def test_stops_within_the_budget_and_keeps_time_for_the_comparison():
     assert result.chosen is not None
 
 
+def test_the_rule_plan_is_measured_before_time_is_kept_for_a_comparison():
+    machine = FakeMachine()
+    result = search(machine, budget_s=130).run()  # 60 s a candidate; a comparison would need 100 s more
+    assert [c.of("net").workers for c in machine.runs] == [1, 4], "the rule's plan was not measured"
+    assert result.chosen.candidate.of("net") == RULE_PLAN and not machine.comparisons
+
+
 def test_the_rule_plan_is_written_when_the_budget_ends_before_it_is_measured():
     machine = FakeMachine()
     result = search(machine, budget_s=100).run()  # one candidate of 60 s, then no time for the rule's plan

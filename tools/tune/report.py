@@ -139,6 +139,9 @@ def _chosen_lines(document: dict) -> list[str]:
         return ["**No candidate could be measured**; no config was written."]
     m = document.get("chosen_measurement") or chosen["measurement"]
     rule = " (the rule's plan, as `tsvk config` writes it)" if chosen["number"] == document.get("rule_plan") else ""
+    if m.get("error"):
+        return [f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: {m['error']}. Written to `{document['output']}`.",
+                "", f"Why: {document.get('chosen_because')}."]
     verdict = "meets every goal" if document["goal_met"] else "MISSES the goals: " + "; ".join(document["problems"])
     return [f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: {_spread_text(chosen.get('windows_img_s'), m.get('img_s'))} img/s, "
             f"p99 {_spread_text(chosen.get('windows_p99_ms'), m.get('p99_ms'), 0)} ms, peak RSS {_num(m.get('peak_rss_mb'))} MiB; {verdict}. "

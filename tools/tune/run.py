@@ -135,6 +135,8 @@ def _say(result, output: Path, written: list[Path]) -> None:
         print(f"tune: chose candidate {result.chosen.number}: {result.chosen.candidate.describe()}: {figures}; "
               f"because {result.chosen_because}")
         print(f"tune: wrote {output}; serve it with `tsvk serve --config {output}`")
-    if not result.goal_met and result.chosen is not None:
+    if result.chosen is not None and result.chosen.measurement.error:
+        print(f"tune: WARNING: the config written was not measured ({result.chosen.measurement.error}); give the tune more time")
+    elif not result.goal_met and result.chosen is not None:
         print("tune: WARNING: no candidate met every goal; the closest was written: " + "; ".join(result.problems))
     print("tune: results in " + ", ".join(str(p) for p in written))

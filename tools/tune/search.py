@@ -217,11 +217,15 @@ class Search:
                             round(self.clock() - self.started, 1), self.goal.memory_mb, self.rule_trial(), decisions, because)
 
     def _coarse(self) -> str:
+        """The worker/thread splits; the rule's plan is measured whenever its own time is left, since every
+        verdict needs it, while any other candidate needs time for a comparison after it too."""
+        rule, stopped = self.space.coarse()[-1], ""
         for candidate in self.space.coarse():
-            if not self._time_for_another():
-                return "the budget ran out during the coarse pass"
+            if not self._time_for_another(with_comparison=candidate != rule):
+                stopped = "the budget ran out during the coarse pass"
+                continue
             self._try(candidate, "coarse")
-        return ""
+        return stopped
 
     def _climb(self) -> str:
         current = self.best()
@@ -328,10 +332,10 @@ class Search:
                 by_candidate.setdefault(trial.candidate, []).append(trial)
         return [_together(trials) for trials in by_candidate.values()]
 
-    def _time_for_another(self) -> bool:
+    def _time_for_another(self, with_comparison: bool = True) -> bool:
         """Start another candidate only if the time left covers the longest one so far and a comparison after it."""
         longest = max((t.measurement.seconds for t in self.trials if t.measurement), default=0.0)
-        return self.deadline - self.clock() > max(longest, 1.0) + self.decision_cost_s()
+        return self.deadline - self.clock() > max(longest, 1.0) + (self.decision_cost_s() if with_comparison else 0.0)
 
     def _try(self, candidate: Candidate, phase: str, early_stop: bool = True) -> Trial | None:
         self.tried.add(candidate)
