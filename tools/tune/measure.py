@@ -79,9 +79,13 @@ def candidate_dir(bench: Bench, number: int) -> Path:
     return bench.work_dir / f"c{number:02d}"
 
 
+def comparison_dir(work_dir: Path, number: int, side: str) -> Path:
+    return work_dir / f"d{number:02d}-{side}"
+
+
 def socket_path_problem(work_dir: Path) -> str | None:
     """Why TorchServe's workers could not open their sockets under `work_dir`, or None."""
-    overflow = worker_socket_overflow(Path(work_dir).resolve() / "c00" / "run")
+    overflow = worker_socket_overflow(comparison_dir(Path(work_dir).resolve(), 0, "contender") / "run")  # the longest name
     if overflow is None:
         return None
     longest, size = overflow
@@ -168,7 +172,7 @@ def compare_with_rule(bench: Bench, number: int, rule: Candidate, contender: Can
     load_end = deadline - 2 * STOP_MARGIN_S
     try:
         for side, candidate in sides.items():
-            runs[side] = _start(bench, bench.work_dir / f"d{number:02d}-{side}", candidate, clients, load_end)
+            runs[side] = _start(bench, comparison_dir(bench.work_dir, number, side), candidate, clients, load_end)
         targets = {side: _targets(runs[side], sides[side], load_end) for side in sides}
         for side in sides:
             _warm_up(targets[side], bench.photos, clients, load_end - bench.decision_window_s)

@@ -10,6 +10,7 @@ benchmarks/results/tune-<models>-<time>.{json,md,png}.
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import shlex
 import sys
@@ -95,7 +96,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
                     decision_window_s=decision_window, decision_pairs=bench.decision_pairs)
     search.started = started
     search.measure = lambda candidate, rule, deadline: measure_candidate(bench, len(search.trials), candidate, rule, deadline)
-    search.compare = lambda rule, contender, settled, deadline: compare_with_rule(bench, len(search.trials), rule, contender,
+    comparisons = itertools.count(1)  # each comparison's servers in their own directories, d01-rule, d01-contender, ...
+    search.compare = lambda rule, contender, settled, deadline: compare_with_rule(bench, next(comparisons), rule, contender,
                                                                                    settled, deadline)
     result = search.run()
     context = _context(args, models, base.vcpus, goal, cap_source, budget_s, window) | {
