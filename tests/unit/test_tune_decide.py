@@ -96,6 +96,11 @@ def test_the_goal_path_keeps_a_comparison_open_while_the_rule_misses_every_windo
     assert cannot_win(rule + windows(31.0, p99_ms=900.0), candidate, goal)
 
 
+def test_a_slower_candidate_is_said_to_be_slower_not_within_the_noise():
+    reason = cannot_win(windows(30.0, 31.0), windows(25.0), Goal())
+    assert reason.startswith("it was slower in every window: 25.0 img/s")
+
+
 def test_spread_is_median_and_range():
     found = spread([3.0, 1.0, 2.0, None])
     assert (found.median, found.low, found.high) == (2.0, 1.0, 3.0)

@@ -110,8 +110,10 @@ def cannot_win(rule: Sequence[Window], candidate: Sequence[Window], goal: "Goal"
     missed = [str(i + 1) for i, w in enumerate(candidate) if not rank(w, goal)[0]]
     if missed and any(rank(w, goal)[0] for w in rule):
         return f"it missed the goals in window(s) {', '.join(missed)} of {len(candidate)}, where the rule's plan met them"
-    return (f"the windows overlap, within the noise: {_img_s(candidate).describe()} for the candidate against "
-            f"{_img_s(rule).describe()} for the rule's plan")
+    fast, slow = _img_s(candidate), _img_s(rule)
+    if fast.high < slow.low:
+        return f"it was slower in every window: {fast.describe()} against {slow.describe()} for the rule's plan"
+    return f"the windows overlap, within the noise: {fast.describe()} for the candidate against {slow.describe()} for the rule's plan"
 
 
 def _img_s(windows: Sequence[Window]) -> Spread:
