@@ -44,7 +44,7 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -118,6 +118,9 @@ $(TRITON_VENV)/.tsvk-triton: requirements-triton.txt
 
 bench-central: setup ## the central figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32 (as bench)
 	$(TSVK) bench --central-figure $(bench_flags)
+
+bench-tuned: setup ## ours with configs/tuned.properties vs ours with the generated config, alternating rounds -> benchmarks/results/*-tuned-<model>.* (MODEL ROUNDS ROUND_SECONDS CONCURRENCY)
+	$(TSVK) bench --tuned-vs-generated $(bench_flags)
 
 bench-preprocess: setup ## preprocessing images/s of each backend vs TorchServe's PIL path (ratios, one run)
 	$(TSVK) bench preprocess

@@ -104,7 +104,8 @@ TUNE_RESULTS_DIR = "benchmarks/results"
 TUNE_DELAYS_MS = (0, 5, 10, 20, 50, 100, 200)  # max batch delays tried; the archive's suggestion is added
 TUNE_MAX_INTER_OP = 2  # inter-op threads tried per worker: 1 (a classifier is one chain of ops) and 2
 TUNE_NOISE = 0.03  # a neighbour must beat the current point by this share to move the climb
-TUNE_CONFIRM = 2  # leaders measured once more at the end, when the budget allows (besides the rule's own plan)
+TUNE_CONFIRM = 2  # contenders compared with the rule's plan at the end, best first, while the budget allows
+TUNE_DECISION_PAIRS = 3  # windows per side when a contender is compared with the rule's plan (tools/tune/decide.py)
 TUNE_EARLY_STOP_SHARE = 0.6  # stop a candidate whose first window runs under this share of the best
 TUNE_MEMORY_MARGIN = 0.1  # a candidate's estimated memory is its workers' measured RSS plus this share
 

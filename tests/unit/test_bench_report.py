@@ -70,6 +70,16 @@ def test_task_goal_is_judged_on_the_fastest_cpu_artifact():
     assert "ours_vs_torchserve_tuned" not in goals
 
 
+def test_the_tuned_config_is_judged_against_the_generated_one():
+    systems = {"ours": {"throughput_ips": 30.0, "latency_ms": {"p99": 1000.0}, "spread": {"throughput_ips": [29.0, 31.0]}},
+               "ours_tuned": {"throughput_ips": 28.8, "latency_ms": {"p99": 1050.0}, "spread": {"throughput_ips": [28.0, 29.5]}}}
+    goals = {g["ratio"]: g for g in evaluate_goals(systems, compute_ratios(systems))}
+    assert goals["ours_tuned_vs_ours"]["measured"] == 0.96 and goals["ours_tuned_vs_ours"]["met"] is False  # < 0.97
+    assert goals["ours_tuned_vs_ours"]["ranges_overlap"] is True
+    assert goals["p99_ours_tuned_vs_ours"]["measured"] == 1.05 and goals["p99_ours_tuned_vs_ours"]["met"] is False
+    assert "ours_tuned_vs_ours" not in {g["ratio"] for g in evaluate_goals({"ours": systems["ours"]}, compute_ratios({}))}
+
+
 def test_goals_without_measurements_are_undecided():
     goals = evaluate_goals({}, compute_ratios({}))
     assert all(g["met"] is None for g in goals)

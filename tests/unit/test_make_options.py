@@ -50,9 +50,9 @@ class Option:
 
 
 BUILD = "archive compile"
-BENCH = "bench bench-central"
+BENCH = "bench bench-central bench-tuned"
 OPTIONS = [
-    Option("MODEL", "--model", f"{BUILD} demo predict draw bench bench-central bench-compile bench-pinning bench-engines gpu-check robustness soak",
+    Option("MODEL", "--model", f"{BUILD} demo predict draw {BENCH} bench-compile bench-pinning bench-engines gpu-check robustness soak",
            "resnet50"),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
@@ -142,7 +142,7 @@ CLI_ONLY = {
     "draw": {"--run-dir": _PATHS},
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS, "--quiet": _QUIET},
     "bench": {flag: _BENCH_TUNING for flag in (
-        "--decentralized-jobs", "--systems", "--central-figure", "--backend", "--precision", "--fast-backend", "--fast-precision",
+        "--decentralized-jobs", "--systems", "--central-figure", "--tuned-vs-generated", "--backend", "--precision", "--fast-backend", "--fast-precision",
         "--ours-workers", "--tuned-config", "--vcpus", "--quiet",
         "--warmup", "--warmup-seconds", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},

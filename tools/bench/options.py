@@ -23,6 +23,7 @@ SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "o
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast")
 PEER_SYSTEMS = ("torchserve_best", "triton", "litserve_fast")  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
+TUNED_VS_GENERATED_SYSTEMS = ("ours", "ours_tuned")  # what `tsvk tune` wrote against the rule's config, same archive
 # Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the
 # ceilings (the compiled model alone, and the fastest CPU artifact's whole pipeline: decode to answer, in-process).
 TASK_SYSTEMS = {

@@ -44,6 +44,8 @@ FAST_RATIOS = {  # the fastest verified CPU artifact (ours_fast) against the fp3
 OIP_SYSTEMS = ("ours_oip_rest", "ours_oip_grpc")  # ours asked through the Open Inference Protocol front
 OIP_MIN_THROUGHPUT = 0.95  # the protocol may cost at most 5% of /predictions' throughput...
 OIP_MAX_P99 = 1.05  # ...and add at most 5% to its p99
+TUNED_MIN_THROUGHPUT = 0.97  # the tuned config serves at least this share of the generated one's throughput...
+TUNED_MAX_P99 = 1.0  # ...with a p99 no worse
 PEER_RATIOS = {  # ours against the peers at their best, on the same artifact where they can serve it
     "ours_vs_torchserve_best": ("ours", "torchserve_best"),
     "fast_vs_torchserve_best": ("ours_fast", "torchserve_best"),
@@ -114,6 +116,7 @@ def compute_ratios(systems: dict) -> dict:
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in FAST_RATIOS.items()})
     ratios["p99_fast_vs_torchserve_tuned"] = ratio(_p99(systems, "ours_fast"), _p99(systems, "torchserve_tuned"))
     ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)
+    ratios["p99_ours_tuned_vs_ours"] = ratio(_p99(systems, "ours_tuned"), _p99(systems, "ours"))
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in PEER_RATIOS.items()})
     peer = best_peer(systems)
     ratios["fast_vs_best_peer"] = ratio(throughput(systems, "ours_fast"), throughput(systems, peer)) if peer else None
@@ -129,7 +132,7 @@ def ratio_pair(key: str, systems: dict) -> tuple[str, str | None] | None:
     key = key.removeprefix("p99_")
     if key == "fast_vs_best_peer":
         return "ours_fast", best_peer(systems)
-    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS}
+    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS, "ours_tuned_vs_ours": ("ours_tuned", "ours")}
     return pairs.get(key)
 
 
@@ -174,6 +177,8 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
     p99 = ratios.get("p99_ours_vs_torchserve_tuned")
     goals.append({"goal": "ours p99 no worse than hand-tuned stock TorchServe", "ratio": "p99_ours_vs_torchserve_tuned",
                   "target": 1.0, "measured": p99, "met": None if p99 is None else p99 <= 1.0})
+    if "ours_tuned" in systems:
+        goals += _tuned_goals(ratios)
     for goal in goals:
         goal["ranges_overlap"] = overlap_of(goal["ratio"], systems)
     for protocol in OIP_SYSTEMS:
@@ -185,6 +190,16 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
         goals.append({"goal": f"{protocol} p99 within 5% of ours (/predictions)", "ratio": f"p99_{protocol}_vs_ours",
                       "target": OIP_MAX_P99, "measured": tail, "met": None if tail is None else tail <= OIP_MAX_P99})
     return goals
+
+
+def _tuned_goals(ratios: dict) -> list[dict]:
+    """A tune must never serve worse than the rule it set out to beat."""
+    speed, tail = ratios.get("ours_tuned_vs_ours"), ratios.get("p99_ours_tuned_vs_ours")
+    return [{"goal": f"ours_tuned >= {TUNED_MIN_THROUGHPUT:g}x ours (the tuned config against the generated one)",
+             "ratio": "ours_tuned_vs_ours", "target": TUNED_MIN_THROUGHPUT, "measured": speed,
+             "met": None if speed is None else speed >= TUNED_MIN_THROUGHPUT},
+            {"goal": "ours_tuned p99 no worse than ours", "ratio": "p99_ours_tuned_vs_ours", "target": TUNED_MAX_P99,
+             "measured": tail, "met": None if tail is None else tail <= TUNED_MAX_P99}]
 
 
 def diagnose(systems: dict, vcpus: int | None = None) -> list[str]:

@@ -3,6 +3,7 @@
     tsvk bench --quick             # a smoke run on a small model
     tsvk bench                     # the full run (resnet152)
     tsvk bench --central-figure    # the central figure: stock defaults vs ours, concurrency 32
+    tsvk bench --tuned-vs-generated --model resnet18   # what `tsvk tune` wrote vs the generated config
     tsvk bench --gpu               # the same table with every system on the GPU
 
 `tsvk bench preprocess`, `tsvk bench compile` and `tsvk bench pinning` run the narrower benchmarks
@@ -24,8 +25,8 @@ from .. import defaults
 from .. import progress
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS
-from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, WARMUP_SECONDS, gpu_backend,
-                      with_preset)
+from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, TUNED_VS_GENERATED_SYSTEMS,
+                      WARMUP_SECONDS, gpu_backend, with_preset)
 from .report import refresh, write_outputs
 from .harness import prepare, run_benchmark
 from .markdown import render_markdown
@@ -89,6 +90,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument("--central-figure", action="store_true", help="the central figure: only torchserve_default and ours at "
                    f"concurrency {CENTRAL_FIGURE_CONCURRENCY}")
+    p.add_argument("--tuned-vs-generated", action="store_true", help="only ours with the generated config and ours with the "
+                   "tuned one (--tuned-config), in alternating rounds; results tagged tuned-<model>")
     p.add_argument("--gpu", action="store_true", help=f"every system on the GPU (CUDA): ours with TensorRT fp16 (AOTInductor "
                    f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}")
     p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
@@ -120,6 +123,9 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         concurrency = concurrency or CENTRAL_FIGURE_CONCURRENCY
         tag = tag if tag is not None else "central"
     preset = QUICK if args.quick else GPU if args.gpu else FULL
+    if args.tuned_vs_generated:
+        systems = systems or TUNED_VS_GENERATED_SYSTEMS
+        tag = tag if tag is not None else f"tuned-{args.model or preset.model}"
     if tag is None:  # latest.* is the preset's model: another model's run gets its own latest-<model>.*
         other_model = args.model if args.model and args.model != preset.model else ""
         tag = "-".join(name for name, on in ((other_model, other_model), ("gpu", args.gpu), ("quick", args.quick)) if on)

@@ -4,8 +4,14 @@ benchmark's closed-loop load generator, its memory and CPU from the benchmark's 
 The config differs from what `tsvk tune` finally writes only in its ports (free localhost ports, so
 a tune never collides with a running service) and in token authorization (off: the load generator
 sends no key, and checking one costs nothing measurable). Each model is driven by its own clients
-at the same time, since the models share the cores. The load runs for a fixed time in two windows:
-the first (a third) decides whether the candidate clearly loses and stops there.
+at the same time, since the models share the cores. The load runs for a fixed time in three windows,
+each reported on its own so the spread shows: the first decides whether the candidate clearly loses
+and stops there.
+
+A comparison (`compare_with_rule`) serves the rule's plan and a contender side by side, each on its
+own TorchServe, and loads them in turn with the same clients (rule, contender, contender, rule, ...:
+a drift in the machine's load then falls on both alike), until a side has its pairs of windows or
+the contender can no longer win.
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Callable
 
 import requests
 
-from .. import progress
+from .. import defaults, progress
 from ..bench.loadgen import HttpTarget, RequestRecord, run_closed_loop
 from ..bench.sampler import TreeSampler, window_stats
 from ..bench.stats import latency_summary
@@ -27,10 +33,11 @@ from ..errors import UsageError
 from ..serve.ports import serving_on_free_ports
 from ..serve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow
 from ..serve.serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
-from .search import Measurement
+from .decide import Window
+from .search import CUT_AT_DEADLINE, Comparison, Measurement
 from .space import Candidate
 
-FIRST_WINDOW_SHARE = 1 / 3
+WINDOWS = 3  # a candidate's load in this many windows of equal length; the first decides the early stop
 WARMUP_ROUNDS = 2  # requests per client before the measured load: a fresh worker's first batches are slow
 STOP_MARGIN_S = 15.0  # the load ends this long before the deadline, so stopping TorchServe fits in it
 MIN_WINDOW_S = 3.0
@@ -47,16 +54,19 @@ class Bench:
     photos: tuple[bytes, ...]
     window_s: float
     concurrency: int | None = None  # fixed clients per model; None: 2 x workers x batch (one batch computing, one filling)
+    decision_window_s: float = 0.0  # each window of a comparison with the rule's plan
+    decision_pairs: int = defaults.TUNE_DECISION_PAIRS  # windows per side in a comparison
 
 
 def concurrency_of(bench: Bench, candidate: Candidate) -> dict[str, int]:
     return {name: bench.concurrency or 2 * c.workers * c.batch for name, c in candidate.models}
 
 
-def candidate_plan(bench: Bench, candidate: Candidate, **request_fields) -> ServingPlan:
+def candidate_plan(bench: Bench, candidate: Candidate, clients: dict[str, int] | None = None) -> ServingPlan:
     """The generator's plan for the candidate: the same config `tsvk tune` writes, on free ports."""
+    clients = clients or concurrency_of(bench, candidate)
     request = serving_on_free_ports(vcpus=bench.vcpus, models=tuple(n for n, _ in candidate.models), model_store=bench.model_store,
-                                    auth=False, concurrency=sum(concurrency_of(bench, candidate).values()), **request_fields)
+                                    auth=False, concurrency=sum(clients.values()))
     return plan_with_choices(request, choices_of(candidate), origin="tsvk tune")
 
 
@@ -69,9 +79,13 @@ def candidate_dir(bench: Bench, number: int) -> Path:
     return bench.work_dir / f"c{number:02d}"
 
 
+def comparison_dir(work_dir: Path, number: int, side: str) -> Path:
+    return work_dir / f"d{number:02d}-{side}"
+
+
 def socket_path_problem(work_dir: Path) -> str | None:
     """Why TorchServe's workers could not open their sockets under `work_dir`, or None."""
-    overflow = worker_socket_overflow(Path(work_dir).resolve() / "c00" / "run")
+    overflow = worker_socket_overflow(comparison_dir(Path(work_dir).resolve(), 0, "contender") / "run")  # the longest name
     if overflow is None:
         return None
     longest, size = overflow
@@ -106,7 +120,7 @@ def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadlin
             run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, deadline - STOP_MARGIN_S - time.monotonic()))
         load_end = deadline - STOP_MARGIN_S
         if load_end - time.monotonic() < 2 * MIN_WINDOW_S:
-            return Measurement(error="cut at the deadline")
+            return Measurement(error=CUT_AT_DEADLINE)
         with progress.step(f"candidate {folder.name}: measure", f"{candidate.describe()} under load"):
             return _loaded(bench, run, candidate, stop_rule, load_end, sampler)
     finally:
@@ -114,19 +128,92 @@ def _served(bench: Bench, folder: Path, candidate: Candidate, stop_rule, deadlin
 
 
 def _loaded(bench: Bench, run: TorchServeRun, candidate: Candidate, stop_rule, load_end: float, sampler: TreeSampler) -> Measurement:
-    targets = {name: HttpTarget(f"{run.url('inference')}/predictions/{name}", identity, timeout_s=max(1.0, load_end - time.monotonic()))
-               for name, _ in candidate.models}
+    targets = _targets(run, candidate, load_end)
     clients = concurrency_of(bench, candidate)
     _warm_up(targets, bench.photos, clients, load_end - MIN_WINDOW_S)
-    window = min(bench.window_s, load_end - time.monotonic())
-    first = _window(targets, bench.photos, clients, time.monotonic() + FIRST_WINDOW_SHARE * window, sampler)
-    measured = _summary(first, clients)
-    measured.stopped_early = stop_rule(measured)
-    if not measured.stopped_early:
-        second = _window(targets, bench.photos, clients, min(load_end, first.started + window), sampler)
-        measured = _summary(first.joined(second), clients)
+    share = min(bench.window_s, load_end - time.monotonic()) / WINDOWS
+    windows = [_window(targets, bench.photos, clients, time.monotonic() + share, sampler)]
+    first = _summary(windows[0], clients)
+    first.stopped_early = stop_rule(first)
+    if first.stopped_early:
+        measured = first
+    else:
+        for number in range(2, WINDOWS + 1):
+            windows.append(_window(targets, bench.photos, clients, min(load_end, windows[0].started + number * share), sampler))
+        joined = windows[0]
+        for window in windows[1:]:
+            joined = joined.joined(window)
+        measured = _summary(joined, clients)
+    measured.windows = [_figures(window, clients) for window in windows]
+    measured.load_s = round(sum(window.seconds for window in windows), 1)
     measured.frontend_rss_mb, measured.worker_rss_mb = _memory_by_role(run, [n for n, _ in candidate.models], sampler)
     return measured
+
+
+def _targets(run: TorchServeRun, candidate: Candidate, load_end: float) -> dict[str, HttpTarget]:
+    return {name: HttpTarget(f"{run.url('inference')}/predictions/{name}", identity, timeout_s=max(1.0, load_end - time.monotonic()))
+            for name, _ in candidate.models}
+
+
+def _figures(window: "_Window", clients: dict[str, int]) -> Window:
+    summary = _summary(window, clients)
+    return Window(summary.img_s or 0.0, summary.p99_ms, summary.requests, summary.errors,
+                  {name: m["img_s"] or 0.0 for name, m in summary.per_model.items()}, round(window.seconds, 1))
+
+
+def compare_with_rule(bench: Bench, number: int, rule: Candidate, contender: Candidate, settled, deadline: float) -> Comparison:
+    """The rule's plan and the contender on two TorchServes at once, loaded in turn; every failure becomes the
+    comparison's error, never an exception."""
+    began = time.monotonic()
+    clients = {name: max(concurrency_of(bench, rule)[name], concurrency_of(bench, contender)[name]) for name, _ in rule.models}
+    compared = Comparison(clients=clients, window_s=round(bench.decision_window_s, 1))
+    sides = {"rule": rule, "contender": contender}
+    runs: dict[str, TorchServeRun] = {}
+    load_end = deadline - 2 * STOP_MARGIN_S
+    try:
+        for side, candidate in sides.items():
+            runs[side] = _start(bench, comparison_dir(bench.work_dir, number, side), candidate, clients, load_end)
+        targets = {side: _targets(runs[side], sides[side], load_end) for side in sides}
+        for side in sides:
+            _warm_up(targets[side], bench.photos, clients, load_end - bench.decision_window_s)
+        with progress.step(f"compare {contender.describe()} with the rule's plan", "alternating windows"):
+            _alternate(bench, compared, targets, settled, load_end)
+    except UsageError as err:
+        compared.error = str(err)[:2000]
+    finally:
+        for run in runs.values():
+            run.stop()
+    compared.seconds = round(time.monotonic() - began, 1)
+    return compared
+
+
+def _start(bench: Bench, folder: Path, candidate: Candidate, clients: dict[str, int], load_end: float) -> TorchServeRun:
+    folder.mkdir(parents=True, exist_ok=True)
+    config = folder / "config.properties"
+    write_plan(candidate_plan(bench, candidate, clients), config)
+    with progress.step(f"{folder.name}: start TorchServe", candidate.describe()):
+        run = start_torchserve(config, folder / "run")
+    try:
+        run.wait_ready([n for n, _ in candidate.models], timeout=max(1.0, load_end - time.monotonic()))
+    except BaseException:
+        run.stop()
+        raise
+    return run
+
+
+def _alternate(bench: Bench, compared: Comparison, targets, settled, load_end: float) -> None:
+    """Rule, contender, contender, rule, rule, contender: each pair in the other order, so a drift falls on both."""
+    for pair in range(bench.decision_pairs):
+        for side in ("rule", "contender") if pair % 2 == 0 else ("contender", "rule"):
+            if time.monotonic() + bench.decision_window_s > load_end:
+                compared.stopped = CUT_AT_DEADLINE
+                return
+            window = _window(targets[side], bench.photos, compared.clients, time.monotonic() + bench.decision_window_s)
+            getattr(compared, side).append(_figures(window, compared.clients))
+            compared.order.append(side)
+            compared.stopped = settled(compared.rule, compared.contender)
+            if compared.stopped:
+                return
 
 
 @dataclass
@@ -144,11 +231,12 @@ class _Window:
                        self.seconds + other.seconds, mean_cpu)
 
 
-def _window(targets, photos, clients, until: float, sampler: TreeSampler) -> _Window:
+def _window(targets, photos, clients, until: float, sampler: TreeSampler | None = None) -> _Window:
     started = time.monotonic()
     records = _load(targets, photos, clients, until)
     ended = time.monotonic()
-    return _Window(records, started, ended - started, window_stats(sampler.samples, started, ended)["mean_cpu_pct"])
+    cpu = window_stats(sampler.samples, started, ended)["mean_cpu_pct"] if sampler else None
+    return _Window(records, started, ended - started, cpu)
 
 
 def _warm_up(targets: dict[str, HttpTarget], photos, clients: dict[str, int], until: float) -> None:

@@ -10,6 +10,7 @@ benchmarks/results/tune-<models>-<time>.{json,md,png}.
 from __future__ import annotations
 
 import argparse
+import itertools
 import platform
 import shlex
 import sys
@@ -26,7 +27,7 @@ from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
 from ..serve.memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from ..serve.serving_config import ServingRequest, plan_serving
-from .measure import Bench, measure_candidate, socket_path_problem
+from .measure import Bench, compare_with_rule, measure_candidate, socket_path_problem
 from .report import result_document, write_results, write_tuned_config
 from .search import Goal, Search
 from .space import ModelLimits, Space
@@ -60,8 +61,9 @@ def register(commands) -> None:
                    "of each candidate: one batch computing while the next fills)")
     p.add_argument("--auth", type=on_off, default=True, help="token authorization in the written config: on (default) or off "
                    "(the tune itself always measures without it)")
-    p.add_argument("--window-s", type=positive_float, help=f"seconds of load per candidate (default: the budget / {WINDOWS_PER_BUDGET}, "
-                   f"{MIN_WINDOW_S:g} to {MAX_WINDOW_S:g})")
+    p.add_argument("--window-s", type=positive_float, help=f"seconds of load per candidate, in 3 windows (default: the budget / "
+                   f"{WINDOWS_PER_BUDGET}, {MIN_WINDOW_S:g} to {MAX_WINDOW_S:g}); each window of a comparison with the rule's plan "
+                   f"lasts half that, at least {MIN_WINDOW_S:g} s")
     p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--output", "-o", type=Path, default=Path(defaults.TUNE_OUTPUT), help=f"the tuned config (default {defaults.TUNE_OUTPUT})")
     p.add_argument("--results-dir", type=Path, default=Path(defaults.TUNE_RESULTS_DIR))
@@ -80,19 +82,26 @@ def cmd_tune(args: argparse.Namespace) -> int:
     cap, cap_source = memory_cap_mb(args.memory_mb, cgroup_limit_mb(), machine_memory_mb())
     goal = Goal(args.p99_ms, args.min_img_s, cap)
     window = args.window_s or min(MAX_WINDOW_S, max(MIN_WINDOW_S, budget_s / WINDOWS_PER_BUDGET))
+    decision_window = max(window / 2, min(window, MIN_WINDOW_S))
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     work_dir = args.work_dir or Path(tempfile.mkdtemp(prefix=f"tsvk-tune-{stamp}-"))
     if (problem := socket_path_problem(work_dir)) is not None:
         raise UsageError(problem)
-    bench = Bench(args.model_store.resolve(), base.vcpus, work_dir.resolve(), _photos(), window, args.concurrency)
+    bench = Bench(args.model_store.resolve(), base.vcpus, work_dir.resolve(), _photos(), window, args.concurrency, decision_window)
     print(f"tune: {', '.join(models)} on {base.vcpus} vCPUs; candidates' configs and logs in {work_dir}; memory cap {cap:,.0f} MiB ({cap_source}); budget {budget_s:.0f} s, "
-          f"{window:.0f} s of load per candidate; coarse pass: {len(space.coarse())} worker/thread splits, then hill-climbing",
-          flush=True)
-    search = Search(space, None, goal, budget_s, progress=partial(print, flush=True), reserve_s=WRITE_RESERVE_S)
+          f"{window:.0f} s of load per candidate; coarse pass: {len(space.coarse())} worker/thread splits, then hill-climbing; "
+          f"a candidate replaces the rule's plan only if it wins in {bench.decision_pairs} alternating windows of {decision_window:.0f} s "
+          "a side", flush=True)
+    search = Search(space, None, goal, budget_s, progress=partial(print, flush=True), reserve_s=WRITE_RESERVE_S,
+                    decision_window_s=decision_window, decision_pairs=bench.decision_pairs)
     search.started = started
     search.measure = lambda candidate, rule, deadline: measure_candidate(bench, len(search.trials), candidate, rule, deadline)
+    comparisons = itertools.count(1)  # each comparison's servers in their own directories, d01-rule, d01-contender, ...
+    search.compare = lambda rule, contender, settled, deadline: compare_with_rule(bench, next(comparisons), rule, contender,
+                                                                                   settled, deadline)
     result = search.run()
-    context = _context(args, models, base.vcpus, goal, cap_source, budget_s, window)
+    context = _context(args, models, base.vcpus, goal, cap_source, budget_s, window) | {
+        "decision_window_s": decision_window, "decision_pairs": bench.decision_pairs}
     if result.chosen is not None:
         write_tuned_config(request, result, args.output)
     written = write_results(result_document(result, context), args.results_dir, f"tune-{'+'.join(models)}-{stamp}")
@@ -124,9 +133,12 @@ def _say(result, output: Path, written: list[Path]) -> None:
     print(f"tune: {len(result.trials)} candidates in {result.seconds:.0f} s; stopped: {result.stopped_because}")
     if result.chosen is not None:
         m = result.chosen.measurement
-        print(f"tune: chose candidate {result.chosen.number}: {result.chosen.candidate.describe()}: {m.img_s:.1f} img/s, "
-              f"p99 {m.p99_ms:,.0f} ms, peak RSS {m.peak_rss_mb:,.0f} MiB")
+        figures = m.error or f"{m.img_s or 0:.1f} img/s, p99 {m.p99_ms or 0:,.0f} ms, peak RSS {m.peak_rss_mb or 0:,.0f} MiB"
+        print(f"tune: chose candidate {result.chosen.number}: {result.chosen.candidate.describe()}: {figures}; "
+              f"because {result.chosen_because}")
         print(f"tune: wrote {output}; serve it with `tsvk serve --config {output}`")
-    if not result.goal_met and result.chosen is not None:
+    if result.chosen is not None and result.chosen.measurement.error:
+        print(f"tune: WARNING: the config written was not measured ({result.chosen.measurement.error}); give the tune more time")
+    elif not result.goal_met and result.chosen is not None:
         print("tune: WARNING: no candidate met every goal; the closest was written: " + "; ".join(result.problems))
     print("tune: results in " + ", ".join(str(p) for p in written))

@@ -9,17 +9,21 @@ search: measure the worker/thread splits first (the 1 x N versus N x 1 question)
 step in one dimension at a time from the best, moving as soon as a neighbour is clearly better
 (by more than the noise, TUNE_NOISE), until no neighbour is or the budget is spent.
 
-Confirmation: one window can be lucky or unlucky by more than the noise (a slow start, another
-process). With the time the climb leaves, the leaders (TUNE_CONFIRM of them) and the plan `tsvk config`
-writes without a tune (the N x 1 split at the archives' batch and delay) are measured once more, and each
-candidate is judged by all its measurements together: mean images/s, worst p99, largest memory. The
-rule's plan is kept unless the best is clearly better than it (by more than TUNE_NOISE), so a tuned config
-departs from the default only where the measurements say it pays.
+Decision: one window can be lucky or unlucky by more than the differences the climb ranks (a slow
+start, another process), so the search's best is only a contender. The plan `tsvk config` writes
+without a tune (the N x 1 split at the archives' batch and delay) stays unless a contender wins against
+it in windows measured alternately, both served side by side with the same clients (decide.py: the
+contender's slowest window must beat the rule's fastest, or it must meet the goals where the rule
+misses them). The contenders are the candidates that measured better than the rule's plan, best
+first (TUNE_CONFIRM of them at most); the first that wins is chosen, and when none does (or no time is
+left to compare) the rule's plan is written, with the windows that say why.
 
-Budget: the next candidate is started only while the time left covers the longest candidate so far;
-each measurement also gets the search's deadline and is cut there, so the whole search ends within
-the budget. Candidates that clearly lose stop after their first, short window (early stop); and a
-candidate whose estimated memory exceeds the cap is never started (memory.py).
+Budget: the next candidate is started only while the time left covers the longest candidate so far
+plus the decision's share (two server starts and TUNE_DECISION_PAIRS pairs of windows); each
+measurement also gets the search's deadline and is cut there, so the whole search ends within the
+budget. Candidates that clearly lose stop after their first, short window (early stop), a comparison
+stops as soon as its contender can no longer win, and a candidate whose estimated memory exceeds the
+cap is never started (memory.py).
 
 Choice: the highest total images/s among candidates that meet every goal (p99, memory, the images/s
 floor per model). When none does, the candidate that misses the goals by least, and the report says
@@ -35,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .. import defaults
+from .decide import Verdict, Window, cannot_win, verdict
 from .memory import MemoryModel
 from .space import Candidate, Space
 
@@ -63,11 +68,43 @@ class Measurement:
     stopped_early: str = ""  # why the candidate was stopped after its first window
     error: str = ""  # why it could not be measured (did not start, cut at the deadline, ...)
     seconds: float = 0.0  # start to stop, server start included
+    load_s: float = 0.0  # of which under measured load
+    windows: list[Window] = field(default_factory=list)  # the load in consecutive windows, each on its own
 
+
+@dataclass
+class Comparison:
+    """The rule's plan and a contender served side by side, loaded in turn with the same clients."""
+
+    rule: list[Window] = field(default_factory=list)
+    contender: list[Window] = field(default_factory=list)
+    order: list[str] = field(default_factory=list)  # "rule" / "contender", in the order the windows ran
+    clients: dict[str, int] = field(default_factory=dict)  # per model, the same for both
+    window_s: float = 0.0
+    stopped: str = ""  # why it ended before its last pair (the contender could no longer win)
+    error: str = ""  # why it could not be run
+    seconds: float = 0.0
+
+
+@dataclass
+class Decision:
+    """One contender judged against the rule's plan."""
+
+    contender: int  # trial numbers
+    rule: int
+    comparison: Comparison | None
+    verdict: Verdict
+
+
+UNMEASURED_RULE = "not measured: the budget ran out before it"
+CUT_AT_DEADLINE = "cut at the deadline"  # a measurement or comparison the budget ended
 
 # A measurement: (candidate, early-stop rule, absolute deadline) -> Measurement. The early-stop rule
 # takes the first window's measurement and returns why to stop, or "".
 Measure = Callable[[Candidate, Callable[[Measurement], str], float], Measurement]
+# A comparison: (rule's plan, contender, settled, absolute deadline) -> Comparison. `settled` takes both
+# sides' windows so far and returns why the contender can no longer win, or "".
+Compare = Callable[[Candidate, Candidate, Callable[[list[Window], list[Window]], str], float], Comparison]
 
 
 @dataclass
@@ -94,6 +131,9 @@ class SearchResult:
     stopped_because: str
     seconds: float
     memory_cap_mb: float | None
+    rule_plan: Trial | None = None  # the plan `tsvk config` writes, as measured
+    decisions: list[Decision] = field(default_factory=list)
+    chosen_because: str = ""
 
 
 def problems_of(trial: Trial, goal: Goal) -> list[str]:
@@ -155,6 +195,9 @@ class Search:
     early_stop_share: float = defaults.TUNE_EARLY_STOP_SHARE
     reserve_s: float = 0.0  # kept back for writing the results
     memory: MemoryModel = field(default_factory=MemoryModel)
+    compare: Compare | None = None  # None: no comparison can be run, and the rule's plan is kept
+    decision_window_s: float = 0.0  # each window of a comparison
+    decision_pairs: int = defaults.TUNE_DECISION_PAIRS
 
     def __post_init__(self):
         self.started = self.clock()
@@ -167,18 +210,22 @@ class Search:
 
     def run(self) -> SearchResult:
         stopped = self._coarse() or self._climb()
-        self._confirm()
-        chosen = self.choice()
-        problems = problems_of(chosen, self.goal) if chosen else ["no candidate could be measured"]
+        chosen, because, decisions = self._decide()
+        problems = (["no candidate could be measured"] if chosen is None else [chosen.measurement.error] if chosen.measurement.error
+                    else problems_of(chosen, self.goal))
         return SearchResult(self.trials, chosen, chosen is not None and not problems, problems, stopped,
-                            round(self.clock() - self.started, 1), self.goal.memory_mb)
+                            round(self.clock() - self.started, 1), self.goal.memory_mb, self.rule_trial(), decisions, because)
 
     def _coarse(self) -> str:
+        """The worker/thread splits; the rule's plan is measured whenever its own time is left, since every
+        verdict needs it, while any other candidate needs time for a comparison after it too."""
+        rule, stopped = self.space.coarse()[-1], ""
         for candidate in self.space.coarse():
-            if not self._time_for_another():
-                return "the budget ran out during the coarse pass"
+            if not self._time_for_another(with_comparison=candidate != rule):
+                stopped = "the budget ran out during the coarse pass"
+                continue
             self._try(candidate, "coarse")
-        return ""
+        return stopped
 
     def _climb(self) -> str:
         current = self.best()
@@ -198,27 +245,80 @@ class Search:
             if not moved:
                 return "no neighbour of the best is better (a local optimum)"
 
-    def _confirm(self) -> None:
-        """Measure the leaders and the rule's plan once more, while the budget allows."""
-        leaders = sorted(self._judged(), key=lambda t: score(t, self.goal), reverse=True)[:defaults.TUNE_CONFIRM]
-        rule_plan = self.space.coarse()[-1]
-        again = [t.candidate for t in leaders] + [c for c in (rule_plan,) if c not in {t.candidate for t in leaders}]
-        for candidate in again:
-            if candidate not in {t.candidate for t in self._judged()}:
-                continue  # never fully measured (skipped, failed, stopped early): nothing to confirm
-            if not self._time_for_another():
-                return
-            self._try(candidate, "confirm", early_stop=False)  # a confirmation is always measured in full
+    def rule_trial(self) -> Trial | None:
+        """The rule's plan as measured (also when it was stopped early), or None when it never ran."""
+        rule = self.space.coarse()[-1]
+        judged = next((t for t in self._judged() if t.candidate == rule), None)
+        return judged or next((t for t in self.trials if t.candidate == rule and t.measurement is not None), None)
 
-    def choice(self) -> Trial | None:
-        """The best candidate, unless it is not clearly better (by more than the noise) than the plan `tsvk config`
-        writes without a tune: then that plan, so a tuned config differs from the default only where a
-        measurement says it pays."""
-        best = self.best()
-        rule_plan = next((t for t in self._judged() if t.candidate == self.space.coarse()[-1]), None)
-        if best is None or rule_plan is None or clearly_better(best, rule_plan, self.goal):
-            return best
-        return rule_plan
+    def contenders(self, rule: Trial) -> list[Trial]:
+        """Fully measured candidates that did better than the rule's plan, best first, TUNE_CONFIRM at most."""
+        judged = [t for t in self._judged() if t.candidate != rule.candidate]
+        better = [t for t in judged if not rule.measured or score(t, self.goal) > score(rule, self.goal)]
+        return sorted(better, key=lambda t: score(t, self.goal), reverse=True)[:defaults.TUNE_CONFIRM]
+
+    def _decide(self) -> tuple[Trial | None, str, list[Decision]]:
+        """The rule's plan, unless a contender wins against it in alternating windows (decide.py)."""
+        rule = self.rule_trial()
+        if rule is not None and rule.measurement.error == CUT_AT_DEADLINE or rule is None and not self._skipped_rule():
+            return rule or self._unmeasured_rule(), ("the budget ran out before the rule's plan was measured, so nothing could be "
+                                             "compared with it and the rule's plan is written as it is (give the tune more time)"), []
+        if rule is None or rule.measurement.error:
+            best = self.best()
+            why = rule.measurement.error.splitlines()[0] if rule else self._skipped_rule()
+            return best, f"the rule's plan could not be measured ({why}), so the best measured candidate was written", []
+        contenders = self.contenders(rule)
+        if not contenders:
+            return rule, "no candidate measured more images/s than the rule's plan, which is kept", []
+        decisions = []
+        for contender in contenders:
+            decision = self._judge(rule, contender)
+            decisions.append(decision)
+            self.progress(f"tune: candidate {contender.number} against the rule's plan (#{rule.number}): "
+                          f"{'chosen' if decision.verdict.departs else 'the rule is kept'}: {decision.verdict.reason}")
+            if decision.verdict.departs:
+                return contender, f"it won against the rule's plan (#{rule.number}) in alternating windows: {decision.verdict.reason}", decisions
+        return rule, "the rule's plan is kept: " + "; ".join(f"#{d.contender}: {d.verdict.reason}" for d in decisions), decisions
+
+    def _judge(self, rule: Trial, contender: Trial) -> Decision:
+        cap, both = self.goal.memory_mb, self._both_mb(rule, contender)
+        if self.compare is None:
+            return Decision(contender.number, rule.number, None, Verdict(False, "no comparison could be run"))
+        if cap is not None and both is not None and both > cap:
+            return Decision(contender.number, rule.number, None, Verdict(
+                False, f"both served at once would need an estimated {both:,.0f} MiB, over the cap of {cap:,.0f} MiB, so they "
+                       "could not be compared"))
+        if self.deadline - self.clock() < self.decision_cost_s():
+            return Decision(contender.number, rule.number, None, Verdict(False, "no time was left to compare it with the rule's plan"))
+
+        def settled(rule_windows: list[Window], contender_windows: list[Window]) -> str:
+            return cannot_win(rule_windows, contender_windows, self.goal)
+
+        compared = self.compare(rule.candidate, contender.candidate, settled, self.deadline)
+        if compared.error:
+            return Decision(contender.number, rule.number, compared, Verdict(False, f"the comparison failed: {compared.error.splitlines()[0]}"))
+        return Decision(contender.number, rule.number, compared,
+                        verdict(compared.rule, compared.contender, self.goal, self.decision_pairs))
+
+    def _unmeasured_rule(self) -> Trial:
+        trial = Trial(len(self.trials) + 1, "rule", self.space.coarse()[-1], Measurement(error=UNMEASURED_RULE))
+        self.trials.append(trial)
+        return trial
+
+    def _both_mb(self, rule: Trial, contender: Trial) -> float | None:
+        estimates = [self.memory.estimate_mb(t.candidate) for t in (rule, contender)]
+        return None if None in estimates else sum(estimates)
+
+    def _skipped_rule(self) -> str:
+        rule = self.space.coarse()[-1]
+        return next((f"skipped: {t.skipped}" for t in self.trials if t.candidate == rule and t.skipped), "")
+
+    def decision_cost_s(self) -> float:
+        """What one comparison takes: two servers started, warmed up and stopped, and its pairs of windows."""
+        if self.compare is None:
+            return 0.0
+        overheads = [t.measurement.seconds - t.measurement.load_s for t in self.trials if t.measurement and t.measurement.load_s]
+        return 2 * max(overheads, default=0.0) + 2 * self.decision_pairs * self.decision_window_s
 
     def best(self) -> Trial | None:
         judged = self._judged()
@@ -232,10 +332,10 @@ class Search:
                 by_candidate.setdefault(trial.candidate, []).append(trial)
         return [_together(trials) for trials in by_candidate.values()]
 
-    def _time_for_another(self) -> bool:
-        """Start another candidate only if the time left covers the longest one so far."""
+    def _time_for_another(self, with_comparison: bool = True) -> bool:
+        """Start another candidate only if the time left covers the longest one so far and a comparison after it."""
         longest = max((t.measurement.seconds for t in self.trials if t.measurement), default=0.0)
-        return self.deadline - self.clock() > max(longest, 1.0)
+        return self.deadline - self.clock() > max(longest, 1.0) + (self.decision_cost_s() if with_comparison else 0.0)
 
     def _try(self, candidate: Candidate, phase: str, early_stop: bool = True) -> Trial | None:
         self.tried.add(candidate)
@@ -305,7 +405,8 @@ def _together(trials: list[Trial]) -> Trial:
     merged = replace(latest, img_s=statistics.mean(m.img_s for m in measurements),
                      p50_ms=_largest(m.p50_ms for m in measurements), p99_ms=_largest(m.p99_ms for m in measurements),
                      peak_rss_mb=_largest(m.peak_rss_mb for m in measurements), requests=sum(m.requests for m in measurements),
-                     errors=sum(m.errors for m in measurements), per_model=per_model)
+                     errors=sum(m.errors for m in measurements), per_model=per_model,
+                     windows=[w for m in measurements for w in m.windows], load_s=sum(m.load_s for m in measurements))
     return replace(trials[-1], measurement=merged)
 
 
