@@ -14,6 +14,7 @@ import torch
 
 from tsvk_tools import defaults
 from tsvk_tools.build.backends import CompileTarget
+from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.build.calibration import PhotoSet
 from tsvk_tools.build.verify_int8 import ACCURACY, AGREEMENT, Int8Limits, verify_int8
 from tsvk_tools.errors import UsageError
@@ -107,3 +108,15 @@ def test_random_weights_report_without_judging():
 def test_an_accuracy_drop_limit_outside_0_to_1_is_refused():
     with pytest.raises(UsageError, match="between 0 and 1"):
         Int8Limits(max_drop=2.0)
+
+
+@pytest.mark.parametrize("request_, message", [
+    (BuildRequest(model="mobilenet_v3_small", weights="none", max_accuracy_drop=0.02),
+     "--max-accuracy-drop applies to --precision int8 only"),
+    (BuildRequest(model="lraspp_mobilenet_v3_large", backend="openvino", precision="int8", weights="none", max_accuracy_drop=0.02),
+     "--max-accuracy-drop applies to classifiers.*segment model lraspp_mobilenet_v3_large"),
+])
+def test_an_accuracy_drop_where_no_accuracy_is_judged_is_refused(request_, message, tmp_path):
+    with pytest.raises(UsageError, match=message):
+        build(request_, tmp_path)
+    assert not list(tmp_path.iterdir())
