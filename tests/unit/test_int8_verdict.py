@@ -16,7 +16,7 @@ from tsvk_tools import defaults
 from tsvk_tools.build.backends import CompileTarget
 from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.build.calibration import PhotoSet
-from tsvk_tools.build.verify_int8 import ACCURACY, AGREEMENT, Int8Limits, verify_int8
+from tsvk_tools.build.verify_int8 import ACCURACY, AGREEMENT, Int8Limits, judge_int8, verify_int8
 from tsvk_tools.errors import UsageError
 
 CLASSES = 12  # a (3, 2, 2) "image" flattens to 12 logits
@@ -103,6 +103,17 @@ def test_an_agreement_floor_asked_for_decides_beside_accuracy():
 def test_random_weights_report_without_judging():
     report = verify_int8(int8, eager, TARGET, photos(100, 6, 0), held_out=False, enforce=False)
     assert report.passed and report.failed == () and "NOT ENFORCED" in report.describe()
+
+
+def test_the_values_a_refusal_suggests_let_the_measured_result_pass():
+    """4 of 300 photos lost is a 1.333-point drop: 0.013 would still refuse it, 0.014 does not."""
+    lost = judge_int8(300, True, 289 / 300, {"fp32": {"top1": 0.86, "top5": 0.95}, "int8": {"top1": 0.86 - 4 / 300, "top5": 0.95}},
+                      True, Int8Limits())
+    assert "--max-accuracy-drop 0.014 (make: MAX_ACCURACY_DROP=0.014)" in lost.remedy()
+    assert judge_int8(300, True, 289 / 300, lost.accuracy, True, Int8Limits(max_drop=0.014)).passed
+    unlabelled = judge_int8(300, True, 289 / 300, {}, True, Int8Limits())  # 96.33%: 0.964 would still refuse it
+    assert "--tolerance 0,0,0.963 (make: TOLERANCE=0,0,0.963)" in unlabelled.remedy()
+    assert judge_int8(300, True, 289 / 300, {}, True, Int8Limits(min_agreement=0.963)).passed
 
 
 def test_an_accuracy_drop_limit_outside_0_to_1_is_refused():

@@ -14,6 +14,7 @@ thresholds are not applied.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 from tsvk.postprocess import first_tensor
@@ -87,11 +88,18 @@ class AgreementReport:
         ways = []
         drops = [drop for name, drop in (("top-1 drop", self.top1_drop), ("top-5 drop", self.top5_drop)) if name in self.failed]
         if drops:
-            ways.append(f"allow the accuracy drop with --max-accuracy-drop {max(drops):.3f} (MAX_ACCURACY_DROP=)")
+            drop = _thousandths(max(drops), math.ceil)
+            ways.append(f"allow the accuracy drop with --max-accuracy-drop {drop} (make: MAX_ACCURACY_DROP={drop})")
         if AGREEMENT in self.failed:
-            ways.append(f"lower the agreement floor with --tolerance 0,0,{self.top1_agreement:.3f} (TOLERANCE=)"
+            floor = _thousandths(self.top1_agreement, math.floor)
+            ways.append(f"lower the agreement floor with --tolerance 0,0,{floor} (make: TOLERANCE=0,0,{floor})"
                         + ("" if self.accuracy else ", or label the photos (wnids.txt and <wnid>_*.JPEG names) so accuracy decides"))
         return "; ".join(ways) + " - only if you accept it"
+
+
+def _thousandths(value: float, rounding) -> str:
+    """`value` to three decimals, rounded the way that lets the measured result pass (ceil a drop, floor a floor)."""
+    return f"{rounding(round(value * 1000, 6)) / 1000:.3f}"
 
 
 def _points(drop: float | None) -> str:
@@ -111,7 +119,7 @@ def accuracy(scores, labels: list[int]) -> dict:
 
     truth = torch.tensor(labels)
     top = scores.topk(min(5, scores.shape[1]), dim=1).indices
-    return {"top1": (top[:, 0] == truth).float().mean().item(), "top5": (top == truth[:, None]).any(1).float().mean().item()}
+    return {"top1": (top[:, 0] == truth).sum().item() / len(truth), "top5": (top == truth[:, None]).any(1).sum().item() / len(truth)}
 
 
 def check_shapes(compiled, eager_fp32, target: CompileTarget) -> None:
@@ -132,7 +140,7 @@ def verify_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, h
     check_shapes(compiled, eager_fp32, target)
     reference = logits(eager_fp32, photos.batch, target.max_batch)
     got = logits(compiled, photos.batch, target.max_batch)
-    agreement = (got.argmax(1) == reference.argmax(1)).float().mean().item()
+    agreement = (got.argmax(1) == reference.argmax(1)).sum().item() / len(got)  # a count over photos, exactly
     scores = {"fp32": accuracy(reference, photos.labels), "int8": accuracy(got, photos.labels)} if photos.labels else {}
     return judge_int8(len(photos), held_out, agreement, scores, enforce, limits or Int8Limits())
 
@@ -175,7 +183,8 @@ class PixelAgreementReport:
                 + ("" if self.enforced else "; NOT ENFORCED: random weights, accuracy cannot be measured"))
 
     def remedy(self) -> str:
-        return f"lower the pixel agreement floor with --tolerance 0,0,{self.pixel_agreement:.3f} (TOLERANCE=) only if you accept it"
+        floor = _thousandths(self.pixel_agreement, math.floor)
+        return f"lower the pixel agreement floor with --tolerance 0,0,{floor} (make: TOLERANCE=0,0,{floor}) only if you accept it"
 
 
 def verify_segmenter_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, held_out: bool, enforce: bool,
