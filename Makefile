@@ -27,7 +27,7 @@ build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHT
   $(call opt,--topk,$(TOPK)) $(call opt,--model-file,$(MODEL_FILE)) $(call opt,--model-factory,$(MODEL_FACTORY)) \
   $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) \
   $(call opt,--labels,$(LABELS)) $(call opt,--tolerance,$(TOLERANCE)) $(call switch,--exact-jpeg-decode,$(EXACT_JPEG)) \
-  $(call opt,--calibration,$(CALIBRATION)) $(call opt,--task,$(TASK)) $(call opt,--score-threshold,$(SCORE_THRESHOLD)) \
+  $(call opt,--calibration,$(CALIBRATION)) $(call opt,--max-accuracy-drop,$(MAX_ACCURACY_DROP)) $(call opt,--task,$(TASK)) $(call opt,--score-threshold,$(SCORE_THRESHOLD)) \
   $(call opt,--max-detections,$(MAX_DETECTIONS)))
 
 config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \

@@ -22,7 +22,7 @@ from ..errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model, torchvision_builders
 from .task_builds import check_int8_task, check_task, task_build
 from .verify import Tolerance, VerificationReport
-from .verify_int8 import AgreementReport, PixelAgreementReport
+from .verify_int8 import AgreementReport, Int8Limits, PixelAgreementReport
 
 
 @dataclass(frozen=True)
@@ -39,6 +39,7 @@ class BuildRequest:
     topk: int = defaults.TOPK
     jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
     calibration: Path | None = None  # int8: a directory of real photos (some calibrate, the rest verify)
+    max_accuracy_drop: float = defaults.INT8_MAX_ACCURACY_DROP  # int8 on labelled photos: top-1 and top-5 may fall by this
     task: str | None = None  # --task: a model file's task; for a torchvision builder, it must agree with torchvision's
     score_threshold: float = defaults.SCORE_THRESHOLD  # detect: the answers' default score threshold
     max_detections: int = defaults.MAX_DETECTIONS  # detect: the answers' default box count
@@ -87,11 +88,16 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
         report = _verify(compiled, eager_fp32, target, request, photos, resolved)
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
-        raise UsageError(f"{report.describe()}; no archive written (loosen with --tolerance atol,rtol,min_top1 only if you accept it)")
+        raise UsageError(f"{report.describe()}; no archive written ({remedy(report)})")
     seconds = time.perf_counter() - started
     settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos,
                          {**(compile_facts or {}), "load_seconds": round(load_seconds, 2)})
     return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def remedy(report) -> str:
+    """How to accept a refused build: the report's own advice where it names its criteria, else the tolerance."""
+    return report.remedy() if hasattr(report, "remedy") else "loosen with --tolerance atol,rtol,min_top1 only if you accept it"
 
 
 def built_on(device: str) -> dict[str, str]:
@@ -125,10 +131,15 @@ def requested_task(request: BuildRequest) -> str:
 def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
     """int8's calibration and held-out photos; a --calibration for any other precision is a mistake worth naming."""
     if request.precision != "int8":
-        if request.calibration is not None:
-            raise UsageError(f"--calibration applies to --precision int8 only (got --precision {request.precision})")
+        given = [flag for flag, value in (("--calibration", request.calibration is not None),
+                                          ("--max-accuracy-drop", _asked_drop(request))) if value]
+        if given:
+            raise UsageError(f"{given[0]} applies to --precision int8 only (got --precision {request.precision})")
         return None
     random_weights = bool(resolved.weights.get("random"))
+    if _asked_drop(request) and not task_build(resolved.task).int8_accuracy:
+        raise UsageError(f"--max-accuracy-drop applies to classifiers, whose int8 is judged by top-1 and top-5 accuracy; "
+                         f"the {resolved.task} model {request.model} is judged by its own verification: leave it out")
     if task_build(resolved.task).verify_int8 is None:  # dynamic int8: nothing to calibrate; its verifier judges it
         if request.calibration is not None:
             raise UsageError("--calibration: a detector's int8 quantizes its box head's activations as they come "
@@ -137,6 +148,11 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photo
     if random_weights:
         _warn_random_int8()
     return int8_photos(request.calibration, preprocess, random_weights, resolved.task)
+
+
+def _asked_drop(request: BuildRequest) -> bool:
+    """Whether the request asks for an accuracy drop other than the default (only int8 classifiers have one)."""
+    return request.max_accuracy_drop != defaults.INT8_MAX_ACCURACY_DROP
 
 
 def _warn_random_int8() -> None:
@@ -176,8 +192,9 @@ def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, 
         return task.verify(compiled, eager_fp32, target, request.tolerance, random_weights)
     held_out = photos.held_out is not None
     measured_on = photos.held_out if held_out else photos.calibration
-    floor = request.tolerance.min_top1 if request.tolerance else None
-    return task.verify_int8(compiled, eager_fp32, target, measured_on, held_out, not random_weights, floor)
+    limits = Int8Limits(min_agreement=request.tolerance.min_top1 if request.tolerance else None,
+                        max_drop=request.max_accuracy_drop)
+    return task.verify_int8(compiled, eager_fp32, target, measured_on, held_out, not random_weights, limits)
 
 
 def _clamp_suggested_batch(request: BuildRequest) -> BuildRequest:

@@ -61,7 +61,11 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
     p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision; "
-                   "int8: only min_top1, the top-1 agreement needed on held-out photos)")
+                   "int8: only min_top1, the top-1 agreement with fp32 needed on held-out photos: it decides where the "
+                   f"photos carry no labels (default {defaults.INT8_MIN_TOP1_AGREEMENT}) and, given, with labels too)")
+    p.add_argument("--max-accuracy-drop", type=fraction, default=defaults.INT8_MAX_ACCURACY_DROP, help="--precision int8 with labelled held-out photos: how much "
+                   "top-1 and top-5 accuracy may each fall against eager fp32, as a fraction "
+                   f"(default {defaults.INT8_MAX_ACCURACY_DROP}: one point); accuracy decides, agreement is reported")
     p.add_argument("--calibration", type=Path, help="--precision int8: a directory of real photos (a few hundred); "
                    f"{defaults.CALIBRATION_SHARE:.0%}% calibrate, the rest verify accuracy")
     p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch "

@@ -37,9 +37,10 @@ class TaskBuild:
     torchvision_models: str  # the torchvision module whose builders serve this task
     unsupported: Mapping[str, str] = field(default_factory=dict)  # backend -> why it cannot build this task
     int8_backends: tuple[str, ...] | None = None  # where its int8 can be verified; None: every backend with int8
-    # (compiled, eager_fp32, target, photos, held_out, enforce, min_agreement) -> report, on calibration photos;
+    # (compiled, eager_fp32, target, photos, held_out, enforce, Int8Limits) -> report, on calibration photos;
     # None: its int8 needs no photos (dynamic int8) and `verify` judges it
     verify_int8: Callable | None = None
+    int8_accuracy: bool = False  # its int8 verifier judges top-1 and top-5 accuracy on labelled photos (--max-accuracy-drop)
 
     @property
     def name(self) -> str:
@@ -58,7 +59,7 @@ def _detector(compiled, eager_fp32, target, tolerance, random_weights):
 _BUILDS = (
     TaskBuild(TASKS["classify"], default_backend=defaults.BACKEND, verify=_without_random(verify_artifact),
               preprocess=task_preprocess.classifier_weights, custom_preprocess=task_preprocess.classifier_custom,
-              torchvision_models="torchvision.models", verify_int8=verify_int8),
+              torchvision_models="torchvision.models", verify_int8=verify_int8, int8_accuracy=True),
     # int8 detectors: OpenVINO backbone, dynamic int8 box head, judged by the head's outputs and, trained, the boxes.
     TaskBuild(TASKS["detect"], default_backend=defaults.DETECT_BACKEND, verify=_detector,
               preprocess=task_preprocess.detector_weights, custom_preprocess=task_preprocess.detector_custom,
