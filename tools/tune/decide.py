@@ -27,10 +27,16 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Sequence
+from typing import Sequence
 
-if TYPE_CHECKING:
-    from .search import Goal
+
+@dataclass(frozen=True)
+class Goal:
+    """What the user asked of a config; a window is ranked against it first (the search and the verdict alike)."""
+
+    p99_ms: float | None = None  # every model's p99 at or under this
+    min_img_s: float | None = None  # every model at or above this (a floor, reported when unreachable)
+    memory_mb: float | None = None  # the cap: what the whole TorchServe may use
 
 
 @dataclass(frozen=True)
@@ -66,7 +72,7 @@ def spread(values: Sequence[float]) -> Spread | None:
     return Spread(statistics.median(present), min(present), max(present)) if present else None
 
 
-def miss(window: Window, goal: "Goal") -> float:
+def miss(window: Window, goal: Goal) -> float:
     """How far a window is from the goals, as the search counts a candidate's miss (0: meets them all)."""
     total = 10.0 * window.errors / max(1, window.requests)
     if goal.p99_ms is not None:
@@ -76,13 +82,13 @@ def miss(window: Window, goal: "Goal") -> float:
     return total
 
 
-def rank(window: Window, goal: "Goal") -> tuple[int, float]:
+def rank(window: Window, goal: Goal) -> tuple[int, float]:
     """Higher is better: meeting the goals first, then images/s, or among misses the smaller miss."""
     missed = miss(window, goal)
     return (1, window.img_s) if missed == 0 else (0, -missed)
 
 
-def verdict(rule: Sequence[Window], candidate: Sequence[Window], goal: "Goal", min_windows: int) -> Verdict:
+def verdict(rule: Sequence[Window], candidate: Sequence[Window], goal: Goal, min_windows: int) -> Verdict:
     """Whether the candidate replaces the rule's plan, given both sides' alternating windows."""
     lost = cannot_win(rule, candidate, goal)
     if lost:
@@ -103,7 +109,7 @@ def verdict(rule: Sequence[Window], candidate: Sequence[Window], goal: "Goal", m
                          f"({fast.median / slow.median:.2f}x the median), p99 {_p99_text(tail, rule_tail)}")
 
 
-def cannot_win(rule: Sequence[Window], candidate: Sequence[Window], goal: "Goal") -> str:
+def cannot_win(rule: Sequence[Window], candidate: Sequence[Window], goal: Goal) -> str:
     """Why more windows cannot make the candidate win, or "" while they still can."""
     if not rule or not candidate or min(rank(w, goal) for w in candidate) > max(rank(w, goal) for w in rule):
         return ""

@@ -39,16 +39,9 @@ from dataclasses import dataclass, field, replace
 from typing import Callable
 
 from .. import defaults
-from .decide import Verdict, Window, cannot_win, verdict
+from .decide import Goal, Verdict, Window, cannot_win, verdict
 from .memory import MemoryModel
 from .space import Candidate, Space
-
-
-@dataclass(frozen=True)
-class Goal:
-    p99_ms: float | None = None  # every model's p99 at or under this
-    min_img_s: float | None = None  # every model at or above this (a floor, reported when unreachable)
-    memory_mb: float | None = None  # the cap: what the whole TorchServe may use
 
 
 @dataclass
