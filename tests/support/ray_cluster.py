@@ -16,6 +16,8 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from tsvk_tools.batch.ray_engine import AGENT_WAIT_MS
+
 RAY = str(Path(sys.executable).with_name("ray"))
 HEAD_PORTS = {"--port": 19400, "--node-manager-port": 19401, "--object-manager-port": 19402, "--ray-client-server-port": 19403,
               "--dashboard-agent-listen-port": 19404, "--dashboard-agent-grpc-port": 19405, "--metrics-export-port": 19406,
@@ -58,7 +60,7 @@ def _wait_for_nodes(address: str, count: int, env: dict) -> None:
 def two_node_cluster(cpus_per_node: int = 1) -> Iterator[str]:
     """The head's address (127.0.0.1:19400) while a head and a second node, `cpus_per_node` CPUs each, run."""
     folder = tempfile.mkdtemp(prefix="tsvkray", dir="/tmp")  # short: Ray's unix sockets live under it
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": AGENT_WAIT_MS}
     common = ["--block", "--num-cpus", str(cpus_per_node), "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
     started: list[subprocess.Popen] = []
     address = f"127.0.0.1:{HEAD_PORTS['--port']}"

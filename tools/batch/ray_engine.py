@@ -10,6 +10,7 @@ node mounts at the same path, or list URLs (k8s/ray/README.md).
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, replace
 from typing import Callable
 
@@ -22,6 +23,9 @@ from .scorer import WorkerSpec
 from .state import DoneIds, RunState
 
 LOCAL = "local"
+# How long a starting node waits for its agents (ms). Ray's default (about a minute) fails a `--ray local` start
+# on a busy machine: the raylet gives up waiting for the metrics agent's port file and the start fails.
+AGENT_WAIT_MS = "600000"
 
 
 def import_ray():
@@ -38,6 +42,7 @@ def connect(ray, address: str, plan: BatchPlan) -> None:
     if ray.is_initialized():
         return
     if address == LOCAL:
+        os.environ.setdefault("RAY_agent_register_timeout_ms", AGENT_WAIT_MS)
         ray.init(num_cpus=plan.vcpus, num_gpus=plan.gpus, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
@@ -62,6 +67,15 @@ def plan_actors(resources: dict, threads: int) -> ActorPlan:
     return ActorPlan(max(1, int(resources.get("CPU", 1)) // threads), threads, 0, None)
 
 
+def id_range(ray, count: int):
+    """`ray.data.range(count)` whose read tasks reserve no CPU: they only make integers, and with every CPU held by
+    an actor, reads that wait for a CPU would never run (Ray Data warns the job may hang forever). The same
+    datasource `ray.data.range` reads (ray/data/read_api.py, 2.60), read with num_cpus=0."""
+    from ray.data._internal.datasource.range_datasource import RangeDatasource
+
+    return ray.data.read_datasource(RangeDatasource(n=count, block_format="arrow", column_name="id"), num_cpus=0)
+
+
 def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunState, done: DoneIds,
                  write: Callable[[list[str]], None]) -> None:
     ray = import_ray()
@@ -71,10 +85,9 @@ def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunStat
         actors = plan_actors(ray.cluster_resources(), plan.threads)
         spec = replace(spec, gpu_id=actors.gpu_id)
         bits = np.frombuffer(bytes(done.bits), dtype=np.uint8)
-        ids = ray.data.range(done.count).map_batches(not_done, fn_kwargs={"done_bits": bits}, batch_format="numpy",
-                                                     num_cpus=0)
+        ids = id_range(ray, done.count).map_batches(not_done, fn_kwargs={"done_bits": bits}, batch_format="numpy", num_cpus=0)
         rows = ids.map_batches(ArchiveActor, fn_constructor_kwargs={"spec": asdict(spec), "state_folder": str(state.folder)},
-                               batch_size=plan.batch, batch_format="numpy", concurrency=actors.actors,
+                               batch_size=plan.batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors.actors),
                                num_cpus=actors.num_cpus, num_gpus=actors.num_gpus)
         for batch in rows.iter_batches(batch_size=None, batch_format="numpy"):
             write([str(row) for row in batch["row"]])
