@@ -39,6 +39,10 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--auth,$(AUTH)) $(call opt,--output,$(CONFIG)))
 
+batch_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--input,$(INPUT)) $(call opt,--output,$(OUTPUT)) \
+  $(call opt,--workers,$(WORKERS)) $(call opt,--batch,$(BATCH)) $(call opt,--column,$(COLUMN)) $(call opt,--ray,$(RAY)) \
+  $(call opt,--max-request-mb,$(MAX_REQUEST_MB)))
+
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
@@ -99,9 +103,7 @@ draw: setup ## draw a served detector's boxes or segmenter's label map over IMAG
 	$(TSVK) draw $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--output,$(OUTPUT))
 
 batch: setup ## score INPUT (a folder, a text file of paths or URLs, a Parquet/CSV table) with model_store/MODEL.mar into OUTPUT (.jsonl or .parquet), resumable (WORKERS BATCH COLUMN RAY)
-	$(TSVK) batch $(call opt,--model,$(MODEL)) $(call opt,--input,$(INPUT)) $(call opt,--output,$(OUTPUT)) \
-	  $(call opt,--workers,$(WORKERS)) $(call opt,--batch,$(BATCH)) $(call opt,--column,$(COLUMN)) $(call opt,--ray,$(RAY)) \
-	  $(call opt,--max-request-mb,$(MAX_REQUEST_MB))
+	$(TSVK) batch $(batch_flags)
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

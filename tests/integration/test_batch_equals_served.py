@@ -35,7 +35,7 @@ def served(tmp_path_factory):
                                max_batch=4), store)
     build_archive(BuildRequest(model=SEGMENTER, backend="export", max_batch=4,
                                weights=str(decisive_weights(SEGMENTER, work / "s.pt", std=1.0))), store)
-    request = serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=20, auth=False)
+    request = serving_on_free_ports(model_store=store, vcpus=3, workers=1, batch=4, max_batch_delay_ms=20, auth=False)
     with running_torchserve(request, work) as run:
         yield run.url("inference"), store, work
 

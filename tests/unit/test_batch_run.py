@@ -19,7 +19,7 @@ from tests.support.batch_inputs import BAD, GOOD, write_inputs
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.cli import main as tsvk
 
-KILLS = 6
+KILLS = 5
 
 
 @pytest.fixture(scope="module")
