@@ -23,6 +23,10 @@ from .scorer import WorkerSpec
 from .state import DoneIds, RunState
 
 LOCAL = "local"
+# Ray Data blocks of about this many bytes: a block of ids (8 bytes each) or of rows leaves its stage once full,
+# so small blocks keep rows flowing to the driver a few batches at a time (Ray's default, 128 MiB, would hold an
+# actor's rows until it had scored a whole block of input, and a stop would lose all of it).
+BLOCK_BYTES = 4096
 # How long a starting node waits for its agents (ms). Ray's default (about a minute) fails a `--ray local` start
 # on a busy machine: the raylet gives up waiting for the metrics agent's port file and the start fails.
 AGENT_WAIT_MS = "600000"
@@ -81,7 +85,9 @@ def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunStat
     ray = import_ray()
     connect(ray, address, plan)
     try:
-        ray.data.DataContext.get_current().enable_progress_bars = False  # the run's own progress line shows it
+        context = ray.data.DataContext.get_current()
+        context.enable_progress_bars = False  # the run's own progress line shows it
+        context.target_max_block_size = BLOCK_BYTES
         actors = plan_actors(ray.cluster_resources(), plan.threads)
         spec = replace(spec, gpu_id=actors.gpu_id)
         bits = np.frombuffer(bytes(done.bits), dtype=np.uint8)
