@@ -25,6 +25,10 @@ from tsvk_tools.serve.ports import serving_on_free_ports
 pytestmark = pytest.mark.integration
 
 OPTIONS = {"tiny": {}, DETECTOR: {"score_threshold": "0.3"}, SEGMENTER: {"label_map_max_side": "64"}}
+# An R-CNN pads the photos of one forward pass to one size, which moves its features, scores and even which boxes
+# it keeps: its answer for a photo depends on the photos beside it, on TorchServe as offline. Its batched rows are
+# compared by status only; the classifier's and the segmenter's to within float rounding.
+ROUNDING_ONLY = {"tiny": True, DETECTOR: False, SEGMENTER: True}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +72,8 @@ def close(a, b, rel: float = 1e-4, tiny: float = 1e-6) -> bool:
 def test_each_batch_row_is_the_status_and_body_predictions_gives_for_the_same_bytes(served, model, tmp_path):
     """A request served alone is answered from a batch of one: with batches of one the rows are its very bytes.
     At the archive's batch size a row may differ from it in the last digits, as two served requests batched
-    differently do (CPU kernels sum in another order for another batch size; an R-CNN pads a forward's photos
-    to one size), and nowhere else."""
+    differently do (CPU kernels sum in another order for another batch size), and nowhere else; an R-CNN's
+    answer depends on the photos it is batched with (see ROUNDING_ONLY)."""
     url, store, _ = served
     files = write_inputs(tmp_path / "photos", good_format="PNG")
     alone = batch_rows(store, model, tmp_path / "photos", tmp_path / "alone.jsonl", "--batch", "1")
@@ -79,5 +83,6 @@ def test_each_batch_row_is_the_status_and_body_predictions_gives_for_the_same_by
         answer = served_answer(url, model, data)
         assert alone[name]["status"] == batched[name]["status"] == answer.status_code, name
         assert json.dumps(alone[name]["answer"], indent=2).encode() == answer.content, name
-        assert close(batched[name]["answer"], answer.json()), name
+        if ROUNDING_ONLY[model]:
+            assert close(batched[name]["answer"], answer.json()), name
     assert sum(row["status"] == 200 for row in alone.values()) == 3
