@@ -41,10 +41,14 @@ tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--auth,$(AUTH)) $(call opt,--output,$(CONFIG)))
 
+batch_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--input,$(INPUT)) $(call opt,--output,$(OUTPUT)) \
+  $(call opt,--workers,$(WORKERS)) $(call opt,--batch,$(BATCH)) $(call opt,--column,$(COLUMN)) $(call opt,--ray,$(RAY)) \
+  $(call opt,--max-request-mb,$(MAX_REQUEST_MB)))
+
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict batch draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -99,6 +103,9 @@ predict: setup ## classify IMAGE (a file or skimage:chelsea) with the running se
 
 draw: setup ## draw a served detector's boxes or segmenter's label map over IMAGE into OUTPUT (MODEL)
 	$(TSVK) draw $(call opt,--image,$(IMAGE)) $(call opt,--model,$(MODEL)) $(call opt,--output,$(OUTPUT))
+
+batch: setup ## score INPUT (a folder, a text file of paths or URLs, a Parquet/CSV table) with model_store/MODEL.mar into OUTPUT (.jsonl or .parquet), resumable (WORKERS BATCH COLUMN RAY)
+	$(TSVK) batch $(batch_flags)
 
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))

@@ -12,6 +12,7 @@ import signal
 import sys
 
 from . import doctor, progress
+from .batch import batch_cli
 from .build import build_cli
 from .client import demo, draw, predict, status
 from .serve import container, serve_cli
@@ -22,9 +23,9 @@ from .robustness import run as robustness, soak
 from .tune import run as tune
 
 # Each module's register(commands), in the order `tsvk --help` lists the commands.
-COMMAND_MODULES = (bench, build_cli, serve_cli, container, predict, robustness, soak, gpu_check, demo, tune, draw, status, doctor)
+COMMAND_MODULES = (bench, build_cli, serve_cli, container, predict, batch_cli, robustness, soak, gpu_check, demo, tune, draw, status, doctor)
 # The commands with long steps: each shows its progress on a terminal and takes --quiet.
-PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak")
+PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak", "batch")
 
 
 def build_parser() -> argparse.ArgumentParser:

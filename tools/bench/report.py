@@ -53,6 +53,14 @@ PEER_RATIOS = {  # ours against the peers at their best, on the same artifact wh
     "fast_vs_litserve_fast": ("ours_fast", "litserve_fast"),
     "fast_vs_pipeline_fast_ceiling": ("ours_fast", "ceiling_pipeline_fast"),
 }
+BATCH_RATIOS = {  # tsvk batch (offline) against its pipeline ceiling, serving the same archive, and itself on Ray
+    "batch_vs_pipeline_ceiling": ("batch", "ceiling_pipeline"),
+    "batch_vs_ours": ("batch", "ours"),
+    "batch_ray_vs_batch": ("batch_ray", "batch"),
+    "batch_fast_vs_pipeline_fast_ceiling": ("batch_fast", "ceiling_pipeline_fast"),
+    "batch_fast_vs_ours_fast": ("batch_fast", "ours_fast"),
+    "batch_ray_fast_vs_batch_fast": ("batch_ray_fast", "batch_fast"),
+}
 GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_decentralized", 5.0, "ours >= 5x decentralized"),
     ("ours_vs_torchserve_default", 1.5, "ours >= 1.5x stock TorchServe defaults"),
@@ -63,6 +71,12 @@ GOALS = (  # (ratio key, minimum, wording)
     ("fast_vs_best_peer", FAST_VS_BEST_PEER_GOAL, f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast"),
     ("ours_vs_torchserve_best", FP32_VS_TORCHSERVE_BEST_GOAL, f"ours (fp32) >= {FP32_VS_TORCHSERVE_BEST_GOAL:g}x torchserve_best"),
     ("fast_vs_pipeline_fast_ceiling", 0.9, "ours_fast >= 0.9x its in-process pipeline ceiling (decode + preprocess + model)"),
+    ("batch_vs_pipeline_ceiling", 0.95, "tsvk batch >= 0.95x the in-process pipeline ceiling (fp32)"),
+    ("batch_vs_ours", 1.2, "tsvk batch >= 1.2x serving the same archive through TorchServe (fp32)"),
+    ("batch_ray_vs_batch", 0.85, "tsvk batch on Ray (one machine) >= 0.85x local (fp32)"),
+    ("batch_fast_vs_pipeline_fast_ceiling", 0.95, "tsvk batch >= 0.95x the in-process pipeline ceiling (fastest CPU artifact)"),
+    ("batch_fast_vs_ours_fast", 1.2, "tsvk batch >= 1.2x serving the same archive through TorchServe (fastest CPU artifact)"),
+    ("batch_ray_fast_vs_batch_fast", 0.85, "tsvk batch on Ray (one machine) >= 0.85x local (fastest CPU artifact)"),
 )
 
 
@@ -118,6 +132,7 @@ def compute_ratios(systems: dict) -> dict:
     ratios["ours_tuned_vs_ours"] = ratio(throughput(systems, "ours_tuned"), ours)
     ratios["p99_ours_tuned_vs_ours"] = ratio(_p99(systems, "ours_tuned"), _p99(systems, "ours"))
     ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in PEER_RATIOS.items()})
+    ratios.update({key: ratio(throughput(systems, a), throughput(systems, b)) for key, (a, b) in BATCH_RATIOS.items()})
     peer = best_peer(systems)
     ratios["fast_vs_best_peer"] = ratio(throughput(systems, "ours_fast"), throughput(systems, peer)) if peer else None
     ratios["p99_fast_vs_best_peer"] = ratio(_p99(systems, "ours_fast"), _p99(systems, peer)) if peer else None  # what `tsvk tune` adds to the rule
@@ -132,7 +147,7 @@ def ratio_pair(key: str, systems: dict) -> tuple[str, str | None] | None:
     key = key.removeprefix("p99_")
     if key == "fast_vs_best_peer":
         return "ours_fast", best_peer(systems)
-    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS, "ours_tuned_vs_ours": ("ours_tuned", "ours")}
+    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS, **BATCH_RATIOS, "ours_tuned_vs_ours": ("ours_tuned", "ours")}
     return pairs.get(key)
 
 

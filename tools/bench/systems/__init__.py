@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling
+from .batch import BatchLocal, BatchLocalFast, BatchRay, BatchRayFast
+from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling, PipelineCeiling
 from .decentralized import Decentralized
 from .oip import OursOipGrpc, OursOipRest
 from .peers import LitServeFast, TorchServeBest, Triton
@@ -13,5 +14,6 @@ from .webapps import FlaskGunicorn, LitServeBatched
 def registry() -> dict:
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
                FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling(),
-               TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling()]
+               TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling(), PipelineCeiling(), BatchLocal(), BatchLocalFast(),
+               BatchRay(), BatchRayFast()]
     return {system.name: system for system in systems}

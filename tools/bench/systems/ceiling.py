@@ -88,3 +88,12 @@ class FastPipelineCeiling(FastCeiling):
 
     def probe_arguments(self, ctx: RunContext) -> list[str]:
         return ["--seconds", str(ctx.options.round_seconds or ctx.options.ceiling_seconds), "--pipeline-batch", str(ctx.options.batch)]
+
+
+class PipelineCeiling(FastPipelineCeiling):
+    name = "ceiling_pipeline"
+    label = "Ceiling: our archive, decode + preprocess + model in-process"
+    description = "as ceiling_pipeline_fast, for the archive ours serves"
+
+    def archive(self, ctx: RunContext) -> Path:
+        return ctx.ours_mar
