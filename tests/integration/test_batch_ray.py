@@ -19,7 +19,7 @@ from tests.support.ray_cluster import two_node_cluster
 from tests.support.torchserve import archive_tiny
 
 pytest.importorskip("ray")
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 
 INPUTS = 120
 
