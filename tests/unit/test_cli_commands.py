@@ -11,7 +11,7 @@ from tsvk_tools import cli
 from tsvk_tools.arguments import request_from
 from tsvk_tools.bench import run as bench_run
 
-COMMANDS = {"archive", "bench", "compile", "config", "demo", "doctor", "draw", "gpu-check", "keys", "predict", "robustness",
+COMMANDS = {"archive", "batch", "bench", "compile", "config", "demo", "doctor", "draw", "gpu-check", "keys", "predict", "robustness",
             "run-container", "serve", "soak", "status", "stop", "tune"}
 
 
