@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 from typing import Iterator
 
+from tests.support.processes import processes_naming
 from tsvk_tools.batch.ray_engine import AGENT_WAIT_MS
 
 RAY = str(Path(sys.executable).with_name("ray"))
@@ -30,18 +31,6 @@ START_TIMEOUT_S = 180
 
 def _flags(ports: dict[str, int]) -> list[str]:
     return [item for flag, port in ports.items() for item in (flag, str(port))]
-
-
-def processes_naming(marker: str) -> list[int]:
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit() and int(entry.name) != os.getpid():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
 
 
 def _wait_for_nodes(address: str, count: int, env: dict) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.batch_inputs import BAD, GOOD, write_inputs
+from tests.support.processes import processes_naming
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.cli import main as tsvk
 
@@ -91,19 +92,6 @@ def test_csv_in_parquet_out_and_answer_options_reach_the_task(archive, tmp_path,
     assert "must be NAME=VALUE with NAME one of none" in capsys.readouterr().err
 
 
-def our_processes(marker: str) -> list[int]:
-    """Processes whose command line holds `marker` (the run's own folder): its workers, if any outlived it."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if marker.encode() in (entry / "cmdline").read_bytes():
-                    found.append(int(entry.name))
-            except OSError:
-                continue
-    return found
-
-
 def row_count(path: Path) -> int:
     return path.read_bytes().count(b"\n") if path.exists() else 0
 
@@ -143,7 +131,7 @@ def test_a_run_killed_at_random_moments_finishes_with_every_input_exactly_once(s
             break
         kills.append(row_count(resumed) - before)
         time.sleep(0.5)
-        assert our_processes(str(tmp_path / "resumed.jsonl.batch")) == [], "a worker outlived its killed run"
+        assert processes_naming(str(tmp_path / "resumed.jsonl.batch")) == [], "a worker outlived its killed run"
     assert sum(1 for grown in kills if grown > 0) >= 2, f"too few kills landed while rows were written: {kills}"
     assert subprocess.run([*command, str(resumed)], capture_output=True).returncode == 0
     ids = [row["id"] for row in rows_of(resumed)]
