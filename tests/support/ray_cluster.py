@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -29,6 +30,24 @@ NODE_PORTS = {"--node-manager-port": 19411, "--object-manager-port": 19412, "--d
 START_TIMEOUT_S = 180
 
 
+def node_address() -> str:
+    """The address Ray itself gives this machine's node (its routable interface). A head started on 127.0.0.1
+    still registers its node under that address, and a driver joining through 127.0.0.1 is then sent to a node
+    it cannot match and refused; so the head, the second node and the driver all use Ray's own choice."""
+    from ray._private.services import get_node_ip_address  # Ray's private helper, the one `ray start` uses
+
+    return get_node_ip_address()
+
+
+def _token_auth(folder: Path) -> dict[str, str]:
+    """Ray's token authentication for this cluster alone: a token file of our own, readable by its owner only,
+    named by the environment of every process that joins (a node bound to a routable address requires one)."""
+    token = folder / "auth_token"
+    token.write_text(secrets.token_hex(32))
+    token.chmod(0o600)
+    return {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": str(token)}
+
+
 def _flags(ports: dict[str, int]) -> list[str]:
     return [item for flag, port in ports.items() for item in (flag, str(port))]
 
@@ -46,13 +65,16 @@ def _wait_for_nodes(address: str, count: int, env: dict) -> None:
 
 
 @contextlib.contextmanager
-def two_node_cluster(cpus_per_node: int = 1) -> Iterator[str]:
-    """The head's address (127.0.0.1:19400) while a head and a second node, `cpus_per_node` CPUs each, run."""
+def two_node_cluster(cpus_per_node: int = 1) -> Iterator[tuple[str, dict]]:
+    """The head's address (<node address>:19400) and the environment a driver needs to join it (the cluster's
+    token), while a head and a second node, `cpus_per_node` CPUs each, run."""
     folder = tempfile.mkdtemp(prefix="tsvkray", dir="/tmp")  # short: Ray's unix sockets live under it
-    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": AGENT_WAIT_MS}
-    common = ["--block", "--num-cpus", str(cpus_per_node), "--node-ip-address", "127.0.0.1", "--disable-usage-stats"]
+    env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0", "RAY_agent_register_timeout_ms": AGENT_WAIT_MS,
+           **_token_auth(Path(folder))}
+    node_ip = node_address()
+    common = ["--block", "--num-cpus", str(cpus_per_node), "--node-ip-address", node_ip, "--disable-usage-stats"]
     started: list[subprocess.Popen] = []
-    address = f"127.0.0.1:{HEAD_PORTS['--port']}"
+    address = f"{node_ip}:{HEAD_PORTS['--port']}"
     logs = open(Path(folder) / "ray-start.log", "wb")
     try:
         started.append(subprocess.Popen([RAY, "start", "--head", "--include-dashboard", "false", "--temp-dir", folder,
@@ -61,7 +83,7 @@ def two_node_cluster(cpus_per_node: int = 1) -> Iterator[str]:
         started.append(subprocess.Popen([RAY, "start", "--address", address, "--temp-dir", folder, *common,
                                          *_flags(NODE_PORTS)], env=env, stdout=logs, stderr=logs))
         _wait_for_nodes(address, 2, env)
-        yield address
+        yield address, env
     finally:
         for process in reversed(started):
             process.send_signal(signal.SIGTERM)
