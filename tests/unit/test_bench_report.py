@@ -80,6 +80,21 @@ def test_the_tuned_config_is_judged_against_the_generated_one():
     assert "ours_tuned_vs_ours" not in {g["ratio"] for g in evaluate_goals({"ours": systems["ours"]}, compute_ratios({}))}
 
 
+def test_the_kserve_engine_is_judged_against_torchserve_the_best_peer_and_its_own_predictions():
+    def row(ips, p99):
+        return {"throughput_ips": ips, "latency_ms": {"p99": p99}}
+
+    systems = {"ours_fast": row(40.0, 900.0), "ours_kserve_fast": row(43.0, 800.0), "triton": row(30.0, 850.0),
+               "ours_kserve": row(20.0, 1500.0), "ours_kserve_oip_rest": row(19.4, 1520.0), "ours_kserve_oip_grpc": row(18.0, 1600.0)}
+    goals = {g["ratio"]: g for g in evaluate_goals(systems, compute_ratios(systems))}
+    assert goals["kserve_fast_vs_ours_fast"]["measured"] == 1.075 and goals["kserve_fast_vs_ours_fast"]["met"] is True
+    assert goals["kserve_fast_vs_best_peer"]["measured"] == pytest.approx(1.433, abs=1e-3)
+    assert goals["kserve_fast_vs_best_peer"]["met"] is True
+    assert goals["p99_kserve_fast_vs_best_peer"]["met"] is True  # 800 ms against triton's 850
+    assert goals["ours_kserve_oip_rest_vs_ours_kserve"]["met"] is True  # 0.97
+    assert goals["ours_kserve_oip_grpc_vs_ours_kserve"]["met"] is False  # 0.9 < 0.95
+
+
 def test_goals_without_measurements_are_undecided():
     goals = evaluate_goals({}, compute_ratios({}))
     assert all(g["met"] is None for g in goals)

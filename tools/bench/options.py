@@ -18,9 +18,11 @@ from ..build.task_builds import task_build
 
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast", "torchserve_best", "triton", "litserve_fast",
-           "ceiling_pipeline_fast", "ceiling_pipeline", "batch", "batch_fast", "batch_ray", "batch_ray_fast")
+           "ceiling_pipeline_fast", "ceiling_pipeline", "batch", "batch_fast", "batch_ray", "batch_ray_fast", "ours_kserve",
+           "ours_kserve_fast", "ours_kserve_oip_rest", "ours_kserve_oip_grpc")
 # The fastest verified CPU artifact (OpenVINO int8 by default), and the peers serving that same artifact: CPU runs only
-FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast", "batch_fast", "batch_ray_fast")
+FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast", "batch_fast", "batch_ray_fast",
+                "ours_kserve_fast")
 PEER_SYSTEMS = ("torchserve_best", "triton", "litserve_fast")  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 TUNED_VS_GENERATED_SYSTEMS = ("ours", "ours_tuned")  # what `tsvk tune` wrote against the rule's config, same archive

@@ -5,6 +5,7 @@ from __future__ import annotations
 from .batch import BatchLocal, BatchLocalFast, BatchRay, BatchRayFast
 from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling, PipelineCeiling
 from .decentralized import Decentralized
+from .engine import OursKserve, OursKserveFast, OursKserveOipGrpc, OursKserveOipRest
 from .oip import OursOipGrpc, OursOipRest
 from .peers import LitServeFast, TorchServeBest, Triton
 from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
@@ -15,5 +16,5 @@ def registry() -> dict:
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
                FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling(),
                TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling(), PipelineCeiling(), BatchLocal(), BatchLocalFast(),
-               BatchRay(), BatchRayFast()]
+               BatchRay(), BatchRayFast(), OursKserve(), OursKserveFast(), OursKserveOipRest(), OursKserveOipGrpc()]
     return {system.name: system for system in systems}

@@ -71,6 +71,15 @@ class GrpcTarget(HttpTarget):
         return _GrpcAnswer(200, answer=dict(zip(labels, map(float, result.as_numpy(oip.PROBABILITIES)[0]))))
 
 
+def ask_over_protocol(deployment: Deployment, transport: str, rest: str, grpc: str, model: str) -> None:
+    """Point `deployment`'s load at the Open Inference Protocol over `transport` (rest or grpc) instead of
+    /predictions: the same photos, the same timeout."""
+    timeout = deployment.target.timeout_s
+    deployment.target = (HttpTarget(f"{rest}/v2/models/{model}/infer", rest_body, "application/json", timeout)
+                         if transport == "rest" else GrpcTarget(grpc, model, timeout))
+    deployment.details["protocol"] = f"oip-{transport}"
+
+
 class OursOipRest(Ours):
     name = "ours_oip_rest"
     label = "tsvk, Open Inference Protocol REST"
@@ -87,12 +96,8 @@ class OursOipRest(Ours):
             start_front(config, folder / "run")
             front = read_front_config(config)
             wait_front_ready(front, folder / "run")
-        rest, grpc = front_urls(front)
-        model, timeout = ctx.options.model, deployment.target.timeout_s
-        deployment.target = (HttpTarget(f"{rest}/v2/models/{model}/infer", rest_body, "application/json", timeout)
-                             if self.transport == "rest" else GrpcTarget(grpc, model, timeout))
+        ask_over_protocol(deployment, self.transport, *front_urls(front), ctx.options.model)
         deployment.details["plan"] = self.plan_details(ctx, plan)
-        deployment.details["protocol"] = f"oip-{self.transport}"
         return deployment
 
 
