@@ -123,7 +123,7 @@ $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
-system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, curl, jemalloc, prometheus, Python venv and headers) as root, else print the apt-get line
+system-deps: ## install the missing system packages for building and serving (Java 17, a C++ compiler, Python venv and headers) as root, else print the apt-get line
 	@scripts/system-deps.sh
 
 # the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java
@@ -215,10 +215,12 @@ robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry aga
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
 	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL)) $(call opt,--allocator,$(ALLOCATOR))
 
-test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
+test: setup helm-install-tools ## install the tests' system packages (bubblewrap, hey, curl, jemalloc, prometheus) and run every test (unit, real TorchServe integration, helm)
+	@scripts/system-deps.sh --test
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-unit: setup ## unit tests only (fast)
+test-unit: setup ## unit tests only (fast; the tests' system packages first, as make test)
+	@scripts/system-deps.sh --test
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
 clean: stop ## remove built archives, generated configs, build and run dirs
