@@ -142,7 +142,7 @@ archive: setup ## compile, verify and pack model_store/<model>.mar (MODEL, BACKE
 compile: setup ## compile and verify only, into build/<model>/ (the archive options but FORCE)
 	$(TSVK) compile $(build_flags)
 
-config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, ...)
+config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, INFERENCE_ADDRESS and the other ports, ...)
 	$(TSVK) config $(config_flags)
 
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
