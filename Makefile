@@ -35,7 +35,11 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--auth,$(AUTH)) $(call switch,--core-pinning,$(PINNING)) $(call opt,--response-timeout,$(RESPONSE_TIMEOUT)) \
   $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--max-request-mb,$(MAX_REQUEST_MB)) \
   $(call opt,--deadline-ms,$(DEADLINE_MS)) $(call opt,--token-expiry-min,$(TOKEN_EXPIRY_MIN)) $(call opt,--protocol,$(PROTOCOL)) \
-  $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--output,$(CONFIG)))
+  $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--inference-address,$(INFERENCE_ADDRESS)) \
+  $(call opt,--management-address,$(MANAGEMENT_ADDRESS)) $(call opt,--metrics-address,$(METRICS_ADDRESS)) \
+  $(call opt,--grpc-inference-port,$(GRPC_INFERENCE_PORT)) $(call opt,--grpc-management-port,$(GRPC_MANAGEMENT_PORT)) \
+  $(call opt,--oip-address,$(OIP_ADDRESS)) $(call opt,--oip-rest-port,$(OIP_REST_PORT)) $(call opt,--oip-grpc-port,$(OIP_GRPC_PORT)) \
+  $(call opt,--output,$(CONFIG)))
 
 tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS)) $(call opt,--min-img-s,$(MIN_IMG_S)) \
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
@@ -47,6 +51,64 @@ batch_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--input,$(INPUT)) 
 
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
   $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
+
+# The variables each target takes on the command line: one list a target, the rows of docs/commands.md. Every
+# target also takes VENV, PYTHON, SYSTEM_PYTHON and TSVK. A variable given on the command line that no goal
+# takes stops make before anything runs, naming what the goals take: `make config MODEL=resnet50` would
+# otherwise be ignored (MODELS is meant) and every archive served. The Kubernetes targets (k8s/helm.mk) have
+# no list and are not checked.
+build_takes := MODEL WEIGHTS BACKEND DEVICE CPU_ISA PRECISION MAX_BATCH BATCH MAX_BATCH_DELAY WORKERS TOPK TASK \
+  SCORE_THRESHOLD MAX_DETECTIONS MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS TOLERANCE EXACT_JPEG CALIBRATION MAX_ACCURACY_DROP
+bench_takes := MODEL ROUNDS ROUND_SECONDS QUICK GPU JOBS CONCURRENCY IMAGE
+triton_takes := TRITON_VENV TRITON_SYSTEM_PYTHON
+listen_takes := INFERENCE_ADDRESS MANAGEMENT_ADDRESS METRICS_ADDRESS GRPC_INFERENCE_PORT GRPC_MANAGEMENT_PORT OIP_ADDRESS OIP_REST_PORT OIP_GRPC_PORT
+takes_help :=
+takes_setup :=
+takes_system-deps :=
+takes_archive := $(build_takes) FORCE
+takes_compile := $(build_takes)
+takes_config := VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING RESPONSE_TIMEOUT CONCURRENCY MAX_REQUEST_MB \
+  DEADLINE_MS TOKEN_EXPIRY_MIN PROTOCOL MEMORY_MB CONFIG $(listen_takes)
+takes_tune := MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES VCPUS CONCURRENCY AUTH CONFIG
+takes_serve := CONFIG PROTOCOL ALLOCATOR ENGINE
+takes_stop := DRAIN_TIMEOUT
+takes_status :=
+takes_doctor := CONFIG
+takes_predict := IMAGE MODEL PREDICT_PROTOCOL
+takes_draw := IMAGE MODEL OUTPUT
+takes_batch := MODEL INPUT OUTPUT WORKERS BATCH COLUMN RAY MAX_REQUEST_MB
+takes_demo := MODEL IMAGE
+takes_bench := $(bench_takes) $(triton_takes)
+takes_triton-venv := $(triton_takes)
+takes_bench-central := $(bench_takes)
+takes_bench-tuned := $(bench_takes)
+takes_bench-preprocess :=
+takes_bench-compile := MODEL
+takes_bench-pinning := MODEL WORKERS
+takes_bench-engines := MODEL WORKERS
+takes_bench-accuracy := IMAGES
+takes_gpu-check := MODEL WEIGHTS
+takes_robustness := FUZZ_INPUTS MODEL
+takes_soak := MINUTES MODEL ALLOCATOR
+takes_test := PYTEST_ARGS HELM KUBERNETES_VALIDATE
+takes_test-unit := PYTEST_ARGS
+takes_clean := DRAIN_TIMEOUT
+taken_by_all := VENV PYTHON SYSTEM_PYTHON TSVK
+
+goals := $(or $(MAKECMDGOALS),$(.DEFAULT_GOAL))
+goals_take := $(sort $(foreach goal,$(goals),$(takes_$(goal))))
+given := $(foreach name,$(.VARIABLES),$(if $(filter command line,$(origin $(name))),$(name)))
+not_taken := $(filter-out $(goals_take) $(taken_by_all),$(given))
+meant = $(filter $(1)% $(patsubst %S,%,$(1)),$(goals_take))
+# Only the make a user typed checks: a recursive make (bench's triton-venv) inherits its caller's variables.
+ifeq ($(MAKELEVEL),0)
+ifeq ($(filter undefined,$(foreach goal,$(goals),$(origin takes_$(goal)))),)
+ifneq ($(not_taken),)
+$(error make $(goals) does not take $(foreach name,$(not_taken),$(name)$(if $(call meant,$(name)), (did you mean $(call meant,$(name))?))); \
+  it takes $(or $(goals_take),no variables) (docs/commands.md, make help))
+endif
+endif
+endif
 
 .PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict batch draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
 
@@ -61,7 +123,7 @@ $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
 	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
-system-deps: ## install the missing system packages (Java 17, a C++ compiler, bubblewrap, hey, curl, jemalloc, prometheus, Python venv and headers) as root, else print the apt-get line
+system-deps: ## install the missing system packages for building and serving (Java 17, a C++ compiler, Python venv and headers) as root, else print the apt-get line
 	@scripts/system-deps.sh
 
 # the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java
@@ -80,7 +142,7 @@ archive: setup ## compile, verify and pack model_store/<model>.mar (MODEL, BACKE
 compile: setup ## compile and verify only, into build/<model>/ (the archive options but FORCE)
 	$(TSVK) compile $(build_flags)
 
-config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, ...)
+config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODELS, AUTH, PROTOCOL, INFERENCE_ADDRESS and the other ports, ...)
 	$(TSVK) config $(config_flags)
 
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
@@ -153,10 +215,12 @@ robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry aga
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
 	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL)) $(call opt,--allocator,$(ALLOCATOR))
 
-test: setup helm-install-tools ## run every test (unit, real TorchServe integration, helm)
+test: setup helm-install-tools ## install the tests' system packages (bubblewrap, hey, curl, jemalloc, prometheus) and run every test (unit, real TorchServe integration, helm)
+	@scripts/system-deps.sh --test
 	$(PYTHON) -m pytest $(PYTEST_ARGS)
 
-test-unit: setup ## unit tests only (fast)
+test-unit: setup ## unit tests only (fast; the tests' system packages first, as make test)
+	@scripts/system-deps.sh --test
 	$(PYTHON) -m pytest tests/unit $(PYTEST_ARGS)
 
 clean: stop ## remove built archives, generated configs, build and run dirs

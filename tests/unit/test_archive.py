@@ -99,7 +99,7 @@ def test_failed_build_leaves_nothing(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--model", "resnet18", "--resize", "100"], "--resize applies to custom models only; add --model-file"),
+    (["--model", "resnet18", "--resize", "100"], "--resize applies to your own model code only: add --model-file"),
     (["--model", "resnet18", "--batch", "16", "--max-batch", "8"], "--batch 16 exceeds --max-batch 8"),
     (["--model", "resnet18", "--weights", "none", "--backend", "tensorrt"], "--backend tensorrt does not run on --device cpu"),
     (["--model", "resnet18", "--weights", "none", "--precision", "fp16"], "supported: --device cpu: --precision fp32|bf16"),

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-README_MAX_LINES = 250
+README_MAX_LINES = 150
+FIRST_COMMAND_BY_LINE = 40  # the quickstart's first command on the first screen
 
 
 def build(root: Path, site: Path) -> subprocess.CompletedProcess:
@@ -56,3 +57,11 @@ def test_a_page_left_out_of_the_site_fails_the_build(copy, tmp_path):
 def test_the_readme_fits_on_a_few_screens():
     lines = len((ROOT / "README.md").read_text().splitlines())
     assert lines <= README_MAX_LINES, f"README.md has {lines} lines; move detail into docs/"
+
+
+def test_the_readme_shows_its_first_command_on_the_first_screen():
+    lines = (ROOT / "README.md").read_text().splitlines()
+    fence = next(i for i, line in enumerate(lines) if line.startswith("```"))
+    first = next(i for i, line in enumerate(lines[fence + 1:], fence + 2) if line.strip())
+    assert first <= FIRST_COMMAND_BY_LINE and lines[first - 1].startswith("make "), \
+        f"README.md's first command is at line {first} ({lines[first - 1]!r}); the quickstart comes first"

@@ -8,6 +8,8 @@ docs/commands.md; each check below then covers it:
 - every command line the Makefile runs parses with the real `tsvk` parser, and every flag of that
   command is in the table or in CLI_ONLY with a reason;
 - every variable the Makefile uses is in the table or in MAKE_ONLY;
+- each target takes on the command line its variables of the table (and of TAKEN_BESIDES_OPTIONS) and no
+  other: real `make` calls with any other variable stop before anything runs, naming what the target takes;
 - every target is in the targets table of docs/commands.md, and each option table there lists exactly
   the variables and flags of the targets in its heading, with `tsvk`'s defaults.
 """
@@ -112,7 +114,24 @@ OPTIONS = [
     Option("MIN_IMG_S", "--min-img-s", "tune", "5"),
     Option("MEMORY_MB", "--memory-mb", "config tune", "6000"),
     Option("IMAGES", "--images", "bench-accuracy", "photos/"),
+    Option("INFERENCE_ADDRESS", "--inference-address", "config", "http://127.0.0.1:18080"),
+    Option("MANAGEMENT_ADDRESS", "--management-address", "config", "http://127.0.0.1:18081"),
+    Option("METRICS_ADDRESS", "--metrics-address", "config", "http://127.0.0.1:18082"),
+    Option("GRPC_INFERENCE_PORT", "--grpc-inference-port", "config", "17070"),
+    Option("GRPC_MANAGEMENT_PORT", "--grpc-management-port", "config", "17071"),
+    Option("OIP_ADDRESS", "--oip-address", "config", "0.0.0.0"),
+    Option("OIP_REST_PORT", "--oip-rest-port", "config", "18000"),
+    Option("OIP_GRPC_PORT", "--oip-grpc-port", "config", "18001"),
 ]
+# What a target takes on the command line beyond its OPTIONS rows: Make's own settings, passed to no tsvk flag.
+TAKEN_BESIDES_OPTIONS = {
+    "doctor": {"CONFIG"},  # the config to check, passed as tsvk doctor's argument
+    "bench": {"TRITON_VENV", "TRITON_SYSTEM_PYTHON"},  # bench builds the triton row's venv first
+    "triton-venv": {"TRITON_VENV", "TRITON_SYSTEM_PYTHON"},
+    "test": {"PYTEST_ARGS", "HELM", "KUBERNETES_VALIDATE"},  # test installs helm first (k8s/helm.mk)
+    "test-unit": {"PYTEST_ARGS"},
+}
+TAKEN_BY_ALL = {"VENV", "PYTHON", "SYSTEM_PYTHON", "TSVK"}
 
 # Flags of the commands the Makefile runs that no Make variable sets, and why.
 _PATHS = "paths: the Makefile works in the checkout (model_store/, build/, .tsvk/)"
@@ -126,14 +145,6 @@ CLI_ONLY = {
         "--model-store": _PATHS,
         "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
         "--tuned": "the Helm targets pass it (HELM_TUNED, k8s/helm.mk); `tsvk tune` writes a config `make serve` takes as it is",
-        "--inference-address": "addresses and ports: the Helm targets (HELM_METRICS_ADDRESS) and tests set them",
-        "--management-address": "addresses and ports: see --inference-address",
-        "--metrics-address": "addresses and ports: see --inference-address",
-        "--grpc-inference-port": "addresses and ports: see --inference-address",
-        "--grpc-management-port": "addresses and ports: see --inference-address",
-        "--oip-address": "addresses and ports: see --inference-address",
-        "--oip-rest-port": "addresses and ports: see --inference-address",
-        "--oip-grpc-port": "addresses and ports: see --inference-address",
     },
     "tune": {"--model-store": _PATHS, "--results-dir": _PATHS, "--work-dir": _PATHS,
              "--window-s": "the load window is sized from the budget; `tsvk tune --help`", "--quiet": _QUIET},
@@ -165,7 +176,8 @@ CLI_ONLY = {
         "--work-dir", "--quiet")},
 }
 # Make variables that are not options of a tsvk command.
-MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST", "MAKE", "TRITON_VENV", "TRITON_SYSTEM_PYTHON"}
+MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST", "MAKE", "TRITON_VENV", "TRITON_SYSTEM_PYTHON",
+             "MAKELEVEL", "MAKECMDGOALS"}
 SHELL_OPERATORS = {"&&", "||", ";", "|", ">"}
 
 
@@ -346,3 +358,65 @@ def test_the_quick_benchmark_takes_as_long_everywhere():
         for said in re.findall(r"(?:QUICK=1|--quick)[^\n]*?about ([\d-]+) min", path.read_text()):
             assert said == str(QUICK.minutes), f"{path.name} says the quick run takes about {said} minutes; QUICK says {QUICK.minutes}"
     assert f"about {QUICK.minutes} min" in bench_run.build_parser().format_help()
+
+
+def _taken(target: str) -> set[str]:
+    return {o.variable for o in _rows(target)} | TAKEN_BESIDES_OPTIONS.get(target, set())
+
+
+def _refusal(make: str, *words: str, dry_run: bool = True) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in _variables() | {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    return subprocess.run([make, "--no-print-directory", *(["-n"] if dry_run else []), *words], cwd=ROOT, env=env,
+                          capture_output=True, text=True, check=False)
+
+
+def _said(stderr: str) -> tuple[set[str], set[str]]:
+    """The variables a refusal names as not taken, and those it says the goals take."""
+    said = re.search(r"does not take (.*?); it takes (.*?) \(docs/commands.md", stderr)
+    assert said, f"no refusal naming what is taken: {stderr}"
+    refused = set(re.sub(r" \(did you mean [A-Z_ ]+\?\)", "", said.group(1)).split())
+    return refused, set(said.group(2).split()) - {"no", "variables"}
+
+
+@pytest.mark.parametrize("target", _make_targets())
+def test_a_variable_the_target_does_not_take_stops_make_naming_what_it_takes(make, target):
+    """Every Make variable of the table but the target's own, on one command line: each is named, and so is
+    every variable the target takes (the check covers every target with a help line: none is left out)."""
+    foreign = sorted((_variables() | MAKE_ONLY | {h for t in TAKEN_BESIDES_OPTIONS.values() for h in t})
+                     - _taken(target) - TAKEN_BY_ALL - {"MAKEFILE_LIST", "MAKE", "MAKELEVEL", "MAKECMDGOALS"})
+    done = _refusal(make, target, "TSVK=tsvk", *(f"{name}=1" for name in foreign))
+    assert done.returncode != 0 and not done.stdout, f"make -n {target} ran with variables it does not take: {done.stdout}"
+    assert _said(done.stderr) == (set(foreign), _taken(target))
+
+
+def test_the_misspelt_models_of_make_config_is_refused_before_anything_runs(make, tmp_path):
+    """The plural the user meant is named; nothing is set up or written."""
+    config = tmp_path / "generated.properties"
+    done = _refusal(make, "config", "MODEL=resnet50", f"CONFIG={config}", dry_run=False)
+    assert done.returncode != 0 and not done.stdout and not config.exists()
+    assert "make config does not take MODEL (did you mean MODELS?); it takes" in done.stderr
+    assert "does not take WORKER (did you mean WORKERS?)" in _refusal(make, "archive", "WORKER=2").stderr
+
+
+def test_goals_together_take_what_each_takes_and_environment_variables_are_left_alone(make):
+    assert _refusal(make, "archive", "config", "TSVK=tsvk", "MODEL=resnet18", "MODELS=resnet18").returncode == 0
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    done = subprocess.run([make, "--no-print-directory", "-n", "config", "TSVK=tsvk"], cwd=ROOT, env={**env, "MODEL": "resnet18"},
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_the_listening_addresses_reach_the_config_make_serve_starts(make, tmp_path):
+    """`make config` with other ports writes them, where `make serve` (the same CONFIG) reads them."""
+    config = tmp_path / "ports.properties"
+    words = ["INFERENCE_ADDRESS=http://127.0.0.1:18380", "MANAGEMENT_ADDRESS=http://127.0.0.1:18381",
+             "METRICS_ADDRESS=http://127.0.0.1:18382", "GRPC_INFERENCE_PORT=18383", "GRPC_MANAGEMENT_PORT=18384"]
+    argv = _dry_run(make, "config", ("AUTH=off", f"CONFIG={config}", *words))[0]
+    name, parser, arguments = _command(argv)
+    args = parser.parse_args([*arguments, "--no-archive-check", "--models", "resnet18"])  # no archive needed
+    assert args.func(args) == 0
+    written = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line and not line.startswith("#"))
+    assert (written["inference_address"], written["management_address"], written["metrics_address"]) == (
+        "http://127.0.0.1:18380", "http://127.0.0.1:18381", "http://127.0.0.1:18382")
+    assert (written["grpc_inference_port"], written["grpc_management_port"]) == ("18383", "18384")
+    assert _dry_run(make, "serve", (f"CONFIG={config}",))[0] == ["serve", "--config", str(config)]

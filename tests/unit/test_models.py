@@ -102,3 +102,60 @@ def test_labels_json_and_text(tmp_path):
     (tmp_path / "bad.json").write_text('{"1": "dog"}')
     with pytest.raises(UsageError, match="index_to_name.json"):
         read_labels(tmp_path / "bad.json")
+
+
+def _fine_tuned(tmp_path: Path, classes: int, builder: str = "resnet18", **extra) -> tuple[Path, torch.nn.Module]:
+    """A torchvision model with its head replaced for `classes` classes, saved as a user saves a fine-tune."""
+    torch.manual_seed(3)
+    model = torchvision.models.get_model(builder, weights=None, num_classes=classes, **extra)
+    path = tmp_path / "ft.pth"
+    torch.save(model.state_dict(), path)
+    return path, model
+
+
+def test_a_fine_tuned_head_sizes_the_model(tmp_path, capsys):
+    path, reference = _fine_tuned(tmp_path, 3)
+    resolved = resolve_model("resnet18", weights=str(path))
+    assert resolved.model.fc.out_features == 3
+    assert torch.equal(resolved.model.fc.weight, reference.fc.weight)
+    assert resolved.labels == ["0", "1", "2"]
+    assert "give --labels with 3 lines" in capsys.readouterr().err
+
+
+def test_labels_name_a_fine_tuned_head(tmp_path):
+    path, _ = _fine_tuned(tmp_path, 3)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\nfox\n")
+    resolved = resolve_model("resnet18", weights=str(path), labels=labels)
+    assert resolved.labels == ["cat", "dog", "fox"] and resolved.model.fc.out_features == 3
+
+
+def test_labels_that_miscount_the_head_say_both_counts(tmp_path):
+    path, _ = _fine_tuned(tmp_path, 3)
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\n")
+    with pytest.raises(UsageError, match=r"names 2 classes, but the head of --weights .* answers 3: give one label per output"):
+        resolve_model("resnet18", weights=str(path), labels=labels)
+
+
+def test_labels_without_a_checkpoint_size_a_random_head_or_point_to_the_checkpoint(tmp_path):
+    labels = tmp_path / "labels.txt"
+    labels.write_text("cat\ndog\nfox\n")
+    assert resolve_model("resnet18", weights="none", labels=labels).model.fc.out_features == 3
+    with pytest.raises(UsageError, match=r"pretrained weights answer 1000: for resnet18 fine-tuned to 3 classes give its "
+                                         r"checkpoint, --weights path/to/ft.pth"):
+        resolve_model("resnet18", weights="DEFAULT", labels=labels)
+
+
+def test_a_segmenter_fine_tuned_to_other_classes_is_sized_too(tmp_path):
+    path, reference = _fine_tuned(tmp_path, 4, builder="lraspp_mobilenet_v3_large", weights_backbone=None)
+    resolved = resolve_model("lraspp_mobilenet_v3_large", weights=str(path))
+    assert len(resolved.labels) == 4
+    assert torch.equal(resolved.model.state_dict()["classifier.high_classifier.weight"],
+                       reference.state_dict()["classifier.high_classifier.weight"])
+
+
+def test_weights_of_another_architecture_say_what_to_check(tmp_path):
+    path, _ = _fine_tuned(tmp_path, 3, builder="mobilenet_v3_small")
+    with pytest.raises(UsageError, match="--model must name the architecture the weights were trained with"):
+        resolve_model("resnet18", weights=str(path))

@@ -1,7 +1,7 @@
 """scripts/system-deps.sh: the one list of system packages, and what a user without root is told.
 
-`make setup` and .ci/run both run the script, so what CI needs is what the README's two commands
-install. Without root (and without sudo) it must stop at once with the single line to run.
+`make setup` runs the script for the packages building and serving need; `make test` and .ci/run run it
+with --test, adding the tests' own, so what CI needs is what the README's two commands install. Without root (and without sudo) it must stop at once with the single line to run.
 """
 
 from __future__ import annotations
@@ -48,23 +48,40 @@ def _run(tmp_path: Path, *args: str, user: int | None = None) -> subprocess.Comp
     return subprocess.run([*prefix, shutil.which("bash"), str(script), *args], env=env, capture_output=True, text=True, timeout=30)
 
 
+SERVING = ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev")
+TESTS_ONLY = ("bubblewrap", "hey", "curl", "libjemalloc2", "prometheus")
+
+
 def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
-    result = _run(bare_dir, "--check")
+    result = _run(bare_dir, "--check", "--test")
     assert result.returncode == 1
     assert not (bare_dir / "apt-get-calls").exists()
-    for package in ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev", "bubblewrap", "hey", "curl"):
+    for package in SERVING + ("bubblewrap", "hey", "curl", "prometheus"):  # jemalloc: ldconfig may see the host's
         assert package in result.stderr
 
 
+def test_building_and_serving_ask_for_no_test_package(bare_dir):
+    result = _run(bare_dir, "--check")
+    assert result.returncode == 1
+    missing = result.stderr.split("system packages missing: ", 1)[1].split(" (install with", 1)[0].split()
+    assert missing == list(SERVING)
+
+
+def test_an_unknown_argument_is_refused_with_the_usage(bare_dir):
+    result = _run(bare_dir, "--tests")
+    assert result.returncode == 2 and "usage: scripts/system-deps.sh [--test] [--check]" in result.stderr
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="switches to the user nobody: needs root and setpriv")
-def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir):
+@pytest.mark.parametrize("words, packages", [((), SERVING), (("--test",), SERVING + TESTS_ONLY)], ids=["setup", "test"])
+def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir, words, packages):
     started = time.monotonic()
-    result = _run(bare_dir, user=65534)  # nobody
+    result = _run(bare_dir, *words, user=65534)  # nobody
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stderr
     install_lines = [line.strip() for line in result.stderr.splitlines() if "apt-get install" in line]
-    assert install_lines == ["apt-get install -y openjdk-17-jre-headless python3-venv g++ python3-dev bubblewrap hey curl"
-                             + (" libjemalloc2" if "libjemalloc2" in result.stderr else "") + " prometheus"]
+    expected = [p for p in packages if p != "libjemalloc2" or "libjemalloc2" in result.stderr]  # ldconfig may see the host's
+    assert install_lines == ["apt-get install -y " + " ".join(expected)]
     assert result.stderr.startswith("tsvk needs system packages")
     assert elapsed < 1.0, f"took {elapsed:.2f} s"
     assert not (bare_dir / "apt-get-calls").exists()
@@ -73,9 +90,12 @@ def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir):
 def test_make_setup_and_ci_use_the_one_list():
     makefile = (ROOT / "Makefile").read_text()
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "scripts/system-deps.sh" in makefile and "scripts/system-deps.sh" in ci
+    assert "scripts/system-deps.sh --test" in ci, "CI installs the tests' packages too"
+    for target in ("test", "test-unit"):
+        recipe = makefile.split(f"\n{target}:", 1)[1].split("\n\n", 1)[0]
+        assert "scripts/system-deps.sh --test" in recipe.splitlines()[1], f"make {target} installs the tests' packages before pytest"
     for package in ("openjdk-17-jre-headless", "bubblewrap", "libjemalloc2", "apt-get"):
         assert package not in ci, f".ci/run names {package} itself instead of leaving it to scripts/system-deps.sh"
     assert makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split()[0] == "$(VENV)/.tsvk-python"  # setup builds the venv first
     venv_recipe = makefile.split("$(VENV)/.tsvk-python:", 1)[1].split("\n\n", 1)[0]
-    assert "scripts/system-deps.sh" in venv_recipe.splitlines()[1], "the system packages come before the venv"
+    assert venv_recipe.splitlines()[1].split() == ["@scripts/system-deps.sh"], "the serving packages, alone, come before the venv"

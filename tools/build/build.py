@@ -34,6 +34,7 @@ class BuildRequest:
     max_batch: int = defaults.MAX_BATCH
     weights: str = defaults.WEIGHTS
     custom: CustomModel | None = None
+    labels: Path | None = None  # a torchvision builder's class names (a model file's come in `custom`)
     tolerance: Tolerance | None = None
     serving: ServingDefaults = field(default_factory=ServingDefaults)
     topk: int = defaults.TOPK
@@ -65,7 +66,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     check_cpu_isa(backend.name, request)
     request = _clamp_suggested_batch(request)
     with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
-        resolved = resolve_model(request.model, request.weights, request.custom, request.task)
+        resolved = resolve_model(request.model, request.weights, request.custom, request.task, request.labels)
     check_int8_task(resolved.task, backend.name, request)
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
     with progress.step("prepare photos", "decoding the calibration photos"):

@@ -52,14 +52,16 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--precision", default=defaults.PRECISION, choices=PRECISIONS)
     p.add_argument("--max-batch", type=positive_int, default=defaults.MAX_BATCH,
                    help=f"largest batch the artifact accepts (dynamic 1..N; default {defaults.MAX_BATCH})")
-    p.add_argument("--weights", default=defaults.WEIGHTS, help="DEFAULT (torchvision pretrained), none (random), or a state_dict path")
+    p.add_argument("--weights", default=defaults.WEIGHTS, help="DEFAULT (torchvision pretrained), none (random), or a state_dict path "
+                   "(a torchvision builder fine-tuned to N classes: its head says N)")
     p.add_argument("--model-file", type=Path, help="your model's .py file")
     p.add_argument("--model-factory", help="class or zero-argument function in --model-file that builds the model")
     p.add_argument("--resize", type=positive_int, help="custom model: shorter side before the crop")
     p.add_argument("--crop", type=positive_int, help="custom model: square center crop")
     p.add_argument("--mean", type=triple, help="custom model: normalisation mean r,g,b")
     p.add_argument("--std", type=triple, help="custom model: normalisation std r,g,b")
-    p.add_argument("--labels", type=Path, help="custom model: index_to_name.json or one label per line")
+    p.add_argument("--labels", type=Path, help="class names, index_to_name.json or one label per line: your own model's, or a "
+                   "torchvision builder's fine-tuned head's (as many as its outputs)")
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision; "
                    "int8: only min_top1, the top-1 agreement with fp32 needed on held-out photos: it decides where the "
                    f"photos carry no labels (default {defaults.INT8_MIN_TOP1_AGREEMENT}) and, given, with labels too)")
@@ -81,9 +83,10 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
 
 def build_request(args: argparse.Namespace):
     _, build, models = _build_modules()
-    custom_only = [n for n in ("model_factory", "resize", "crop", "mean", "std", "labels") if getattr(args, n) is not None]
+    custom_only = [n for n in ("model_factory", "resize", "crop", "mean", "std") if getattr(args, n) is not None]
     if args.model_file is None and custom_only:
-        raise UsageError(f"--{custom_only[0].replace('_', '-')} applies to custom models only; add --model-file")
+        raise UsageError(f"--{custom_only[0].replace('_', '-')} applies to your own model code only: add --model-file "
+                         "path/to/model.py (and --model-factory); a torchvision builder's preprocessing comes with its weights")
     custom = None
     if args.model_file is not None:
         custom = request_from(models.CustomModel, args, file=args.model_file, factory=args.model_factory or "", task=args.task or defaults.TASK)

@@ -5,7 +5,8 @@ one under `torchvision.models.segmentation` segments, the others classify; a mod
 `--task`. Preprocessing and labels come from the weights' own metadata (ResNet-50's V2 weights resize
 to 232, not 256; segmentation weights to 520) or, for detectors, from the model's own transform (the
 R-CNNs' 800/1333, SSDlite's fixed 320x320): nothing is hard-coded. Metadata needs no download, so it
-is used even when the weights themselves are random.
+is used even when the weights themselves are random. A torchvision model fine-tuned to N classes keeps
+its builder's name: its checkpoint's head (or the labels file) says N, and the model is built for N.
 """
 
 from __future__ import annotations
@@ -63,16 +64,19 @@ def torchvision_builders() -> dict[str, str]:
             for name in tvm.list_models(module=importlib.import_module(task.torchvision_models))}
 
 
-def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None, task: str | None = None) -> ResolvedModel:
+def resolve_model(name: str, weights: str = WEIGHTS_DEFAULT, custom: CustomModel | None = None, task: str | None = None,
+                  labels: Path | None = None) -> ResolvedModel:
     """Build the eager model (in its served form) with its weights; every failure is a UsageError that says what to do.
 
-    `task` is what the user asked for with --task: required to agree with a torchvision builder's own."""
+    `task` is what the user asked for with --task: required to agree with a torchvision builder's own.
+    `labels` names a torchvision builder's classes (a model file's own come in `custom`)."""
     if custom is not None:
         return _resolve_custom(name, weights, custom)
-    return _resolve_torchvision(name, weights, task)
+    return _resolve_torchvision(name, weights, task, labels)
 
 
-def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = None) -> ResolvedModel:
+def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = None, labels_file: Path | None = None) -> ResolvedModel:
+    """A torchvision builder's model; a fine-tuned checkpoint's head, or a labels file, sizes its classes."""
     import torchvision.models as tvm
 
     builders = torchvision_builders()
@@ -85,9 +89,13 @@ def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = No
         raise UsageError(f"--task {asked_task} does not fit {builder}, a torchvision {task} model; leave --task out "
                          "for torchvision models (it is read from torchvision), or use --model-file for your own")
     meta_weights = tvm.get_model_weights(builder).DEFAULT
-    labels = list(meta_weights.meta["categories"])
-    model = task_kind(task).torchvision_model(builder, num_classes=len(labels))
-    provenance = _load_weights(model, builder, weights, meta_weights)
+    pretrained = list(meta_weights.meta["categories"])
+    model = task_kind(task).torchvision_model(builder, num_classes=len(pretrained))
+    state = None if weights in (WEIGHTS_DEFAULT, WEIGHTS_NONE) else read_state_dict(model, Path(weights))
+    labels = _class_labels(builder, weights, head_size(model, state, len(pretrained)), pretrained, labels_file)
+    if len(labels) != len(pretrained):
+        model = task_kind(task).torchvision_model(builder, num_classes=len(labels))
+    provenance = _load_weights(model, builder, weights, meta_weights, state)
     return ResolvedModel(
         name=builder,
         model=model.eval(),
@@ -99,12 +107,47 @@ def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = No
     )
 
 
-def _load_weights(model, builder: str, weights: str, meta_weights) -> dict[str, Any]:
+def head_size(model, state: dict | None, classes: int) -> int:
+    """How many classes a checkpoint's head answers: the first tensor whose outputs differ from `model`'s
+    (built for `classes`) in its first dimension alone, as a torchvision model fine-tuned to N classes
+    differs (resnet's fc, a detector's cls_score, a segmenter's last conv); `classes` where none differs."""
+    if state is None:
+        return classes
+    for key, expected in model.state_dict().items():
+        given = state.get(key)
+        if (given is not None and expected.dim() > 0 and expected.shape[0] == classes and given.dim() == expected.dim()
+                and given.shape[0] != classes and given.shape[1:] == expected.shape[1:]):
+            return int(given.shape[0])
+    return classes
+
+
+def _class_labels(builder: str, weights: str, head: int, pretrained: list[str], labels_file: Path | None) -> list[str]:
+    """The served class names: the labels file's, else the pretrained categories, else (a checkpoint with a
+    head of its own size and no labels file) the class indices, as TorchServe answers without a label file."""
+    if labels_file is None:
+        if head == len(pretrained):
+            return pretrained
+        print(f"--weights {weights} answers {head} classes and no --labels names them: answers name each class by its "
+              f"index (0..{head - 1}); give --labels with {head} lines to name them", file=sys.stderr)
+        return [str(index) for index in range(head)]
+    labels = read_labels(labels_file)
+    if weights == WEIGHTS_NONE or len(labels) == head:
+        return labels
+    if weights == WEIGHTS_DEFAULT:
+        raise UsageError(
+            f"--labels {labels_file} names {len(labels)} classes, but {builder}'s pretrained weights answer {head}: for {builder} "
+            f"fine-tuned to {len(labels)} classes give its checkpoint, --weights path/to/ft.pth (saved with "
+            f"torch.save(model.state_dict(), path)); to rename the pretrained classes, give {head} labels")
+    raise UsageError(f"--labels {labels_file} names {len(labels)} classes, but the head of --weights {weights} answers {head}: "
+                     f"give one label per output of the head, in its order ({head} lines)")
+
+
+def _load_weights(model, builder: str, weights: str, meta_weights, state: dict | None) -> dict[str, Any]:
     if weights == WEIGHTS_NONE:
         return _random_weights()
     if weights == WEIGHTS_DEFAULT:
         return _download_default(model, builder, meta_weights)
-    load_state_dict_file(model, Path(weights))
+    load_state(model, state, Path(weights))
     return {"source": str(weights), "random": False}
 
 
@@ -139,6 +182,11 @@ def _random_weights() -> dict[str, Any]:
 
 def load_state_dict_file(model, path: Path) -> None:
     """Load a local state_dict (or a checkpoint dict holding one); key mismatches are named."""
+    load_state(model, read_state_dict(model, path), path)
+
+
+def read_state_dict(model, path: Path) -> dict:
+    """The state_dict in a local file (or in a checkpoint dict holding one), as `model` names its tensors."""
     import torch
 
     if not path.is_file():
@@ -146,17 +194,24 @@ def load_state_dict_file(model, path: Path) -> None:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:
-        raise UsageError(f"cannot read --weights file {path} as a torch state_dict: {err}") from err
-    state = without_unused_aux(model, _unwrap_checkpoint(state))
+        raise UsageError(f"cannot read --weights file {path} as a torch state_dict (save it with "
+                         f"torch.save(model.state_dict(), path)): {err}") from err
+    return without_unused_aux(model, _unwrap_checkpoint(state))
+
+
+def load_state(model, state: dict, path: Path) -> None:
+    """`state` into `model`; a mismatch names the keys and shapes, and what to check."""
+    fix = ("--model must name the architecture the weights were trained with (e.g. --model resnet18 for a "
+           "fine-tuned torchvision resnet18), or give your own model's code with --model-file and --model-factory")
     missing, unexpected = _key_mismatch(model.state_dict(), state)
     if missing or unexpected:
         raise UsageError(
-            f"--weights file {path} does not fit the model: missing keys {_abbrev(missing)}, unexpected keys {_abbrev(unexpected)}"
-        )
+            f"--weights file {path} does not fit the model: missing keys {_abbrev(missing)}, unexpected keys "
+            f"{_abbrev(unexpected)}; {fix}")
     try:
         model.load_state_dict(state)
     except RuntimeError as err:  # same keys, different shapes
-        raise UsageError(f"--weights file {path} does not fit the model: {err}") from err
+        raise UsageError(f"--weights file {path} does not fit the model: {err}; {fix}") from err
 
 
 def _unwrap_checkpoint(state: Any) -> dict:

@@ -113,7 +113,9 @@ class TorchServeRun:
         if BIND_FAILURE in output:
             address = _FAILED_ADDRESS.search(output)
             return PortTaken(f"TorchServe could not bind {address.group(1) if address else 'a port'} of {self.config}: another "
-                             f"process holds it ({BIND_FAILURE}); free it or choose another port, then start again; see {logs}")
+                             f"process holds it ({BIND_FAILURE}); free it, or write the config with another port (make config "
+                             f"INFERENCE_ADDRESS=http://0.0.0.0:8090, MANAGEMENT_ADDRESS, METRICS_ADDRESS, GRPC_INFERENCE_PORT, "
+                             f"GRPC_MANAGEMENT_PORT: docs/commands.md), then start again; see {logs}")
         return UsageError(f"TorchServe exited during start-up; see {logs}:\n{self.start_output_tail()}")
 
     def start_output_tail(self, lines: int = 25) -> str:
