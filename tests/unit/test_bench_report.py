@@ -80,6 +80,17 @@ def test_the_tuned_config_is_judged_against_the_generated_one():
     assert "ours_tuned_vs_ours" not in {g["ratio"] for g in evaluate_goals({"ours": systems["ours"]}, compute_ratios({}))}
 
 
+def test_a_tuned_p99_within_the_rounds_spread_is_no_worse_and_one_beyond_it_is():
+    def rows(tuned_p99_range):
+        return {"ours": {"throughput_ips": 30.0, "latency_ms": {"p99": 1000.0}, "spread": {"p99": [950.0, 1040.0]}},
+                "ours_tuned": {"throughput_ips": 30.1, "latency_ms": {"p99": 1020.0}, "spread": {"p99": tuned_p99_range}}}
+
+    for p99_range, met in (([990.0, 1060.0], True), ([1045.0, 1090.0], False)):
+        systems = rows(p99_range)
+        goal = {g["ratio"]: g for g in evaluate_goals(systems, compute_ratios(systems))}["p99_ours_tuned_vs_ours"]
+        assert goal["measured"] == 1.02 and goal["met"] is met
+
+
 def test_the_kserve_engine_is_judged_against_torchserve_the_best_peer_and_its_own_predictions():
     def row(ips, p99):
         return {"throughput_ips": ips, "latency_ms": {"p99": p99}}
