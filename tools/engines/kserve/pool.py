@@ -24,6 +24,7 @@ from tsvk.stopping import refusal
 from . import wire
 from .archives import ServedModel
 from .batcher import Batcher, Pending
+from .forkserver import ForkedWorker, ForkServer
 
 log = logging.getLogger(__name__)
 
@@ -39,11 +40,31 @@ class WorkerGone(Exception):
 
 @dataclass(frozen=True)
 class WorkerStart:
-    """How a model's workers are started: the interpreter, the config and where their output goes."""
+    """How a model's workers are started: the config, where their output goes, their environment, and the fork
+    server to ask for them (None, or gone: each worker is a fresh interpreter)."""
 
     config: Path
     log: Path
     env: dict[str, str]
+    forks: ForkServer | None = None
+
+
+class _Spawned:
+    """A worker started as a fresh interpreter (no fork server): pid, alive, kill, wait."""
+
+    def __init__(self, process: asyncio.subprocess.Process):
+        self.process = process
+        self.pid = process.pid
+
+    def alive(self) -> bool:
+        return self.process.returncode is None
+
+    def kill(self) -> None:
+        if self.alive():
+            self.process.kill()
+
+    async def wait(self) -> None:
+        await self.process.wait()
 
 
 class WorkerProcess:
@@ -51,21 +72,19 @@ class WorkerProcess:
         self.model = model
         self.start_info = start
         self.number = number
-        self.process: asyncio.subprocess.Process | None = None
+        self.handle: _Spawned | ForkedWorker | None = None
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
 
     @property
     def pid(self) -> int | None:
-        return self.process.pid if self.process else None
+        return self.handle.pid if self.handle else None
 
     async def start(self) -> str | None:
         """Start the process and wait until its service has loaded: None, or the one-line reason it cannot."""
         ours, theirs = socket.socketpair()
         with open(self.start_info.log, "ab") as out, theirs:
-            self.process = await asyncio.create_subprocess_exec(
-                *self._command(theirs.fileno()), stdout=out, stderr=out, pass_fds=(theirs.fileno(),),
-                cwd=self.model.directory, env=self.start_info.env)
+            self.handle = await self._forked(theirs, out) or await self._spawned(theirs, out)
         self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
         message = await wire.read_message(self.reader)
         if isinstance(message, tuple) and message[0] == wire.READY:
@@ -73,12 +92,32 @@ class WorkerProcess:
         await self.kill()
         return message[1] if isinstance(message, tuple) and message[0] == wire.REFUSED else "the worker exited while loading"
 
-    def _command(self, fd: int) -> list[str]:
+    async def _forked(self, theirs: socket.socket, out) -> ForkedWorker | None:
+        """The worker forked by the fork server, or None where there is none (or it cannot): then it is spawned."""
+        forks = self.start_info.forks
+        if forks is None or not forks.alive():
+            return None
+        try:
+            pid = await asyncio.to_thread(forks.fork, self._arguments(), self.start_info.env, self.model.directory,
+                                          theirs.fileno(), out.fileno())
+        except OSError as err:
+            log.warning("%s: the fork server cannot start worker %d (%s); starting a fresh interpreter", self.model.name,
+                        self.number, err)
+            return None
+        return ForkedWorker(forks, pid)
+
+    async def _spawned(self, theirs: socket.socket, out) -> _Spawned:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", WORKER_MODULE, *self._arguments(), "--fd", str(theirs.fileno()), stdout=out, stderr=out,
+            pass_fds=(theirs.fileno(),), cwd=self.model.directory, env=self.start_info.env)
+        return _Spawned(process)
+
+    def _arguments(self) -> list[str]:
+        """The worker's command-line arguments but its socket's descriptor (which differs in each process)."""
         m = self.model
-        command = [sys.executable, "-m", WORKER_MODULE, "--model-dir", str(m.directory), "--model-name", m.name,
-                   "--handler", m.handler, "--settings", m.settings_file, "--config", str(self.start_info.config),
-                   "--fd", str(fd), "--batch-size", str(m.batch_size)]
-        return command + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
+        arguments = ["--model-dir", str(m.directory), "--model-name", m.name, "--handler", m.handler,
+                     "--settings", m.settings_file, "--config", str(self.start_info.config), "--batch-size", str(m.batch_size)]
+        return arguments + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
 
     async def run(self, batch: list[Pending]) -> list[tuple[int, bytes]]:
         """The worker's (status, body) for each request of the batch, or WorkerGone."""
@@ -94,15 +133,14 @@ class WorkerProcess:
         return answer[1]
 
     def alive(self) -> bool:
-        return self.process is not None and self.process.returncode is None
+        return self.handle is not None and self.handle.alive()
 
     async def kill(self) -> None:
         if self.writer is not None:
             self.writer.close()
-        if self.alive():
-            self.process.kill()
-        if self.process is not None:
-            await self.process.wait()
+        if self.handle is not None:
+            self.handle.kill()
+            await self.handle.wait()
 
 
 class ModelPool:

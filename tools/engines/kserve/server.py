@@ -27,7 +27,8 @@ from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_
 from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
-from .pool import ModelPool, WorkerStart, worker_env
+from .forkserver import ForkServer
+from .pool import WORKER_MODULE, ModelPool, WorkerStart, worker_env
 from .predictions import PredictionsApi, torchserve_error
 from .tokens import InferenceKey, auth_enabled, write_keys
 
@@ -96,7 +97,16 @@ def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
 
 
 async def serve(config: Path, run_dir: Path) -> int:
-    """The workers are started first, and KServe is imported while they load (cold start: the slowest part runs alone)."""
+    """The fork server is started first (it imports torch while the archives are opened), then the workers, and
+    KServe is imported while they load (cold start: the slowest part runs alone)."""
+    forks = ForkServer.start(WORKER_MODULE, run_dir / "logs" / WORKER_LOG, worker_env(config), run_dir)
+    try:
+        return await _serve(config, run_dir, forks)
+    finally:
+        forks.close()
+
+
+async def _serve(config: Path, run_dir: Path, forks: ForkServer) -> int:
     properties = read_properties(config)
     key = None
     if auth_enabled(properties):
@@ -105,7 +115,7 @@ async def serve(config: Path, run_dir: Path) -> int:
     served, refused = open_archives(properties, run_dir / MODELS_DIR)
     for refusal in refused:
         log.error("%s", refusal.line())
-    start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config))
+    start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config), forks)
     engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from . import wire
+from . import forkserver, wire
 
 log = logging.getLogger("tsvk.engine.worker")
 
@@ -50,7 +50,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def build_fork_server_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=f"python -m tsvk_tools.engines.kserve.worker {forkserver.FLAG}")
+    parser.add_argument("--fd", type=int, required=True, help="the fork server's end of its control socket pair")
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == [forkserver.FLAG]:  # the fork server: import once, then fork the workers from itself
+        fd = build_fork_server_parser().parse_args(argv[1:]).fd
+        return forkserver.serve_forks(socket.socket(fileno=fd), main)
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{args.model_name} worker {os.getpid()}] %(levelname)s %(message)s")
     sock = socket.socket(fileno=args.fd)
