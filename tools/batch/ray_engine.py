@@ -30,6 +30,11 @@ BLOCK_BYTES = 4096
 # How long a starting node waits for its agents (ms). Ray's default (about a minute) fails a `--ray local` start
 # on a busy machine: the raylet gives up waiting for the metrics agent's port file and the start fails.
 AGENT_WAIT_MS = "600000"
+# The priority of the Ray workers (the actors) of a `--ray local` run. Ray starts its workers at niceness 15 to keep
+# its own daemons responsive on a shared node; a Ray started for this run alone gives its actors the CPU the local
+# worker processes would have, so that anything else on the machine does not take it from them first.
+LOCAL_WORKER_NICENESS = "0"
+ID_TASKS = 1  # tasks at once making and filtering the ids: integers, far faster than any actor scores them
 
 
 def import_ray():
@@ -47,6 +52,7 @@ def connect(ray, address: str, plan: BatchPlan) -> None:
         return
     if address == LOCAL:
         os.environ.setdefault("RAY_agent_register_timeout_ms", AGENT_WAIT_MS)
+        os.environ.setdefault("RAY_worker_niceness", LOCAL_WORKER_NICENESS)
         ray.init(num_cpus=plan.vcpus, num_gpus=plan.gpus, include_dashboard=False, log_to_driver=False)
     else:
         ray.init(address=address, log_to_driver=False)
@@ -74,10 +80,13 @@ def plan_actors(resources: dict, threads: int) -> ActorPlan:
 def id_range(ray, count: int):
     """`ray.data.range(count)` whose read tasks reserve no CPU: they only make integers, and with every CPU held by
     an actor, reads that wait for a CPU would never run (Ray Data warns the job may hang forever). The same
-    datasource `ray.data.range` reads (ray/data/read_api.py, 2.60), read with num_cpus=0."""
+    datasource `ray.data.range` reads (ray/data/read_api.py, 2.60), read with num_cpus=0 and one task at a time:
+    a task that reserves nothing is otherwise started as often as Ray has blocks to make, each in a worker process
+    of its own, and on a small machine those processes take the CPUs from the actors."""
     from ray.data._internal.datasource.range_datasource import RangeDatasource
 
-    return ray.data.read_datasource(RangeDatasource(n=count, block_format="arrow", column_name="id"), num_cpus=0)
+    return ray.data.read_datasource(RangeDatasource(n=count, block_format="arrow", column_name="id"), num_cpus=0,
+                                    concurrency=ID_TASKS)
 
 
 def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunState, done: DoneIds,
@@ -91,7 +100,8 @@ def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunStat
         actors = plan_actors(ray.cluster_resources(), plan.threads)
         spec = replace(spec, gpu_id=actors.gpu_id)
         bits = np.frombuffer(bytes(done.bits), dtype=np.uint8)
-        ids = id_range(ray, done.count).map_batches(not_done, fn_kwargs={"done_bits": bits}, batch_format="numpy", num_cpus=0)
+        ids = id_range(ray, done.count).map_batches(not_done, fn_kwargs={"done_bits": bits}, batch_format="numpy", num_cpus=0,
+                                                    concurrency=ID_TASKS)
         rows = ids.map_batches(ArchiveActor, fn_constructor_kwargs={"spec": asdict(spec), "state_folder": str(state.folder)},
                                batch_size=plan.batch, batch_format="numpy", compute=ray.data.ActorPoolStrategy(size=actors.actors),
                                num_cpus=actors.num_cpus, num_gpus=actors.num_gpus)
