@@ -14,10 +14,8 @@ from pathlib import Path
 from ..loadgen import HttpTarget
 from ...engines.kserve.run import ENGINE, start_engine
 from ...processes import stopped_on_failure
-from ...serve.ports import free_ports
-from ...serve.serving_config import write_config
 from .base import Deployment, RunContext, identity
-from .oip import ask_over_protocol
+from .oip import ask_over_protocol, protocol_fields
 from .torchserve import RESPONSE_TIMEOUT_S, Ours
 
 
@@ -38,13 +36,8 @@ class OursKserve(Ours):
     description = ("ours (same archive, generated config and load) served by tsvk's own engine: the archive's handler in "
                    "tsvk's worker processes behind KServe's model server, no TorchServe")
 
-    def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(self.name)
-        config = folder / "config.properties"
-        plan = write_config(self.serving_request(ctx), config)
-        deployment, _ = serve_on_engine(ctx, folder, config, ctx.options.model)
-        deployment.details["plan"] = self.plan_details(ctx, plan)
-        return deployment
+    def launch(self, ctx: RunContext, folder: Path, config: Path) -> Deployment:
+        return serve_on_engine(ctx, folder, config, ctx.options.model)[0]
 
 
 class OursKserveFast(OursKserve):
@@ -62,14 +55,12 @@ class OursKserveOipRest(OursKserve):
     description = "ours_kserve asked over the Open Inference Protocol's REST (base64 JSON) on the engine's own inference address"
     transport = "rest"
 
-    def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(self.name)
-        config = folder / "config.properties"
-        rest_port, grpc_port = free_ports(2)
-        plan = write_config(self.serving_request(ctx, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port), config)
+    def config_fields(self) -> dict:
+        return protocol_fields()
+
+    def launch(self, ctx: RunContext, folder: Path, config: Path) -> Deployment:
         deployment, run = serve_on_engine(ctx, folder, config, ctx.options.model)
         ask_over_protocol(deployment, self.transport, *run.oip_urls(), ctx.options.model)
-        deployment.details["plan"] = self.plan_details(ctx, plan)
         return deployment
 
 

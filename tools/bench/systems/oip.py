@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import threading
+from pathlib import Path
 
 from tsvk import oip
 
@@ -20,7 +21,6 @@ from ...oip.config import read_front_config
 from ...oip.process import front_urls, start_front, wait_front_ready
 from ...serve.ports import free_ports
 from ...processes import stopped_on_failure
-from ...serve.serving_config import write_config
 from .base import Deployment, RunContext
 from .torchserve import Ours, serve
 
@@ -71,6 +71,12 @@ class GrpcTarget(HttpTarget):
         return _GrpcAnswer(200, answer=dict(zip(labels, map(float, result.as_numpy(oip.PROBABILITIES)[0]))))
 
 
+def protocol_fields() -> dict:
+    """`tsvk config --protocol oip` on free ports: the Open Inference Protocol's REST and gRPC ports."""
+    rest_port, grpc_port = free_ports(2)
+    return {"protocol": "oip", "oip_rest_port": rest_port, "oip_grpc_port": grpc_port}
+
+
 def ask_over_protocol(deployment: Deployment, transport: str, rest: str, grpc: str, model: str) -> None:
     """Point `deployment`'s load at the Open Inference Protocol over `transport` (rest or grpc) instead of
     /predictions: the same photos, the same timeout."""
@@ -86,18 +92,16 @@ class OursOipRest(Ours):
     description = "ours (same archive, config and load) asked through the Open Inference Protocol front over REST (base64 JSON)"
     transport = "rest"
 
-    def start(self, ctx: RunContext, variant: dict) -> Deployment:
-        folder = ctx.system_dir(self.name)
-        config = folder / "config.properties"
-        rest_port, grpc_port = free_ports(2)
-        plan = write_config(self.serving_request(ctx, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port), config)
+    def config_fields(self) -> dict:
+        return protocol_fields()
+
+    def launch(self, ctx: RunContext, folder: Path, config: Path) -> Deployment:
         deployment = serve(ctx, folder, config, ctx.options.model)
         with stopped_on_failure(deployment.stop):  # Ctrl+C or SIGTERM while waiting: leave nothing running
             start_front(config, folder / "run")
             front = read_front_config(config)
             wait_front_ready(front, folder / "run")
         ask_over_protocol(deployment, self.transport, *front_urls(front), ctx.options.model)
-        deployment.details["plan"] = self.plan_details(ctx, plan)
         return deployment
 
 

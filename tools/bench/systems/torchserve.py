@@ -167,10 +167,18 @@ class Ours(System):
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         folder = ctx.system_dir(self.name)
         config = folder / "config.properties"
-        plan = write_config(self.serving_request(ctx), config)
-        deployment = serve(ctx, folder, config, ctx.options.model)
+        plan = write_config(self.serving_request(ctx, **self.config_fields()), config)
+        deployment = self.launch(ctx, folder, config)
         deployment.details["plan"] = self.plan_details(ctx, plan)
         return deployment
+
+    def config_fields(self) -> dict:
+        """What this row asks `tsvk config` beyond ours' request (the protocol rows: the front's ports)."""
+        return {}
+
+    def launch(self, ctx: RunContext, folder: Path, config: Path) -> Deployment:
+        """Serve `config` and say where the load goes: TorchServe, /predictions."""
+        return serve(ctx, folder, config, ctx.options.model)
 
     def serving_request(self, ctx: RunContext, **fields):
         """What `tsvk config` is asked for ours (the protocol rows ask the same, plus the front)."""
