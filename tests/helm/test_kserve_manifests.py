@@ -7,7 +7,6 @@ k8s/README.md write is one this runtime serves (its port, model store and author
 from __future__ import annotations
 
 import copy
-import re
 import shlex
 from pathlib import Path
 
@@ -128,11 +127,13 @@ def test_the_grace_period_covers_the_drain(runtime, service):
 
 
 def migration_config_command() -> list[str]:
-    """The `tsvk config` line of k8s/README.md's section on moving from KServe's TorchServe runtime."""
+    """The `tsvk config` line of k8s/README.md's section on moving from KServe's TorchServe runtime that writes the
+    config for the cluster (the one whose model store is where KServe puts the storageUri's files)."""
     text = README.read_text()
     section = text[text.index("## From KServe's TorchServe runtime"):]
     section = section[:section.index("\n## ", 1)]
-    lines = re.findall(r"^tsvk config .*?(?<!\\)$", section.replace("\\\n", " "), flags=re.MULTILINE)
+    lines = [line.strip() for line in section.replace("\\\n", " ").splitlines()
+             if line.strip().startswith("tsvk config ") and f"{STORAGE}/" in line]
     assert len(lines) == 1, lines
     return shlex.split(lines[0])[1:]
 
