@@ -67,6 +67,18 @@ def test_protocol_oip_generates_an_oip_config_and_sets_the_chart_switch(make):
     assert "--protocol" not in plain and "protocol=" not in plain, "empty: tsvk config and the chart decide"
 
 
+@pytest.mark.parametrize("target", ["helm-template", "helm-deploy"])
+def test_engine_sets_the_charts_engine_value(make, target):
+    assert "--set engine=kserve" in dry_run(make, target, "ENGINE=kserve")
+    assert "engine=" not in dry_run(make, target), "empty: the chart's default (torchserve)"
+
+
+def test_kube_check_passes_the_engine_on(make):
+    commands = dry_run(make, "kube-check", "ENGINE=kserve", "HELM=helm")
+    assert "-m tsvk_tools.kube " in commands and "--engine kserve" in commands
+    assert "--engine" not in dry_run(make, "kube-check", "HELM=helm")
+
+
 @pytest.mark.parametrize("target, variant, base", [("image", "cpu", "debian:bookworm-slim"),
                                                    ("image-gpu", "gpu", "nvidia/cuda:13.0.1-runtime-ubuntu22.04")])
 def test_image_is_built_from_the_repository_root_on_its_base(make, target, variant, base):
