@@ -91,7 +91,7 @@ helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry
 kube_setup ?=
 helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check deploy-check chart-scan
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check chart-scan
 
 $(helm_fetch): | $(kube_setup)
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -192,6 +192,13 @@ kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
+
+# make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
+# (k8s/README.md, "From KServe's TorchServe runtime").
+kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
+	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
+	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
+	$(PYTHON) -m tsvk_tools.kube.kserve_runtime --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL)
 
 # make deploy-check: the README's deploy block against a registry on this machine, its manifests played by podman
 # (k8s/README.md, "The deploy path, run here"). The model the photo is sent to: the quickstart's.

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
 TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image",
-           "image-gpu", "image-push", "kube-check", "deploy-check", "chart-scan")
+           "image-gpu", "image-push", "kube-check", "kserve-runtime-check", "deploy-check", "chart-scan")
 HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 

@@ -7,7 +7,6 @@ k8s/README.md write is one this runtime serves (its port, model store and author
 from __future__ import annotations
 
 import copy
-import shlex
 from pathlib import Path
 
 import jsonschema
@@ -17,12 +16,12 @@ import yaml
 from tests.support.crd import load_schema, unknown_fields
 from tsvk.properties import read_properties
 from tsvk_tools.cli import build_parser as tsvk_parser
+from tsvk_tools.kube.kserve_runtime import migration_config_command, runtime_pod
 from tsvk_tools.serve import container
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "k8s" / "kserve"
 SCHEMAS = Path(__file__).parent / "schemas"
-README = ROOT / "k8s" / "README.md"
 STORAGE = "/mnt/models"  # where KServe's storage initializer puts the storageUri's files
 KINDS = {
     "servingruntime.yaml": ("serving.kserve.io/v1alpha1", "ServingRuntime", "kserve-v0.16.0-servingruntime-v1alpha1.json.gz"),
@@ -126,23 +125,12 @@ def test_the_grace_period_covers_the_drain(runtime, service):
     assert service["spec"]["predictor"]["terminationGracePeriodSeconds"] >= drain + 10
 
 
-def migration_config_command() -> list[str]:
-    """The `tsvk config` line of k8s/README.md's section on moving from KServe's TorchServe runtime that writes the
-    config for the cluster (the one whose model store is where KServe puts the storageUri's files)."""
-    text = README.read_text()
-    section = text[text.index("## From KServe's TorchServe runtime"):]
-    section = section[:section.index("\n## ", 1)]
-    lines = [line.strip() for line in section.replace("\\\n", " ").splitlines()
-             if line.strip().startswith("tsvk config ") and f"{STORAGE}/" in line]
-    assert len(lines) == 1, lines
-    return shlex.split(lines[0])[1:]
-
-
 def test_the_readmes_config_is_one_the_runtime_serves(runtime, tmp_path):
     """Port, model store and authorization of the config the migration writes agree with the runtime."""
     argv = migration_config_command()
+    assert argv[:2] == ["--models", "resnet50"]
     output = tmp_path / "config.properties"
-    args = tsvk_parser().parse_args([*argv, "--no-archive-check", "--output", str(output)])
+    args = tsvk_parser().parse_args(["config", *argv, "--output", str(output)])
     assert args.func(args) in (0, None)
     properties = read_properties(output)
     (port,) = _container(runtime)["ports"]
@@ -150,3 +138,14 @@ def test_the_readmes_config_is_one_the_runtime_serves(runtime, tmp_path):
     assert properties["model_store"] == f"{STORAGE}/model-store"
     assert properties["disable_token_authorization"] == "true", "KServe's router sends no tsvk key"
     assert properties["models"], "the engine serves the archives of the config's models= line"
+
+
+def test_the_runtime_check_plays_the_runtimes_own_container(runtime):
+    """make kserve-runtime-check changes nothing of the container but its image, and mounts the storage read-only."""
+    pod = runtime_pod(runtime, "localhost/tsvk/torchserve@sha256:" + "1" * 64)
+    (played,) = pod["spec"]["containers"]
+    original = _container(runtime)
+    assert {k: v for k, v in played.items() if k not in ("image", "volumeMounts")} == {
+        k: v for k, v in original.items() if k not in ("image", "volumeMounts")}
+    assert played["volumeMounts"][:-1] == original["volumeMounts"]
+    assert played["volumeMounts"][-1] == {"name": "kserve-provision-location", "mountPath": STORAGE, "readOnly": True}
