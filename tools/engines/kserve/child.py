@@ -43,7 +43,10 @@ class EngineChild:
     def stop(self, drain_timeout: float) -> str:
         """SIGTERM to the server (SIGKILL to its whole session at once when `drain_timeout` is 0, or when it has not
         exited `drain_timeout` + EXIT_MARGIN_S s later); what happened, in words."""
-        if self.alive() and drain_timeout > 0:
+        if not self.alive():
+            signal_group(self.pid, signal.SIGKILL)  # a worker it left behind
+            return f"the engine had exited by itself with status {self.process.wait()}"
+        if drain_timeout > 0:
             self.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + drain_timeout + EXIT_MARGIN_S
         while drain_timeout > 0 and self.alive() and time.monotonic() < deadline:
