@@ -74,7 +74,7 @@ helm_batch_flags = $(if $(HELM_TUNED),,--batch $(HELM_BATCH) $(call helm_opt,--m
 helm_sizing = $(if $(HELM_TUNED),$$($(PYTHON) -m tsvk_tools.tune.chart $(HELM_TUNED)),--set torchserve.vcpus=$(HELM_VCPUS) \
 	--set torchserve.workers=$(HELM_WORKERS) --set torchserve.batchSize=$(HELM_BATCH))
 helm_protocol_flags = $(if $(HELM_PROTOCOL),--protocol $(HELM_PROTOCOL) $(if $(filter oip,$(HELM_PROTOCOL)),--oip-address 0.0.0.0))
-helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) \
+helm_chart_args = $(helm_sizing) $(helm_gpu_args) $(if $(HELM_PROTOCOL),--set protocol=$(HELM_PROTOCOL)) $(if $(ENGINE),--set engine=$(ENGINE)) \
 	--set-file torchserve.configProperties=$(helm_config) $(if $(REGISTRY),-f $(helm_image_values)) $(HELM_VALUES) $(HELM_SET)
 # One line per setting and where it came from.
 helm_said = $(1)=$(or $(HELM_$(1)),(empty)) ($(call helm_origin,$(1),$(2)))
@@ -91,7 +91,7 @@ helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry
 kube_setup ?=
 helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check deploy-check chart-scan
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check chart-scan
 
 $(helm_fetch): | $(kube_setup)
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -188,10 +188,17 @@ KUBE_MODEL ?= $(chart_models)
 KUBE_WEIGHTS ?= none
 KUBE_ARGS ?=
 
-kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside; results in benchmarks/results (KUBE_ARGS)
+kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside (ENGINE=kserve: the chart's engine value, against `make serve ENGINE=kserve`); results in benchmarks/results (KUBE_ARGS)
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
-	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(KUBE_ARGS)
+	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
+
+# make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
+# (k8s/README.md, "From KServe's TorchServe runtime").
+kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
+	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
+	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
+	$(PYTHON) -m tsvk_tools.kube.kserve_runtime --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL)
 
 # make deploy-check: the README's deploy block against a registry on this machine, its manifests played by podman
 # (k8s/README.md, "The deploy path, run here"). The model the photo is sent to: the quickstart's.

@@ -134,7 +134,7 @@ def test_cpu_request_and_limit_match_the_threads_of_the_config(scenario):
 
 
 def test_probes_ping_the_inference_port_once_the_models_are_loaded(scenario):
-    _, rendered = scenario
+    name, rendered = scenario
     server = rendered.server()
     assert [p for p in server["ports"] if p["name"] == "inference"] == [
         {"name": "inference", "containerPort": 8080, "protocol": "TCP"}
@@ -142,9 +142,9 @@ def test_probes_ping_the_inference_port_once_the_models_are_loaded(scenario):
     for probe in ("readinessProbe", "livenessProbe"):
         assert server[probe]["httpGet"] == {"path": "/ping", "port": "inference"}, probe
     startup = server["startupProbe"]
-    assert startup["exec"]["command"] == [
-        "python", "/etc/tsvk/models-ready.py", "http://127.0.0.1:8081", "resnet50"
-    ]
+    # Where the script asks: TorchServe's management API on the pod's loopback, or the kserve engine's status file.
+    source = "/home/model-server/run/engine-status.json" if _engine(name) == "kserve" else "http://127.0.0.1:8081"
+    assert startup["exec"]["command"] == ["python", "/etc/tsvk/models-ready.py", source, "resnet50"]
     assert startup["periodSeconds"] * startup["failureThreshold"] >= 600, "slow model loads need minutes"
     config_map = rendered.one("ConfigMap", f"{RELEASE}-tsvk")
     assert config_map["data"]["models-ready.py"].startswith('"""Startup probe')
@@ -203,7 +203,7 @@ def test_metrics_get_a_headless_service_of_their_own_when_monitored(render):
 
 
 def test_pods_run_as_non_root_with_a_read_only_root(scenario):
-    _, rendered = scenario
+    name, rendered = scenario
     spec = rendered.pod_spec()
     assert spec["securityContext"]["runAsNonRoot"] is True
     # The image's model-server user: UID and GID 10000, above any user of the node itself.
@@ -217,8 +217,13 @@ def test_pods_run_as_non_root_with_a_read_only_root(scenario):
         assert context["allowPrivilegeEscalation"] is False
         assert context["capabilities"]["drop"] == ["ALL"]
     mounts = {m["mountPath"]: m["name"] for m in rendered.server()["volumeMounts"]}
-    for writable in ("/tmp", "/home/model-server/run", "/home/model-server/run/logs", "/home/model-server/run/tmp"):
+    java_tmp = ("/home/model-server/run/tmp",) if _engine(name) == "torchserve" else ()
+    for writable in ("/tmp", "/home/model-server/run", "/home/model-server/run/logs", *java_tmp):
         assert "emptyDir" in volumes[mounts[writable]], writable
+
+
+def _engine(scenario_name: str) -> str:
+    return SCENARIOS[scenario_name].get("engine", "torchserve")
 
 
 @pytest.mark.parametrize("allocator, preload", [(None, None), ("jemalloc", "libjemalloc.so.2"), ("glibc", None)])

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.helm
 
 HELM_MK = REPO / "k8s" / "helm.mk"
 TARGETS = ("helm-install-tools", "helm-config", "helm-sync-default", "helm-lint", "helm-template", "helm-deploy", "image",
-           "image-gpu", "image-push", "kube-check", "deploy-check", "chart-scan")
+           "image-gpu", "image-push", "kube-check", "kserve-runtime-check", "deploy-check", "chart-scan")
 HELP_PATTERN = re.compile(r"^[a-z-]+:.*## ", re.MULTILINE)  # what the top-level `make help` greps
 
 
@@ -65,6 +65,18 @@ def test_protocol_oip_generates_an_oip_config_and_sets_the_chart_switch(make):
     assert "--set protocol=oip" in commands
     plain = dry_run(make, "helm-template")
     assert "--protocol" not in plain and "protocol=" not in plain, "empty: tsvk config and the chart decide"
+
+
+@pytest.mark.parametrize("target", ["helm-template", "helm-deploy"])
+def test_engine_sets_the_charts_engine_value(make, target):
+    assert "--set engine=kserve" in dry_run(make, target, "ENGINE=kserve")
+    assert "engine=" not in dry_run(make, target), "empty: the chart's default (torchserve)"
+
+
+def test_kube_check_passes_the_engine_on(make):
+    commands = dry_run(make, "kube-check", "ENGINE=kserve", "HELM=helm")
+    assert "-m tsvk_tools.kube " in commands and "--engine kserve" in commands
+    assert "--engine" not in dry_run(make, "kube-check", "HELM=helm")
 
 
 @pytest.mark.parametrize("target, variant, base", [("image", "cpu", "debian:bookworm-slim"),

@@ -6,7 +6,6 @@ schema (an API server with strict field validation refuses unknown ones), and it
 
 from __future__ import annotations
 
-import gzip
 import json
 import shlex
 from pathlib import Path
@@ -15,6 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
+from tests.support.crd import load_schema, unknown_fields
 from tsvk_tools.cli import build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,31 +24,12 @@ SCHEMA = Path(__file__).parent / "schemas" / "kuberay-v1.7.0-rayjob-v1.json.gz"
 
 @pytest.fixture(scope="module")
 def schema() -> dict:
-    return json.loads(gzip.decompress(SCHEMA.read_bytes()))
+    return load_schema(SCHEMA)
 
 
 @pytest.fixture(scope="module")
 def rayjob() -> dict:
     return yaml.safe_load(EXAMPLE.read_text())
-
-
-def unknown_fields(document, schema: dict, where: str = "") -> list[str]:
-    """Fields the schema does not name, where it neither allows extra ones nor preserves unknown fields."""
-    if isinstance(document, list):
-        return [f for i, item in enumerate(document) for f in unknown_fields(item, schema.get("items", {}), f"{where}[{i}]")]
-    if not isinstance(document, dict) or schema.get("x-kubernetes-preserve-unknown-fields"):
-        return []
-    known = schema.get("properties", {})
-    extra = schema.get("additionalProperties")
-    found = []
-    for key, value in document.items():
-        if key in known:
-            found += unknown_fields(value, known[key], f"{where}.{key}")
-        elif isinstance(extra, dict):
-            found += unknown_fields(value, extra, f"{where}.{key}")
-        elif not extra and known:
-            found.append(f"{where}.{key}")
-    return found
 
 
 def test_the_example_validates_against_kuberays_rayjob_schema(rayjob, schema):

@@ -60,6 +60,18 @@ SCENARIOS: dict[str, dict] = {
             },
         },
     },
+    "kserve-engine": {"engine": "kserve"},
+    "kserve-engine-oip-download": {
+        "engine": "kserve",
+        "protocol": "oip",
+        "torchserve": {"configProperties": OIP_CONFIG},
+        "modelStore": {
+            "source": "download",
+            "download": {
+                "archives": [{"name": "resnet50", "url": "https://models.example.com/resnet50.mar", "sha256": SHA256_OF_ARCHIVE}]
+            },
+        },
+    },
     "network-policy-off-fixed-replicas": {
         "networkPolicy": {"enabled": False},
         "autoscaling": {"enabled": False},

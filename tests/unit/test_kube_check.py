@@ -138,3 +138,42 @@ def test_worker_memory_is_sampled_while_the_load_runs_and_compared_as_medians(mo
     assert summary["pod_vs_make_serve"] == 1.01 and not summary["pod_no_larger"]  # above make serve's whole range
     assert worker_memory({"pod": [1000.0], "make serve": [950.0, 1005.0]})["pod_no_larger"]
     assert "pod_no_larger" not in worker_memory({"pod": [], "make serve": [950.0]})
+
+
+def test_each_variant_sets_the_engine_and_names_its_pods_apart():
+    from tsvk_tools.kube.check import variants
+
+    chosen = variants("http://10.88.0.1:1/resnet50.mar", "10.88.0.1/32", 1, "resnet50", "ab" * 32, "kserve")
+    assert {name: v.values["engine"] for name, v in chosen.items()} == {"default": "kserve", "oip": "kserve", "download": "kserve"}
+    assert chosen["download"].values["modelStore"]["source"] == "download", "the engine joins the variant's own values"
+    assert [v.release for v in chosen.values()] == ["tsvk-kube-kserve-default", "tsvk-kube-kserve-oip", "tsvk-kube-kserve-download"]
+    assert all(_ours(v.release) for v in chosen.values())
+    plain = variants("http://10.88.0.1:1/resnet50.mar", "10.88.0.1/32", 1, "resnet50", "ab" * 32)
+    assert [v.release for v in plain.values()] == ["tsvk-kube-default", "tsvk-kube-oip", "tsvk-kube-download"]
+
+
+def test_the_engine_is_one_of_tsvks(capsys):
+    from tsvk_tools.kube.__main__ import parse_args
+
+    assert parse_args(["--engine", "kserve"]).engine == "kserve"
+    assert parse_args([]).engine == "torchserve"
+    with pytest.raises(SystemExit):
+        parse_args(["--engine", "triton"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
+def _rendered(server: str, config: str):
+    from tsvk_tools.kube.chart import Rendered, Variant
+
+    deployment = {"kind": "Deployment", "metadata": {"name": "x"},
+                  "spec": {"template": {"spec": {"containers": [{"name": server}]}}}}
+    configmap = {"kind": "ConfigMap", "data": {"config.properties": config}}
+    return Rendered(Variant("oip"), [configmap, deployment])
+
+
+def test_oip_rest_is_the_fronts_port_or_the_engines_inference_port():
+    from tsvk_tools.kube.check import oip_rest_port
+
+    config = "inference_address=http://0.0.0.0:8080\ntsvk.oip.rest_port=8000\ntsvk.oip.grpc_port=8001\n"
+    assert oip_rest_port(_rendered("torchserve", config)) == 8000
+    assert oip_rest_port(_rendered("kserve", config)) == 8080

@@ -1,6 +1,7 @@
 """`python -m tsvk_tools.kube` (make kube-check): run the chart's pods with podman and record what they did.
 
-Writes benchmarks/results/<UTC stamp>-kube-check.json and points kube-check-latest.json at it.
+Writes benchmarks/results/<UTC stamp>-kube-check.json and points kube-check-latest.json at it (with --engine kserve:
+<UTC stamp>-kube-check-kserve.json and kube-check-kserve-latest.json).
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import psutil
 from ..build.archive import handler_files_changed
 from ..errors import UsageError
 from ..images import image_bytes
-from ..serve.server import workers_below
+from .. import defaults
+from ..engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ..serve.server import WORKER_MARKER, workers_below
 from . import checks, drain, load, pod as podlib
 from .chart import REPO, render
 from .check import check_variant, image_values, podman_gateway, serve_directory, start_host_baseline, variants
@@ -32,6 +35,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tsvk_tools.kube", description=__doc__)
     parser.add_argument("--image", default="tsvk/torchserve:0.12.0-cpu", help="the local image to run (make image)")
     parser.add_argument("--model", default="resnet50", help="the chart's model; model_store/<model>.mar must exist")
+    parser.add_argument("--engine", choices=defaults.ENGINES, default=defaults.ENGINES[0],
+                        help="the chart's engine value, and the engine of the `make serve` baseline (default torchserve)")
     parser.add_argument("--photo", default="skimage:chelsea", help="the photo sent (a JPEG file or skimage:<name>)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--seconds", type=float, default=30, help="length of each throughput round")
@@ -56,12 +61,12 @@ def machine() -> dict:
     return {"cpu": model, "vcpus": os.cpu_count(), "podman": podlib.podman("--version").stdout.strip()}
 
 
-def worker_rss_mb(pid: int | None) -> list[float]:
+def worker_rss_mb(pid: int | None, marker: str = WORKER_MARKER) -> list[float]:
     """Resident memory of each TorchServe worker below process `pid`, in MB: the TorchServe this run started on the
     host, or the pod's container, whose processes this host sees too (read from here: a `podman exec` every
     sample would take CPU from the pod's side of the comparison)."""
     rss = []
-    for worker in workers_below(pid) if pid is not None else []:
+    for worker in workers_below(pid, marker) if pid is not None else []:
         try:
             rss.append(round(worker.memory_info().rss / 2**20, 1))
         except psutil.Error:  # exited since it was listed
@@ -77,8 +82,10 @@ def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = 
         inference = rendered.config_properties()["inference_address"].rsplit(":", 1)[1]
         pod_url = f"http://{address}:{inference}/predictions/{args.model}"
         rounds, rss = {"pod": [], "make serve": []}, {"pod": [], "make serve": []}
-        pod_pid = pod.state("torchserve").get("Pid")
-        sides = {"pod": (pod_url, lambda: worker_rss_mb(pod_pid)), "make serve": (host_url, lambda: worker_rss_mb(host_pid))}
+        pod_pid = pod.state(rendered.server_name).get("Pid")
+        marker = ENGINE_WORKER_MARKER if args.engine == "kserve" else WORKER_MARKER
+        sides = {"pod": (pod_url, lambda: worker_rss_mb(pod_pid, marker)),
+                 "make serve": (host_url, lambda: worker_rss_mb(host_pid, marker))}
         for _ in range(args.rounds):
             for side, (url, workers_rss) in sides.items():
                 measured, samples = load.throughput_with_memory(url, photo, args.seconds, args.concurrency, workers_rss)
@@ -118,9 +125,10 @@ def run(args) -> dict:
     podlib.keep_bridge_up(args.image)
     server, port = serve_directory(archive.parent, gateway)
     sha256 = hashlib.sha256(archive.read_bytes()).hexdigest()
-    chosen = variants(f"http://{gateway}:{port}/{archive.name}", f"{gateway}/32", port, args.model, sha256)
-    host = None if args.no_bench else start_host_baseline(archive, args.build_dir, args.model)
-    report = {"image": args.image, "digest": digest, "model": args.model, "archive_handler_changed": stale_handler(archive),
+    chosen = variants(f"http://{gateway}:{port}/{archive.name}", f"{gateway}/32", port, args.model, sha256, args.engine)
+    host = None if args.no_bench else start_host_baseline(archive, args.build_dir, args.model, args.engine)
+    report = {"image": args.image, "digest": digest, "engine": args.engine, "model": args.model,
+              "archive_handler_changed": stale_handler(archive),
               "variants": {}}
     try:
         for name in args.variants.split(","):
@@ -189,9 +197,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"kube-check: {err}", file=sys.stderr)
         return 2
-    report.update({"machine": machine(), "command": "make kube-check", "wall_s": round(time.time() - started, 1),
+    command = "make kube-check" + ("" if args.engine == "torchserve" else f" ENGINE={args.engine}")
+    report.update({"machine": machine(), "command": command, "wall_s": round(time.time() - started, 1),
                    "passed": passed(report)})
-    path = write_results(report, args.results_dir, started)
+    path = write_results(report, args.results_dir, started, "kube-check" if args.engine == "torchserve" else f"kube-check-{args.engine}")
     print(f"[kube-check] {'PASSED' if report['passed'] else 'FAILED'}; wrote {path}")
     return 0 if report["passed"] else 1
 

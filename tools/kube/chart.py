@@ -31,7 +31,10 @@ class Variant:
 
     @property
     def release(self) -> str:
-        return f"tsvk-kube-{self.name}"
+        """tsvk-kube-<name>, or tsvk-kube-<engine>-<name> for an engine other than TorchServe: pods and volumes of
+        the two kinds of run never share a name."""
+        engine = self.values.get("engine", "torchserve")
+        return f"tsvk-kube-{self.name}" if engine == "torchserve" else f"tsvk-kube-{engine}-{self.name}"
 
 
 @dataclass(frozen=True)
@@ -57,6 +60,11 @@ class Rendered:
         if len(tests) != 1:
             raise UsageError(f"the chart rendered {len(tests)} helm test pods, expected 1")
         return tests[0]
+
+    @property
+    def server_name(self) -> str:
+        """The server container's name: the chart names it after its engine (torchserve or kserve)."""
+        return self.pod_spec["containers"][0]["name"]
 
     def container(self, name: str) -> dict:
         for container in self.pod_spec["containers"]:

@@ -3,8 +3,9 @@
 For each variant (default values, protocol=oip, the download init container) the chart is rendered by
 the real helm, its pod started with `podman kube play`, its probes run until green, and then asked
 what a client and an operator would ask; then `helm test`'s pod runs against it. On the default
-variant it also measures throughput through the pod against a TorchServe started on this machine as
-`make serve` starts it, and stops the pod under load (drain.py).
+variant it also measures throughput through the pod against the same engine started on this machine as
+`make serve` starts it, and stops the pod under load (drain.py). With engine kserve every variant sets the
+chart's engine value, and the baseline is `make serve ENGINE=kserve`.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import yaml
 from ..errors import UsageError
 from ..images import image_bytes
 from ..serve.ports import free_ports
+from ..engines.kserve.run import start_engine
 from ..serve.server import start_torchserve
 from . import checks, drain, load, pod as podlib
 from .chart import REPO, Rendered, Variant, render
@@ -32,17 +34,19 @@ from .probes import wait_ready
 TEST_POD_TIMEOUT_S = 300
 
 
-def variants(download_url: str, download_cidr: str, download_port: int, model: str, sha256: str) -> dict[str, Variant]:
-    """The three ways kube-check renders the chart."""
-    download = {
+def variants(download_url: str, download_cidr: str, download_port: int, model: str, sha256: str,
+             engine: str = "torchserve") -> dict[str, Variant]:
+    """The three ways kube-check renders the chart, each on `engine`."""
+    chosen = {"engine": engine}
+    download = {**chosen,
         "modelStore": {"source": "download",
                        "download": {"archives": [{"name": model, "url": download_url, "sha256": sha256}]}},
         "networkPolicy": {"downloadTo": [{"ipBlock": {"cidr": download_cidr}}], "downloadPorts": [download_port]},
     }
     served = {"HELM_MODELS": model}
     return {
-        "default": Variant("default", make_vars=served),
-        "oip": Variant("oip", make_vars={**served, "HELM_PROTOCOL": "oip"}),
+        "default": Variant("default", make_vars=served, values=chosen),
+        "oip": Variant("oip", make_vars={**served, "HELM_PROTOCOL": "oip"}, values=chosen),
         "download": Variant("download", make_vars=served, values=download),
     }
 
@@ -94,7 +98,7 @@ def run_test_pod(rendered: Rendered, address: str, build_dir: Path) -> checks.Ch
             if env["name"] == "BASE_URL":
                 env["value"] = f"http://{address}:{checks.port_of(ports, 'BASE_URL')}"
             if env["name"] == "OIP_URL":
-                env["value"] = f"http://{address}:{rendered.config_properties()['tsvk.oip.rest_port']}"
+                env["value"] = f"http://{address}:{oip_rest_port(rendered)}"
     manifest = build_dir / rendered.variant.name / "test-pod.yaml"
     manifest.write_text(yaml.safe_dump(test, sort_keys=False))
     name = test["metadata"]["name"]
@@ -112,8 +116,16 @@ def run_test_pod(rendered: Rendered, address: str, build_dir: Path) -> checks.Ch
         pod.remove()
 
 
-def start_host_baseline(archive: Path, build_dir: Path, model: str):
-    """TorchServe on this machine as `make serve` runs it, with the chart's sizing, on free localhost ports."""
+def oip_rest_port(rendered: Rendered) -> int:
+    """Where the pod serves the Open Inference Protocol's REST: the front's port, or the kserve engine's inference port."""
+    properties = rendered.config_properties()
+    if rendered.server_name == "kserve":
+        return checks.port_of(properties, "inference_address")
+    return int(properties["tsvk.oip.rest_port"])
+
+
+def start_host_baseline(archive: Path, build_dir: Path, model: str, engine: str = "torchserve"):
+    """The engine on this machine as `make serve` runs it, with the chart's sizing, on free localhost ports."""
     run_dir = build_dir / "host"
     inference, management, metrics, grpc, grpc_management = free_ports(5)
     config = run_dir / "config.properties"
@@ -124,7 +136,7 @@ def start_host_baseline(archive: Path, build_dir: Path, model: str):
                "--metrics-address", f"http://127.0.0.1:{metrics}", "--grpc-inference-port", str(grpc),
                "--grpc-management-port", str(grpc_management), "--output", str(config)]
     subprocess.run(command, cwd=REPO, check=True, capture_output=True)
-    run = start_torchserve(config, run_dir)
+    run = start_engine(config, run_dir) if engine == "kserve" else start_torchserve(config, run_dir)
     try:
         run.wait_ready(timeout=600)
     except UsageError:
@@ -169,10 +181,15 @@ def ask_pod(pod, address: str, rendered: Rendered, photo: bytes, model: str, bui
              checks.predictions(address, inference, model, photo),
              checks.bad_image(address, inference, model)]
     if "tsvk.oip.rest_port" in properties:
-        rest, grpc = int(properties["tsvk.oip.rest_port"]), int(properties["tsvk.oip.grpc_port"])
+        rest, grpc = oip_rest_port(rendered), int(properties["tsvk.oip.grpc_port"])
         found += [checks.oip_infer(address, rest, grpc, model, photo, grpc=False),
                   checks.oip_infer(address, rest, grpc, model, photo, grpc=True)]
-    found += [checks.metrics(pod, address, properties), checks.management_closed(address, properties)]
+    server = rendered.server_name
+    if server == "kserve":
+        found.append(checks.no_metrics_address(pod, address, properties, server))
+    else:
+        found.append(checks.metrics(pod, address, properties, server))
+    found.append(checks.management_closed(address, properties))
     for container in rendered.pod_spec["containers"]:
         found += checks.user_and_root_filesystem(pod, rendered.pod_spec, container["name"])
     found.append(run_test_pod(rendered, address, build_dir))

@@ -50,10 +50,10 @@ def pid1(pod: Pod, container: str) -> str:
 
 def measure(pod: Pod, rendered: Rendered, url: str, photo: bytes, rate: float) -> dict:
     """Stop the pod under an open loop at `rate` requests/s; what became of every request, and how long it took."""
-    server = rendered.container("torchserve")
+    server = rendered.container(rendered.server_name)
     grace = int(rendered.pod_spec.get("terminationGracePeriodSeconds", 30))
     timeout = drain_timeout_s(server)
-    first = pid1(pod, "torchserve")
+    first = pid1(pod, rendered.server_name)
     loop = OpenLoop(url, photo, rate).start()
     time.sleep(WARMUP_S)
     sigterm_at = time.monotonic()
@@ -61,7 +61,7 @@ def measure(pod: Pod, rendered: Rendered, url: str, photo: bytes, rate: float) -
     time.sleep(AFTER_EXIT_S)
     records = loop.stop()
     states = {name: pod.state(name) for name in pod.containers}
-    said = pod.logs("torchserve", lines=2).splitlines()  # the entrypoint's last words: how its drain went
+    said = pod.logs(rendered.server_name, lines=2).splitlines()  # the entrypoint's last words: how its drain went
     return {**summarize(records, sigterm_at, exit_s, timeout, grace, rate, first, states), "entrypoint_said": said[-1:]}
 
 

@@ -1,6 +1,7 @@
-"""`tsvk run-container`: the image's PID 1. Starts TorchServe (and the OIP front when asked), reaps every
-orphan the container's processes leave, and on SIGTERM or SIGINT drains and stops (tools/serve/drain.py) before
-exiting, so that a pod deletion or rollout answers the requests TorchServe has taken in.
+"""`tsvk run-container`: the image's PID 1. Starts TorchServe (and the OIP front when asked), or with `--engine
+kserve` tsvk's own engine on the same config and archives, reaps every orphan the container's processes leave, and
+on SIGTERM or SIGINT drains and stops (TorchServe: tools/serve/drain.py; the engine: its own graceful shutdown,
+tools/engines/kserve/child.py) before exiting, so that a pod deletion or rollout answers the requests taken in.
 
 A PID 1 gets no default signal actions from the kernel: `torchserve --foreground` as PID 1 ignored
 SIGTERM, and every stop waited out the grace period and ended in SIGKILL. Here SIGTERM and SIGINT start the
@@ -19,6 +20,8 @@ from pathlib import Path
 
 from tsvk.properties import read_properties
 
+from .. import defaults
+from ..engines.kserve.child import start_engine_child
 from .drain import add_drain_timeout_argument, describe_drain
 from ..oip.config import is_oip_config
 from ..oip.process import start_front
@@ -51,12 +54,16 @@ def register(commands) -> None:
                    help="writable: TorchServe's working dir (key file), logs and temp dir (default /home/model-server/run)")
     p.add_argument("--front", action="store_true", help="also start the OIP front when the config serves the Open Inference "
                                                         "Protocol (the chart runs it as a container of its own instead)")
+    p.add_argument("--engine", choices=defaults.ENGINES, default=defaults.ENGINES[0],
+                   help="the server: torchserve (default), or kserve, tsvk's own engine (no Java; it serves the Open "
+                        "Inference Protocol itself, so --front is not needed)")
     add_drain_timeout_argument(p)
     p.set_defaults(func=cmd_run_container)
 
 
 def cmd_run_container(args: argparse.Namespace) -> int:
-    missing = missing_archives_message(args.config)
+    server = "TorchServe" if args.engine == "torchserve" else "the kserve engine"
+    missing = missing_archives_message(args.config, server)
     if missing:
         print(missing, file=sys.stderr, flush=True)
         return 1
@@ -64,25 +71,35 @@ def cmd_run_container(args: argparse.Namespace) -> int:
     stop = _Stop()
     for sig in (*_DRAIN_SIGNALS, signal.SIGQUIT):
         signal.signal(sig, stop.on_signal)
-    run = start_torchserve(args.config, args.run_dir, env=workers_pythonpath())
-    for sig in _FORWARDED:
-        signal.signal(sig, lambda signum, frame: _forward(run, signum))
-    print(f"TorchServe started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
-    if args.front and is_oip_config(read_properties(args.config)):
-        start_front(args.config, args.run_dir)
+    run = _start(args)
+    print(f"{server} started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
     while not stop.requested and run.alive():
         reap_orphans()
         time.sleep(_POLL_S)
     if not stop.requested:
-        print(f"TorchServe exited by itself; see {run.run_dir / 'logs'}", file=sys.stderr, flush=True)
+        print(f"{server} exited by itself; see {args.run_dir / 'logs'}", file=sys.stderr, flush=True)
     began = time.monotonic()
     report = run.stop(drain_timeout=0 if stop.at_once or not stop.requested else args.drain_timeout)
     reap_orphans()
-    print(f"stopped in {time.monotonic() - began:.1f} s: {describe_drain(report)}", flush=True)
+    said = report if isinstance(report, str) else describe_drain(report)
+    print(f"stopped in {time.monotonic() - began:.1f} s: {said}", flush=True)
     sys.stderr.flush()
     # Everything we started is stopped and reaped: exit now. The interpreter's own teardown takes seconds here,
     # which a pod's grace period would otherwise pay.
     os._exit(0 if stop.requested else 1)
+
+
+def _start(args: argparse.Namespace):
+    """The server the container runs. The engine's workers need this entrypoint's folder on their path (their module
+    is here; each puts its archive's directory first); TorchServe's workers must not see it."""
+    if args.engine == "kserve":
+        return start_engine_child(args.config, args.run_dir, args.drain_timeout)
+    run = start_torchserve(args.config, args.run_dir, env=workers_pythonpath())
+    for sig in _FORWARDED:
+        signal.signal(sig, lambda signum, frame: _forward(run, signum))
+    if args.front and is_oip_config(read_properties(args.config)):
+        start_front(args.config, args.run_dir)
+    return run
 
 
 def workers_pythonpath() -> dict[str, str]:

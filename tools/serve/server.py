@@ -182,8 +182,9 @@ class TorchServeRun:
         return self.owned_process.group_is_ours()
 
 
-def workers_below(pid: int) -> list[psutil.Process]:
-    """The TorchServe workers among process `pid`'s descendants (none once it has exited)."""
+def workers_below(pid: int, marker: str = WORKER_MARKER) -> list[psutil.Process]:
+    """The workers among process `pid`'s descendants, TorchServe's unless `marker` names another engine's command-line
+    word (none once it has exited)."""
     try:
         children = psutil.Process(pid).children(recursive=True)
     except psutil.Error:
@@ -191,7 +192,7 @@ def workers_below(pid: int) -> list[psutil.Process]:
     workers = []
     for child in children:
         try:
-            if WORKER_MARKER in " ".join(child.cmdline()):
+            if marker in " ".join(child.cmdline()):
                 workers.append(child)
         except psutil.Error:  # exited between the listing and the reading
             continue

@@ -35,7 +35,7 @@ def archives_loaded(props: dict[str, str]) -> list[str]:
     return sorted(set(files))
 
 
-def missing_archives_message(config: Path) -> str | None:
+def missing_archives_message(config: Path, server: str = "TorchServe") -> str | None:
     """A line naming every archive the config loads that its model store lacks; None when all are there."""
     props = read_properties(config)
     store = Path(props.get("model_store", ""))
@@ -44,5 +44,5 @@ def missing_archives_message(config: Path) -> str | None:
         return None
     present = sorted(p.name for p in store.glob("*.mar")) if store.is_dir() else []
     return (f"tsvk: archive missing: {', '.join(missing)} not in the model store {store} "
-            f"(it holds: {', '.join(present) or 'no archive'}); TorchServe is not started. Deploy an image or a "
+            f"(it holds: {', '.join(present) or 'no archive'}); {server} is not started. Deploy an image or a "
             f"volume that holds it (k8s/README.md, \"Deploying to a cluster\").")

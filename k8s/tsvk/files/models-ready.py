@@ -2,9 +2,11 @@
 
 TorchServe answers /ping "Healthy" even when an archive failed to load (the model is then simply
 absent), so /ping alone would let a pod without its model take traffic. This asks the management API,
-which listens on the pod's loopback, instead.
+which listens on the pod's loopback, instead. The kserve engine has no management API: it keeps the
+same facts in engine-status.json in its run dir (a model it refused is absent there too), read instead.
 
     python models-ready.py http://127.0.0.1:8081 resnet50 [more models...]
+    python models-ready.py /home/model-server/run/engine-status.json resnet50 [more models...]
 """
 
 import json
@@ -28,15 +30,27 @@ def ready_workers(management_url: str, model: str) -> tuple[int, int]:
     return ready, max(1, wanted)
 
 
+def engine_ready_workers(status_file: str, model: str) -> tuple[int, int]:
+    """(workers loaded, planned workers) of a model, from the kserve engine's status file, whose "ready" says
+    whether every planned worker has loaded the archive (its workers' "READY" only says they are running)."""
+    with open(status_file, encoding="utf-8") as status:
+        entries = [entry for entry in json.load(status)["models"] if entry["name"] == model]
+    if not entries:
+        raise LookupError("not served (not loaded yet, or refused: see the container's log)")
+    wanted = max(1, entries[0]["min_workers"])
+    return (wanted if entries[0]["ready"] else 0), wanted
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2:
-        print("usage: models-ready.py MANAGEMENT_URL MODEL [MODEL...]", file=sys.stderr)
+        print("usage: models-ready.py MANAGEMENT_URL|ENGINE_STATUS_FILE MODEL [MODEL...]", file=sys.stderr)
         return 2
-    management_url, models = argv[0].rstrip("/"), argv[1:]
+    source, models = argv[0].rstrip("/"), argv[1:]
+    ask = ready_workers if source.startswith(("http://", "https://")) else engine_ready_workers
     waiting = []
     for model in models:
         try:
-            ready, wanted = ready_workers(management_url, model)
+            ready, wanted = ask(source, model)
         except Exception as err:  # noqa: BLE001 - not registered (404), not up yet, bad JSON: all mean "not ready"
             waiting.append(f"{model}: {err}")
             continue

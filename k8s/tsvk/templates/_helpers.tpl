@@ -178,10 +178,58 @@ Whether anything needs the metrics port reachable from outside the pod.
 {{- end }}
 
 {{/*
-Whether the pods serve the Open Inference Protocol through the tsvk front (protocol oip).
+Whether the pods serve the Open Inference Protocol (protocol oip): through the tsvk front beside TorchServe, or
+the kserve engine's own (REST on the inference port, gRPC on tsvk.oip.grpc_port).
 */}}
 {{- define "tsvk.oipEnabled" -}}
 {{- if eq .Values.protocol "oip" }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether the pods run tsvk's own engine (engine kserve) instead of TorchServe.
+*/}}
+{{- define "tsvk.kserveEngine" -}}
+{{- if eq .Values.engine "kserve" }}true{{ end }}
+{{- end }}
+
+{{/*
+Whether each pod runs the Open Inference Protocol front as a second container: protocol oip on TorchServe (the
+kserve engine serves the protocol itself).
+*/}}
+{{- define "tsvk.frontEnabled" -}}
+{{- if and (include "tsvk.oipEnabled" .) (not (include "tsvk.kserveEngine" .)) }}true{{ end }}
+{{- end }}
+
+{{/*
+The named container port the Service's oip-rest port targets: the front's REST port, or the engine's inference
+port (which serves /predictions and the protocol's REST paths alike).
+*/}}
+{{- define "tsvk.oipRestTarget" -}}
+{{- ternary "inference" "oip-rest" (eq .Values.engine "kserve") }}
+{{- end }}
+
+{{/*
+Problems of values the kserve engine cannot honour, as a JSON list of strings: it has no management API and
+serves no Prometheus metrics (docs/engines.md, "What differs").
+*/}}
+{{- define "tsvk.engineProblems" -}}
+{{- $v := .Values }}
+{{- $problems := list }}
+{{- if include "tsvk.kserveEngine" . }}
+{{- if $v.service.exposeManagement }}
+{{- $problems = append $problems "service.exposeManagement is true but engine kserve has no management API (models and workers come from the config at start): set service.exposeManagement=false, or engine=torchserve" }}
+{{- end }}
+{{- if include "tsvk.metricsExposed" . }}
+{{- $problems = append $problems "serviceMonitor.enabled or service.exposeMetrics is true but engine kserve serves no Prometheus metrics (it opens no metrics address): set both false, or engine=torchserve" }}
+{{- end }}
+{{- if and $v.autoscaling.enabled $v.autoscaling.customMetric.enabled }}
+{{- $problems = append $problems "autoscaling.customMetric needs TorchServe's metrics, which engine kserve does not serve: set autoscaling.customMetric.enabled=false (CPU scaling still works), or engine=torchserve" }}
+{{- end }}
+{{- if $v.grafanaDashboard.enabled }}
+{{- $problems = append $problems "grafanaDashboard plots TorchServe's metrics, which engine kserve does not serve: set grafanaDashboard.enabled=false, or engine=torchserve" }}
+{{- end }}
+{{- end }}
+{{- $problems | toJson }}
 {{- end }}
 
 {{/*
@@ -348,7 +396,8 @@ The config is the generator's output (tsvk config); the values size the pod. The
 {{- if and (eq $v.modelStore.source "existingClaim") (not $v.modelStore.existingClaim) }}
 {{- $problems = append $problems "modelStore.source is existingClaim but modelStore.existingClaim names no PersistentVolumeClaim" }}
 {{- end }}
-{{- if and $v.autoscaling.enabled $v.autoscaling.customMetric.enabled (not (include "tsvk.metricsExposed" .)) }}
+{{- $problems = concat $problems (include "tsvk.engineProblems" . | fromJsonArray) }}
+{{- if and $v.autoscaling.enabled $v.autoscaling.customMetric.enabled (not (include "tsvk.metricsExposed" .)) (not (include "tsvk.kserveEngine" .)) }}
 {{- $problems = append $problems "autoscaling.customMetric needs TorchServe's metrics scraped, but they stay inside the pod: set serviceMonitor.enabled=true (or service.exposeMetrics=true for another scraper)" }}
 {{- end }}
 {{- if and $v.autoscaling.enabled (lt (int $v.autoscaling.maxReplicas) (int $v.autoscaling.minReplicas)) }}

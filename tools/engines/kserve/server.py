@@ -35,7 +35,7 @@ from .tokens import InferenceKey, auth_enabled, write_keys
 log = logging.getLogger("tsvk.engine")
 
 ENGINE_PATHS = r"^/ping/?$|^/predictions/[^/]+(/[^/]+)?/?$"
-GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives
+GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives, unless --drain-timeout says otherwise
 
 
 class _Engine:
@@ -96,17 +96,17 @@ def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or 8080
 
 
-async def serve(config: Path, run_dir: Path) -> int:
+async def serve(config: Path, run_dir: Path, grace_s: float = GRACE_S) -> int:
     """The fork server is started first (it imports torch while the archives are opened), then the workers, and
     KServe is imported while they load (cold start: the slowest part runs alone)."""
     forks = ForkServer.start(WORKER_MODULE, run_dir / "logs" / WORKER_LOG, worker_env(config), run_dir)
     try:
-        return await _serve(config, run_dir, forks)
+        return await _serve(config, run_dir, forks, grace_s)
     finally:
         forks.close()
 
 
-async def _serve(config: Path, run_dir: Path, forks: ForkServer) -> int:
+async def _serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) -> int:
     properties = read_properties(config)
     key = None
     if auth_enabled(properties):
@@ -119,7 +119,7 @@ async def _serve(config: Path, run_dir: Path, forks: ForkServer) -> int:
     engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
-    server, rest = _servers(properties, engine, key, served)
+    server, rest = _servers(properties, engine, key, served, grace_s)
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
         servers.append(asyncio.create_task(_grpc(properties, server)))
@@ -138,7 +138,7 @@ def _import_kserve() -> None:
     import kserve.protocol.rest.server  # noqa: F401
 
 
-def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list):
+def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list, grace_s: float):
     """KServe's model server and REST server, with TorchServe's inference API and the front's guards on the app."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
@@ -156,7 +156,7 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
                        paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
     app.add_middleware(_TokenGuard, key=key)
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port, workers=1,
-                      grace_period=GRACE_S)
+                      grace_period=grace_s)
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
     return server, rest
@@ -212,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
                                      description="serve a TorchServe config's tsvk archives without TorchServe")
     parser.add_argument("--config", type=Path, required=True, help="the config.properties `tsvk config` wrote")
     parser.add_argument("--run-dir", type=Path, required=True, help="working directory: key file, unpacked archives, logs")
+    parser.add_argument("--drain-timeout", type=float, default=GRACE_S,
+                        help=f"seconds SIGTERM waits for the requests held to be answered (default {GRACE_S})")
     return parser
 
 
@@ -222,4 +224,4 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_logs()
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises the signal again once it has stopped: not fatal here
         signal.signal(sig, lambda *_: None)
-    return asyncio.run(serve(args.config.resolve(), args.run_dir.resolve()))
+    return asyncio.run(serve(args.config.resolve(), args.run_dir.resolve(), args.drain_timeout))
