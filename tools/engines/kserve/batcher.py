@@ -25,6 +25,7 @@ class Pending:
 
     request: dict[str, Any]
     arrival_s: float | None = None  # X-Request-Start, read by the worker's deadline check
+    submitted_s: float = field(default_factory=time.monotonic)  # when it entered the queue (the metrics' queue time)
     answer: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def settle(self, status: int, body: bytes) -> None:

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from tsvk.deadline import ARRIVAL_HEADER, parse_arrival
 
 from .batcher import Pending, QueueFull
+from .metrics import EngineMetrics
 from .pool import ModelPool
 
 MULTIPART = "multipart/form-data"
@@ -45,8 +46,10 @@ def answer(status: int, body: bytes, content_type: str | None = None) -> Respons
 class PredictionsApi:
     """The inference API's routes over the engine's model pools."""
 
-    def __init__(self, pools: dict[str, ModelPool], healthy: Callable[[], bool], max_form_part_bytes: int):
+    def __init__(self, pools: dict[str, ModelPool], healthy: Callable[[], bool], max_form_part_bytes: int,
+                 metrics: EngineMetrics | None = None):
         self.pools = pools
+        self.metrics = metrics or EngineMetrics()
         self.healthy = healthy
         self.max_form_part_bytes = max_form_part_bytes
 
@@ -67,6 +70,11 @@ class PredictionsApi:
         return await self._predict(request, model, version)
 
     async def _predict(self, request: Request, model: str, version: str | None) -> Response:
+        response = await self._answer(request, model, version)
+        self.metrics.answered(response.status_code)
+        return response
+
+    async def _answer(self, request: Request, model: str, version: str | None) -> Response:
         pool = self.pools.get(model)
         if pool is None:
             return torchserve_error(404, "ModelNotFoundException", f"Model not found: {model}")
@@ -81,6 +89,7 @@ class PredictionsApi:
         except QueueFull:
             return torchserve_error(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. "
                                     "Please use scale workers API to add workers." % model)
+        self.metrics.accepted(model, version)
         status, body = await pending.answer
         return answer(status, body)
 

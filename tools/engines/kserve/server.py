@@ -27,6 +27,7 @@ from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_
 from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
+from .metrics import EngineMetrics, MetricsServer
 from .pool import ModelPool, WorkerStart, worker_env
 from .predictions import PredictionsApi, torchserve_error
 from .tokens import InferenceKey, auth_enabled, write_keys
@@ -40,8 +41,9 @@ GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives
 class _Engine:
     """The pools, and whether every model the engine serves has its workers."""
 
-    def __init__(self, pools: dict[str, ModelPool], run_dir: Path):
+    def __init__(self, pools: dict[str, ModelPool], run_dir: Path, metrics: EngineMetrics):
         self.pools = pools
+        self.metrics = metrics
         self.run_dir = run_dir
         self.loaded = False
         for pool in pools.values():
@@ -91,8 +93,16 @@ class _TokenGuard:
 
 
 def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
-    parts = urlsplit(properties.get("inference_address", defaults.INFERENCE_ADDRESS))
-    return parts.hostname or "127.0.0.1", parts.port or 8080
+    return _bind(properties.get("inference_address", defaults.INFERENCE_ADDRESS), 8080)
+
+
+def metrics_bind(properties: dict[str, str]) -> tuple[str, int]:
+    return _bind(properties.get("metrics_address", defaults.METRICS_ADDRESS), 8082)
+
+
+def _bind(address: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(address)
+    return parts.hostname or "127.0.0.1", parts.port or default_port
 
 
 async def serve(config: Path, run_dir: Path) -> int:
@@ -106,7 +116,10 @@ async def serve(config: Path, run_dir: Path) -> int:
     for refusal in refused:
         log.error("%s", refusal.line())
     start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config))
-    engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
+    metrics = EngineMetrics()
+    engine = _Engine({model.name: ModelPool(model, start, metrics) for model in served}, run_dir, metrics)
+    metrics_server = MetricsServer(metrics, *metrics_bind(properties))
+    await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
     server, rest = _servers(properties, engine, key, served)
@@ -119,6 +132,7 @@ async def serve(config: Path, run_dir: Path) -> int:
     for task in servers[1:]:
         task.cancel()
     await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
+    await metrics_server.stop()
     return 0
 
 
@@ -140,7 +154,7 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
     server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
     server.dataplane = _torchserve_dataplane(server.registered_models, _Health(engine))
     app.add_exception_handler(ForwardedError, _forwarded_error_handler)
-    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties)).register(app)
+    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics).register(app)
     app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties),
                        json_limits=front_json_limits_for(m.settings.preprocess for m in served),
                        paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
