@@ -4,7 +4,9 @@ batches the server sends until the server closes the socket.
 Run as `python -m tsvk_tools.engines.kserve.worker`; the server (pool.py) starts it with the archive unpacked in
 `--model-dir` and one end of a socket pair as `--fd`. The archive's directory goes first on the import path, the
 way TorchServe puts it there, so `tsvk` is the archive's copy (checked), and the handler module the manifest names
-is imported and must define a tsvk handler class. Answers are encoded here, as TorchServe's worker encodes them
+is imported and must define a tsvk handler class. A worker ignores SIGTERM and SIGINT: `tsvk stop` signals the engine's
+whole process group, and the batch a worker holds must still be answered while the server drains; the server ends its
+workers once it has (by closing their sockets, then SIGKILL). Answers are encoded here, as TorchServe's worker encodes them
 (ts/protocol/otf_message_handler.py of 0.12.0: bytes as they are, text as UTF-8, anything else
 `json.dumps(value, indent=2)`), so the server only copies bytes.
 """
@@ -16,6 +18,7 @@ import importlib
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
@@ -53,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # see the module's docstring: the server ends its workers
+        signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{args.model_name} worker {os.getpid()}] %(levelname)s %(message)s")
     sock = socket.socket(fileno=args.fd)
     os.environ["TS_CONFIG_FILE"] = str(args.config)  # what an archive's thread and deadline lookups read first
