@@ -98,7 +98,10 @@ def _post_with_key(service: Service, key: str | None) -> tuple[int, str | None]:
 
 
 def _register_from_url(service: Service, url: str) -> tuple[int, str]:
-    request = urllib.request.Request(f"{service.run.url('management')}/models?url={url}", method="POST",
+    """TorchServe's registration call on its management API; tsvk's engine has none, so it is asked of the one HTTP API
+    it opens (its inference address), where it must be refused too."""
+    api = "inference" if getattr(service.run, "engine", None) == "kserve" else "management"
+    request = urllib.request.Request(f"{service.run.url(api)}/models?url={url}", method="POST",
                                      headers=service.run.headers("management"))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
