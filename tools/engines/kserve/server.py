@@ -24,7 +24,8 @@ from tsvk.properties import read_properties
 
 from ... import defaults
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
-from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
+from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
+                           torchserve_dataplane)
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .metrics import EngineMetrics, MetricsServer
@@ -152,10 +153,10 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
 
     host, port = inference_bind(properties)
     server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
-    server.dataplane = _torchserve_dataplane(server.registered_models, _Health(engine))
-    app.add_exception_handler(ForwardedError, _forwarded_error_handler)
+    server.dataplane = torchserve_dataplane(server.registered_models, _Health(engine))
+    app.add_exception_handler(ForwardedError, forwarded_error_handler)
     PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics).register(app)
-    app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties),
+    app.add_middleware(Guard, max_request_bytes=_max_request_bytes(properties),
                        json_limits=front_json_limits_for(m.settings.preprocess for m in served),
                        paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
     app.add_middleware(_TokenGuard, key=key)
@@ -195,7 +196,7 @@ async def _grpc(properties: dict[str, str], server) -> None:
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
                         max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
-    await _grpc_server(front, server).start(GRPC_THREADS)
+    await grpc_server(front, server).start(GRPC_THREADS)
 
 
 def _max_images(properties: dict[str, str]) -> int:
