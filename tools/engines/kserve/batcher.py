@@ -45,8 +45,11 @@ class Batcher:
     def __len__(self) -> int:
         return len(self._waiting)
 
+    def full(self) -> bool:
+        return len(self._waiting) >= self.queue_size
+
     def submit(self, pending: Pending) -> Pending:
-        if len(self._waiting) >= self.queue_size:
+        if self.full():
             raise QueueFull(f"{len(self._waiting)} requests are waiting already (job_queue_size)")
         self._waiting.append(pending)
         self._arrived.set()

@@ -83,12 +83,13 @@ class PredictionsApi:
         if pool.ready_workers <= 0:
             return torchserve_error(503, "ServiceUnavailableException",
                                     f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.')
+        if pool.batcher.full():  # refused before its body is read: under a burst the refusals stay fast
+            return _queue_full(model)
         inputs = await self._inputs(request)
         try:
             pending = pool.batcher.submit(Pending(inputs, parse_arrival(request.headers.get(ARRIVAL_HEADER))))
         except QueueFull:
-            return torchserve_error(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. "
-                                    "Please use scale workers API to add workers." % model)
+            return _queue_full(model)
         self.metrics.accepted(model, version)
         status, body = await pending.answer
         return answer(status, body)
@@ -99,6 +100,12 @@ class PredictionsApi:
             form = await request.form(max_files=64, max_fields=64, max_part_size=self.max_form_part_bytes)
             return {name: await _bytes(value) for name, value in form.multi_items()}
         return {"body": await request.body()}
+
+
+def _queue_full(model: str) -> Response:
+    """TorchServe's answer when the model's queue (job_queue_size) is full."""
+    return torchserve_error(503, "ServiceUnavailableException", f'Model "{model}" has no worker to serve inference request. '
+                            "Please use scale workers API to add workers.")
 
 
 async def _bytes(value: Any) -> bytes:
