@@ -209,8 +209,8 @@ bench-accuracy: setup ## top-1/top-5 of every backend and precision through a re
 gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
-robustness: setup ## fuzz, bombs, overload, worker kill, auth and key expiry against a real TorchServe -> benchmarks/results/robustness-*
-	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL))
+robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine) -> benchmarks/results/robustness-*
+	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL)) $(call opt,--engine,$(ENGINE))
 
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
 	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL)) $(call opt,--allocator,$(ALLOCATOR))

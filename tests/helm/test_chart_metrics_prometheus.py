@@ -5,9 +5,9 @@ config settings (metrics_mode=prometheus, model metrics auto-detected) and the l
 adds (namespace, service, pod, container, endpoint). The test sends good and bad requests at a steady rate,
 then evaluates every query of the dashboard the chart renders and both adapter rules of
 k8s/prometheus-adapter/values.yaml: each must return series; requests per second must be within 20% of what
-was sent; the 4xx panel must be above 0; the 5xx panel must be 0 (not "no data"). The chart serves one
-engine, TorchServe (with protocol=oip its front forwards every image to that TorchServe, whose metrics these
-are), so one server is asked.
+was sent; the 4xx panel must be above 0; the 5xx panel must be 0 (not "no data"). Every test runs against both
+engines the chart's config can start: TorchServe (with protocol=oip its front forwards every image to it, whose
+metrics these are) and tsvk's own engine (`tsvk serve --engine kserve`), which exposes the same names.
 
 Grafana's `$__rate_interval` becomes RATE_WINDOW (Grafana's own rule, four scrape intervals at the least,
 with the 1 s scrape used here, would be 4 s; a wider window averages the pacing's jitter).
@@ -28,6 +28,7 @@ import requests
 import yaml
 
 from tests.support.handler_fakes import encode, noise_image
+from tests.support.engine import running_engine
 from tests.support.helm import REPO
 from tests.support.helm_scenarios import SCENARIOS
 from tests.support.torchserve import archive_tiny, running_torchserve
@@ -134,15 +135,18 @@ def _send_paced(url: str, seconds: float) -> dict[str, list[int]]:
     return statuses
 
 
-@pytest.fixture(scope="module")
-def scraped(render, tmp_path_factory):
-    """TorchServe with the chart's metrics settings, load sent, Prometheus scraping it: (prometheus, when, queries, statuses)."""
+ENGINES = {"torchserve": running_torchserve, "kserve": running_engine}
+
+
+@pytest.fixture(scope="module", params=sorted(ENGINES))
+def scraped(render, tmp_path_factory, request):
+    """An engine on the chart's metrics settings, load sent, Prometheus scraping it: (prometheus, when, queries, statuses)."""
     binary = _prometheus_binary()
     queries = _dashboard_queries(render)
-    work = tmp_path_factory.mktemp("prometheus")
+    work = tmp_path_factory.mktemp(f"prometheus-{request.param}")
     store = archive_tiny(work / "store")
-    request = serving_on_free_ports(model_store=store, vcpus=1, workers=1, batch=4, max_batch_delay_ms=5, auth=False)
-    with running_torchserve(request, work) as run:
+    serving = serving_on_free_ports(model_store=store, vcpus=1, workers=1, batch=4, max_batch_delay_ms=5, auth=False)
+    with ENGINES[request.param](serving, work) as run:
         metrics_target = run.url("metrics").split("://", 1)[1]
         prometheus = Prometheus(binary, work, metrics_target, _scrape_labels(queries))
         try:
@@ -175,7 +179,7 @@ def _panel_value(scraped, legend: str) -> float:
 
 
 def test_requests_per_second_is_what_was_sent(scraped):
-    sent = GOOD_PER_S + BAD_PER_S  # TorchServe counts every request that reached the model, answered 200 or 400
+    sent = GOOD_PER_S + BAD_PER_S  # either engine counts every request that reached the model, answered 200 or 400
     shown = _panel_value(scraped, "{{model_name}}")
     assert abs(shown - sent) <= TOLERANCE * sent, f"the panel shows {shown:.2f} req/s; {sent} a second were sent"
 

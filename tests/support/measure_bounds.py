@@ -104,7 +104,7 @@ def kserve_front_parse() -> dict:
 
 
 def front_guard() -> dict:
-    from tsvk_tools.oip.server import _Guard
+    from tsvk_tools.oip.server import Guard
 
     body = _json_bomb(b'{"inputs": [{"name": "images", "datatype": "BYTES", "shape": [1], "data": ', b"}]}")
     parts = [body[i:i + 65536] for i in range(0, len(body), 65536)]
@@ -114,7 +114,7 @@ def front_guard() -> dict:
     def post():
         messages[:] = [{"type": "http.request", "body": part, "more_body": i < len(parts) - 1} for i, part in enumerate(parts)]
         sent.clear()
-        asyncio.run(_Guard(app, 2**25)(scope, receive, send))
+        asyncio.run(Guard(app, 2**25)(scope, receive, send))
         return sent[0]["status"]
 
     async def receive():

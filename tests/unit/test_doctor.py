@@ -206,3 +206,21 @@ def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(ge
     assert problems(generated, [avx2]) == []
     monkeypatch.setattr(cpu_isa, "host_instructions", lambda: {"avx2", "avx512", "avx512_vnni"})
     assert problems(generated, [avx512]) == []
+
+
+def test_an_archive_the_kserve_engine_would_refuse_is_an_error_for_that_engine_only(generated, store, tmp_path):
+    stock = repacked(store / "tiny.mar", tmp_path / "tiny.mar", manifest=lambda model: model.update(handler="image_classifier"))
+    on_engine, _ = diagnose(generated, [stock], VCPUS, "kserve")
+    on_torchserve, _ = diagnose(generated, [stock], VCPUS, "torchserve")
+    refusals = [f for f in on_engine if f.problem.startswith("the kserve engine refuses it: ")]
+    assert [(f.severity, f.where) for f in refusals] == [("error", "tiny.mar")]
+    assert "TorchServe's own (stock) handler" in refusals[0].problem
+    assert not [f for f in on_torchserve if "kserve" in f.problem]
+
+
+def test_the_engine_is_chosen_on_the_command_line_and_reported(generated, capsys):
+    assert tsvk(["doctor", str(generated), "--vcpus", str(VCPUS), "--engine", "kserve", "--json"]) == 0
+    said = json.loads(capsys.readouterr().out)
+    assert said["engine"] == "kserve" and said["findings"] == []
+    assert tsvk(["doctor", str(generated), "--vcpus", str(VCPUS), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["engine"] == "torchserve"  # nothing serves this config from the default run dir

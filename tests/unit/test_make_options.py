@@ -93,7 +93,7 @@ OPTIONS = [
     Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
     Option("PROTOCOL", "--protocol", "config serve", "oip"),
     Option("ALLOCATOR", "--allocator", "serve soak", "glibc"),
-    Option("ENGINE", "--engine", "serve", "kserve"),
+    Option("ENGINE", "--engine", "serve robustness", "kserve"),
     Option("DRAIN_TIMEOUT", "--drain-timeout", "stop clean", "10"),
     Option("PREDICT_PROTOCOL", "--protocol", "predict", "oip-grpc"),
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),
@@ -152,7 +152,8 @@ CLI_ONLY = {
     "stop": {"--run-dir": _PATHS},
     "status": {"--run-dir": _PATHS, "--json": "for scripts, which call tsvk directly"},
     "doctor": {"--json": "for scripts, which call tsvk directly", "--vcpus": "checks against another machine's vCPUs: "
-               "`tsvk doctor --help`"},
+               "`tsvk doctor --help`", "--engine": "`make doctor` finds the engine `make serve` runs on the config; naming another "
+               "is for a config not yet served: `tsvk doctor --help`"},
     "predict": {"--run-dir": _PATHS},
     "draw": {"--run-dir": _PATHS},
     "batch": {"--archive": "an archive outside model_store/: `tsvk batch --help` (make names it by MODEL)", "--model-store": _PATHS,

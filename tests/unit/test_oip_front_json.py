@@ -10,7 +10,7 @@ import tracemalloc
 from tsvk_tools.defaults import MAX_JSON_VALUES, OIP_JSON_PIXEL_IMAGES
 from tsvk.json_body import JsonLimits
 from tsvk_tools.oip.config import FrontConfig, ModelTensors
-from tsvk_tools.oip.server import _Guard, front_json_limits
+from tsvk_tools.oip.server import Guard, front_json_limits
 
 INFER = "/v2/models/resnet18/infer"
 LIMIT = 16 * 2**20
@@ -50,7 +50,7 @@ def _post(guard, body: bytes, headers: dict[bytes, bytes] | None = None, chunk: 
 
 def test_a_json_bomb_is_refused_before_the_app_parses_it():
     app = _App()
-    guard = _Guard(app, LIMIT)
+    guard = Guard(app, LIMIT)
     tracemalloc.start()
     status, body = _post(guard, JSON_BOMB)
     peak = tracemalloc.get_traced_memory()[1]
@@ -61,7 +61,7 @@ def test_a_json_bomb_is_refused_before_the_app_parses_it():
 
 def test_deep_json_is_refused_400_naming_the_limit():
     app = _App()
-    status, body = _post(_Guard(app, LIMIT), b'{"inputs": ' + b"[" * 2000 + b"]" * 2000 + b"}")
+    status, body = _post(Guard(app, LIMIT), b'{"inputs": ' + b"[" * 2000 + b"]" * 2000 + b"}")
     assert status == 400 and body["error"] == "json_too_deep: JSON body is nested 2001 deep; the limit is 32"
     assert app.bodies == []
 
@@ -69,7 +69,7 @@ def test_deep_json_is_refused_400_naming_the_limit():
 def test_a_good_request_reaches_the_app_whole():
     app = _App()
     request = json.dumps({"inputs": [{"name": "images", "datatype": "BYTES", "shape": [1], "data": ["aGk="]}]}).encode()
-    assert _post(_Guard(app, LIMIT), request, chunk=7)[0] == 200
+    assert _post(Guard(app, LIMIT), request, chunk=7)[0] == 200
     assert app.bodies == [request]
 
 
@@ -79,10 +79,10 @@ def test_only_the_json_part_of_a_binary_request_is_counted():
     header = json.dumps({"inputs": [{"name": "images", "datatype": "BYTES", "shape": [1],
                                      "parameters": {"binary_data_size": 4_000_000}}]}).encode()
     request = header + b"[]," * (4_000_000 // 3)
-    status, _ = _post(_Guard(app, LIMIT, JsonLimits(max_values=1000)), request,
+    status, _ = _post(Guard(app, LIMIT, JsonLimits(max_values=1000)), request,
                       {b"inference-header-content-length": str(len(header)).encode()})
     assert status == 200 and app.bodies == [request]
-    assert _post(_Guard(_App(), LIMIT, JsonLimits(max_values=1000)), request)[0] == 413
+    assert _post(Guard(_App(), LIMIT, JsonLimits(max_values=1000)), request)[0] == 413
 
 
 def test_the_front_allows_a_few_images_of_pixels_at_its_largest_crop():

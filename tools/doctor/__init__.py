@@ -1,4 +1,5 @@
-"""`tsvk doctor [CONFIG] [ARCHIVES...]`: every problem of a TorchServe config and its archives, one line each.
+"""`tsvk doctor [CONFIG] [ARCHIVES...]`: every problem of a TorchServe config and its archives, one line each; for
+tsvk's own engine (`--engine kserve`, or the engine serving the config) also the archives it would refuse.
 
 Reads any config.properties and any .mar, tsvk's or hand-written, and applies the rules `tsvk config`
 follows when it writes a config (config_rules.py) and those a worker's load depends on
@@ -20,6 +21,7 @@ from ..errors import UsageError
 from . import torchserve as ts
 from .archive_rules import Archive, check_archive, check_served, install_deps, read_archive
 from .config_rules import RULES, Context, ServedModel, parse_models
+from .engine_rules import engine_findings, engine_for
 from .findings import ERROR, Finding, exit_status
 from .properties import Properties, read
 
@@ -32,15 +34,19 @@ def register(commands) -> None:
                         "from its model_store)")
     p.add_argument("--vcpus", type=int, help="check against this many vCPUs (default: this machine's, from the cgroup CPU "
                                              "quota and affinity mask)")
+    p.add_argument("--engine", choices=defaults.ENGINES, help="the engine the config is for (default: the one `tsvk serve` runs "
+                                                             f"on this config from {defaults.RUN_DIR}, else {defaults.ENGINE}); "
+                                                             "kserve: also the archives tsvk's own engine would refuse")
     p.add_argument("--json", action="store_true", help="the findings as JSON, for scripts")
     p.set_defaults(func=cmd_doctor)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     config, archives = _split_paths(args.paths)
-    findings, checked = diagnose(config, archives, args.vcpus)
+    engine = engine_for(config, args.engine)
+    findings, checked = diagnose(config, archives, args.vcpus, engine)
     if args.json:
-        print(json.dumps({"checked": checked, "findings": [f.to_dict() for f in findings]}, indent=2))
+        print(json.dumps({"checked": checked, "engine": engine, "findings": [f.to_dict() for f in findings]}, indent=2))
     else:
         print("\n".join(f.line() for f in findings) or f"no problems found in {', '.join(checked)}")
         if findings:
@@ -63,8 +69,9 @@ def _split_paths(paths: list[Path]) -> tuple[Path, list[Path]]:
     return config, archives
 
 
-def diagnose(config: Path, archive_paths: list[Path], vcpus: int | None = None) -> tuple[list[Finding], list[str]]:
-    """Every finding for `config` and the archives it serves (or `archive_paths`), and what was checked."""
+def diagnose(config: Path, archive_paths: list[Path], vcpus: int | None = None,
+             engine: str = defaults.ENGINE) -> tuple[list[Finding], list[str]]:
+    """Every finding for `config` and the archives it serves (or `archive_paths`) on `engine`, and what was checked."""
     props = read(config)
     entries, findings = parse_models(props)
     store = _model_store(props, config)
@@ -82,6 +89,7 @@ def diagnose(config: Path, archive_paths: list[Path], vcpus: int | None = None) 
         archive = archives.get(model.name)
         if archive is not None:
             findings += check_archive(archive, install_deps(ctx)) + check_served(ctx, model, archive)
+    findings += engine_findings(engine, [archive.path for archive in archives.values()])
     return findings, [str(config)] + [str(a.path) for a in archives.values()]
 
 

@@ -36,7 +36,7 @@ GRPC_THREADS = 4
 BINARY_JSON_LENGTH = b"inference-header-content-length"  # the binary extension: the JSON part's length, in bytes
 
 
-class _Guard:
+class Guard:
     """ASGI middleware: the protocol's paths only, a request body no larger than TorchServe accepts, and its JSON
     within `json_limits`: parsed, a 16 MiB body of `[[],[],...]` cost 572 MiB in KServe's request (docs/robustness.md).
     `paths` are the paths served (the protocol's by default), `json_paths` those whose bodies are checked as JSON here
@@ -146,17 +146,17 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     server = ModelServer(http_port=config.rest_port, grpc_port=config.grpc_port, enable_grpc=False, workers=1,
                          enable_docs_url=False)
     health = TorchServeHealth(client, f"{config.torchserve_url}/ping", ping_headers)
-    server.dataplane = _torchserve_dataplane(server.registered_models, health)
+    server.dataplane = torchserve_dataplane(server.registered_models, health)
     for tensors in config.models:
         model = TorchServeModel(tensors, config.torchserve_url, config.max_images, client, health)
         model.enable_latency_logging = False
         server.register_model(model)
-    app.add_exception_handler(ForwardedError, _forwarded_error_handler)
-    app.add_middleware(_Guard, max_request_bytes=config.max_request_bytes, json_limits=front_json_limits(config))
+    app.add_exception_handler(ForwardedError, forwarded_error_handler)
+    app.add_middleware(Guard, max_request_bytes=config.max_request_bytes, json_limits=front_json_limits(config))
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
                       workers=1, grace_period=5)
     rest.config.host = config.address
-    grpc = _grpc_server(config, server)
+    grpc = grpc_server(config, server)
     server._grpc_server = grpc  # ModelServer.stop (its SIGTERM handler) stops it
     server.setup_event_loop()
     server.register_signal_handler()
@@ -167,7 +167,7 @@ async def _run_all(*servers) -> None:
     await asyncio.gather(*servers)
 
 
-async def _forwarded_error_handler(_, exc):
+async def forwarded_error_handler(_, exc):
     from fastapi.responses import JSONResponse
 
     return JSONResponse(status_code=exc.status, content={"error": exc.message})
@@ -181,7 +181,7 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _torchserve_dataplane(registry, health):
+def torchserve_dataplane(registry, health):
     """KServe's data plane, but the server is ready only while TorchServe is (its /ping), and says it is tsvk."""
     from kserve.protocol.dataplane import DataPlane
 
@@ -206,7 +206,7 @@ def _torchserve_dataplane(registry, health):
     return TorchServeDataPlane()
 
 
-def _grpc_server(config: FrontConfig, server):
+def grpc_server(config: FrontConfig, server):
     """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused."""
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc

@@ -98,8 +98,10 @@ def _post_with_key(service: Service, key: str | None) -> tuple[int, str | None]:
 
 
 def _register_from_url(service: Service, url: str) -> tuple[int, str]:
-    request = urllib.request.Request(f"{service.run.url('management')}/models?url={url}", method="POST",
-                                     headers=service.run.headers("management"))
+    """TorchServe's registration call on its management API; tsvk's engine has none, so it is asked of the one HTTP API
+    it opens (its inference address), with that address's key, where it must be refused too."""
+    api = "inference" if getattr(service.run, "engine", None) == "kserve" else "management"
+    request = urllib.request.Request(f"{service.run.url(api)}/models?url={url}", method="POST", headers=service.run.headers(api))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status, response.read().decode(errors="replace")
@@ -145,7 +147,10 @@ def _canary() -> Iterator[_Canary]:
 
 def private_ports(service: Service) -> dict[str, int]:
     """The ports that must answer only on this host: management, metrics, both gRPC APIs, and the OIP
-    front's REST and gRPC ports when it runs (inference too where its address is loopback)."""
+    front's REST and gRPC ports when it runs (inference too where its address is loopback). tsvk's engine opens
+    fewer: metrics, its Open Inference Protocol gRPC port and the inference address (which serves OIP REST too)."""
+    if getattr(service.run, "engine", None) == "kserve":
+        return _engine_ports(service)
     config = read_properties(service.run.config)
     ports = {api: urlsplit(service.run.url(api)).port for api in ("management", "metrics")}
     for key in ("grpc_inference_port", "grpc_management_port"):
@@ -156,6 +161,15 @@ def private_ports(service: Service) -> dict[str, int]:
     if is_oip_config(config):
         rest, grpc = front_urls(read_front_config(service.run.config))
         ports["oip_rest"], ports["oip_grpc"] = urlsplit(rest).port, int(grpc.rsplit(":", 1)[1])
+    return ports
+
+
+def _engine_ports(service: Service) -> dict[str, int]:
+    ports = {"metrics": urlsplit(service.run.url("metrics")).port}
+    if _loopback_host(urlsplit(service.run.url("inference")).hostname):
+        ports["inference"] = urlsplit(service.run.url("inference")).port
+    if is_oip_config(read_properties(service.run.config)):
+        ports["oip_grpc"] = int(service.run.oip_urls()[1].rsplit(":", 1)[1])
     return ports
 
 

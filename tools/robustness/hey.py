@@ -6,7 +6,8 @@ hey takes headers only on its command line, where any local user sees them (`ps`
 it is given is replaced through TorchServe's token API as soon as the burst ends, whatever its outcome:
 the key that was visible is dead before anyone could use it for more than the burst's few seconds.
 (hey cannot read headers from a file or the environment; a proxy adding the header would be a second
-client in the measured path.)"""
+client in the measured path.) tsvk's own engine has no token API: its keys last until it stops, which the
+robustness run does when its parts are done; the burst's key is said to be left live until then.)"""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..serve.keys import current_key, renew_keys
+from ..engines.kserve.run import find_engine
 from ..serve.server import find_running
 from .client import Answer, Target
 
@@ -53,6 +55,10 @@ def burst(target: Target, body: bytes, requests: int, timeout_s: int = 120) -> l
 
 def retire_inference_key(run_dir: Path) -> None:
     """Replace the inference key now (the management API's /token), so one seen on a command line is dead."""
+    if find_engine(run_dir) is not None:
+        print(f"robustness: the engine started from {run_dir} cannot replace its keys; the key hey was given lives until "
+              "the engine stops", flush=True)
+        return
     run = find_running(run_dir)
     if run is None:
         raise UsageError(f"no TorchServe started from {run_dir} is running: the inference key hey was given cannot be replaced")

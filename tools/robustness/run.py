@@ -1,5 +1,6 @@
-"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry,
-against a real TorchServe started from a generated config; figures to benchmarks/results."""
+"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, the drain,
+against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
+benchmarks/results. The engine's keys do not expire, so its run has no key-expiry part."""
 
 from __future__ import annotations
 
@@ -9,7 +10,9 @@ from pathlib import Path
 from typing import Callable
 
 from .. import defaults
+from ..arguments import add_engine_argument
 from ..cpus import detect_vcpus
+from ..engines.kserve.run import ENGINE as KSERVE
 from tsvk.tasks import task_kind
 
 from .. import progress
@@ -43,7 +46,8 @@ QUEUED_DEADLINE_MS = 120_000
 
 
 def register(commands) -> None:
-    p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth and key expiry against a real TorchServe")
+    p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe "
+                                               "(or --engine kserve)")
     p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)")
     p.add_argument("--detector", default=DETECTOR, help=f"detector served beside --model and attacked too, built with decisive random "
                    f"weights if missing (default {DETECTOR}; {NO_MODEL}: none)")
@@ -57,6 +61,7 @@ def register(commands) -> None:
     p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
     p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")
     p.add_argument("--kill-load-s", type=float, default=20.0, help="seconds of load around the worker kill")
+    add_engine_argument(p)
     p.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
     p.set_defaults(func=cmd_robustness)
@@ -66,18 +71,24 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     if args.fuzz_inputs < 1 or args.concurrency < 1 or args.overload_factor < 2 or args.large_photos < 1 or args.large_side < 16:
         raise UsageError("--fuzz-inputs, --concurrency and --large-photos must be >= 1, --overload-factor >= 2, --large-side >= 16")
     result = run_robustness(args)
-    written = write(result, "robustness", args.output_dir)
+    written = write(result, _results_name(args.engine), args.output_dir)
     for name, ok in result["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
     print(f"wrote {written['json']} and {written['md']}")
     return 0 if result["passed"] else 1
 
 
+def _results_name(engine: str) -> str:
+    """robustness-* for TorchServe (as ever), robustness-kserve-* for the engine: each engine keeps its latest."""
+    return "robustness" if engine == defaults.ENGINE else f"robustness-{engine}"
+
+
 def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
                    drain: Callable[[ServiceSpec, float], dict] | None = None) -> dict:
-    """Every part against one TorchServe serving the classifier, the detector and the segmenter with
-    the OIP front; key expiry and the drain on services of their own. `drain`: the drain measurement
-    (default: the one registered, if any)."""
+    """Every part against one server serving the classifier, the detector and the segmenter with the Open
+    Inference Protocol; key expiry (TorchServe's keys only) and the drain on servers of their own. `drain`: the
+    drain measurement (default: stop_under_load)."""
+    engine = getattr(args, "engine", defaults.ENGINE)
     started = datetime.now(timezone.utc)
     store = ensure_archive(args.model_store, args.model)
     others = tuple(ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
@@ -87,7 +98,7 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
     # config that counts a vCPU per worker (robustness is measured here, not speed).
     workers = max(1, min(2, vcpus // served))
     spec = ServiceSpec(store, args.model, args.work_dir / "main", workers=workers, vcpus=max(vcpus, workers * served), env=env,
-                       other_models=others, oip=True, deadline_ms=QUEUED_DEADLINE_MS)
+                       other_models=others, oip=True, deadline_ms=QUEUED_DEADLINE_MS, engine=engine)
     figures: dict[str, dict] = {}
     with running_service(spec) as service:
         figures["fuzz"] = _timed("fuzz", lambda: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency))
@@ -99,13 +110,14 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
         figures["worker kill"] = _timed("worker kill", lambda: parts.worker_kill(service, 8, args.kill_load_s))
         figures["auth and surface"] = _timed("auth and surface", lambda: auth.surface(service))
     figures["inputs"] = counted_inputs(figures)
-    expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
-    with running_service(expiring) as service:
-        figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
+    if engine != KSERVE:
+        expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
+        with running_service(expiring) as service:
+            figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
     measure = drain or stop_under_load
-    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env)
+    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine)
     figures["drain"] = _timed("drain", lambda: drain_part(measure, draining))
-    return envelope("robustness", vcpus, figures, started)
+    return envelope(_results_name(engine), vcpus, figures, started)
 
 
 def counted_inputs(figures: dict) -> dict:

@@ -1,7 +1,7 @@
 """Watch a running TorchServe from outside: its workers' pids and readiness, memory, open files.
 
-Workers are found through the management API (pid per worker), so a worker that died and was
-replaced shows as a new pid. Memory and file descriptors are read with psutil over the process
+Workers are found through the management API (pid per worker), or on tsvk's own engine, which has none, in the
+status file it rewrites whenever a worker starts or dies; so a worker that died and was replaced shows as a new pid. Memory and file descriptors are read with psutil over the process
 tree of the TorchServe we started; nothing here signals a process except `kill_worker`, which
 checks first that the pid is a worker inside our own TorchServe's process group.
 """
@@ -19,6 +19,9 @@ from dataclasses import dataclass, field
 import psutil
 
 from ..bench.sampler import Periodic
+from ..engines.kserve.files import STATUS_FILE
+from ..engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ..engines.kserve.run import SERVER_MODULE as ENGINE_SERVER_MODULE
 from ..serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
 
 
@@ -29,12 +32,23 @@ class WorkersUnknown(RuntimeError):
 def workers(run: TorchServeRun, model: str) -> list[dict]:
     """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; WorkersUnknown when it does
     not answer (an empty list would read as "no workers", and "none died" would then hold unproven)."""
+    if getattr(run, "engine", None) == "kserve":
+        return _engine_workers(run, model)
     request = urllib.request.Request(f"{run.url('management')}/models/{model}", headers=run.headers("management"))
     try:
         with urllib.request.urlopen(request, timeout=5) as response:
             return json.loads(response.read())[0].get("workers", [])
     except (OSError, ValueError, IndexError, KeyError, AttributeError) as err:
         raise WorkersUnknown(f"the management API did not list the workers of {model}: {err}") from err
+
+
+def _engine_workers(run: TorchServeRun, model: str) -> list[dict]:
+    """The engine's workers of `model` from its status file (engine-status.json), as the management API lists them."""
+    try:
+        listed = json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
+        return next(m for m in listed if m["name"] == model)["workers"]
+    except (OSError, ValueError, KeyError, StopIteration, TypeError) as err:
+        raise WorkersUnknown(f"the engine's {STATUS_FILE} did not list the workers of {model}: {err!r}") from err
 
 
 def worker_pids(run: TorchServeRun, model: str) -> set[int] | None:
@@ -120,9 +134,9 @@ def sample(run: TorchServeRun, extra: list[psutil.Process] = ()) -> ProcessSampl
 
 def _role(process: psutil.Process) -> str:
     words = " ".join(process.cmdline())
-    if WORKER_MARKER in words:
+    if WORKER_MARKER in words or ENGINE_WORKER_MARKER in words:
         return f"worker {process.pid}"
-    if "org.pytorch.serve.ModelServer" in words:
+    if "org.pytorch.serve.ModelServer" in words or ENGINE_SERVER_MODULE in words:
         return "frontend"
     if "tsvk_tools.serve.keys" in words:
         return "key renewer"

@@ -83,7 +83,25 @@ def _models(properties: dict[str, str]) -> dict[str, dict]:
     return {name: versions for name, versions in models.items() if isinstance(versions, dict) and versions}
 
 
+def refusal_reason(archive: Path) -> str | None:
+    """Why the engine would refuse `archive` at start (what its one-line refusal says after the name); None: it serves it."""
+    try:
+        _servable(archive)
+    except ArchiveRefused as err:
+        return str(err)
+    return None
+
+
 def _open(archive: Path, name: str, version: str, entry: dict, directory: Path, queue_size: int, gpus: tuple[int, ...]) -> ServedModel:
+    handler, settings_file, settings = _servable(archive)
+    _unpack(archive, directory)
+    return ServedModel(name, version, archive, directory, handler, settings_file, settings, int(entry.get("minWorkers", 1)),
+                       int(entry.get("batchSize", 1)), int(entry.get("maxBatchDelay", 100)),
+                       int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)), queue_size, gpus)
+
+
+def _servable(archive: Path) -> tuple[str, str, HandlerSettings]:
+    """The archive's handler file, settings file and settings, once it is one this engine serves; else ArchiveRefused."""
     manifest, names = _read(archive)
     model = manifest.get("model", {})
     handler, settings_file = model.get("handler", ""), model.get("configFile") or "model-config.yaml"
@@ -96,10 +114,7 @@ def _open(archive: Path, name: str, version: str, entry: dict, directory: Path, 
     settings = _settings(archive, settings_file)
     if settings.artifact.file not in names:
         raise ArchiveRefused(f"its artifact {settings.artifact.file} is missing from the archive")
-    _unpack(archive, directory)
-    return ServedModel(name, version, archive, directory, handler, settings_file, settings, int(entry.get("minWorkers", 1)),
-                       int(entry.get("batchSize", 1)), int(entry.get("maxBatchDelay", 100)),
-                       int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)), queue_size, gpus)
+    return handler, settings_file, settings
 
 
 def _read(archive: Path) -> tuple[dict, set[str]]:

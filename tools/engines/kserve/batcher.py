@@ -25,6 +25,7 @@ class Pending:
 
     request: dict[str, Any]
     arrival_s: float | None = None  # X-Request-Start, read by the worker's deadline check
+    submitted_s: float = field(default_factory=time.monotonic)  # when it entered the queue (the metrics' queue time)
     answer: asyncio.Future = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
     def settle(self, status: int, body: bytes) -> None:
@@ -44,8 +45,11 @@ class Batcher:
     def __len__(self) -> int:
         return len(self._waiting)
 
+    def full(self) -> bool:
+        return len(self._waiting) >= self.queue_size
+
     def submit(self, pending: Pending) -> Pending:
-        if len(self._waiting) >= self.queue_size:
+        if self.full():
             raise QueueFull(f"{len(self._waiting)} requests are waiting already (job_queue_size)")
         self._waiting.append(pending)
         self._arrived.set()

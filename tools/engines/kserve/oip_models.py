@@ -53,6 +53,7 @@ class EngineModel(TorchServeModel):
             pending = self.pool.batcher.submit(Pending({"body": body}, arrival))
         except QueueFull as err:
             return _Answer(503, {"error": f"queue_full: {err}"})
+        self.pool.metrics.accepted(self.pool.model.name, None)
         status, answer = await pending.answer
         return _Answer(status, _parsed(answer))
 

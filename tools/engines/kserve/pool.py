@@ -14,6 +14,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -25,6 +26,7 @@ from . import wire
 from .archives import ServedModel
 from .batcher import Batcher, Pending
 from .forkserver import ForkedWorker, ForkServer
+from .metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +121,8 @@ class WorkerProcess:
                      "--settings", m.settings_file, "--config", str(self.start_info.config), "--batch-size", str(m.batch_size)]
         return arguments + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
 
-    async def run(self, batch: list[Pending]) -> list[tuple[int, bytes]]:
-        """The worker's (status, body) for each request of the batch, or WorkerGone."""
+    async def run(self, batch: list[Pending]) -> tuple[list[tuple[int, bytes]], list]:
+        """The worker's (status, body) for each request of the batch and the handler's metric samples, or WorkerGone."""
         message = (id(batch), [p.request for p in batch], [p.arrival_s for p in batch])
         try:
             self.writer.write(wire.pack(message))
@@ -130,7 +132,7 @@ class WorkerProcess:
             raise WorkerGone(f"{type(err).__name__}") from None
         if answer is None:
             raise WorkerGone("the worker's socket closed")
-        return answer[1]
+        return answer[1], (answer[2] if len(answer) > 2 else [])
 
     def alive(self) -> bool:
         return self.handle is not None and self.handle.alive()
@@ -146,8 +148,9 @@ class WorkerProcess:
 class ModelPool:
     """One model's workers, each taking batches from the model's batcher in a loop of its own."""
 
-    def __init__(self, model: ServedModel, start: WorkerStart):
+    def __init__(self, model: ServedModel, start: WorkerStart, metrics: EngineMetrics | None = None):
         self.model = model
+        self.metrics = metrics or EngineMetrics()
         self.batcher = Batcher(model.batch_size, model.max_batch_delay_ms / 1e3, model.queue_size)
         self.workers = [WorkerProcess(model, start, n) for n in range(model.workers)]
         self.ready_workers = 0
@@ -182,14 +185,21 @@ class ModelPool:
                 self.batcher.put_back(batch)
                 await self._replace(worker)
                 continue
+            taken = time.monotonic()
             try:
-                answers = await worker.run(batch)
+                answers, samples = await worker.run(batch)
             except WorkerGone as err:
                 self._answer_died(batch, worker, str(err))
                 await self._replace(worker)
                 continue
             for pending, (status, body) in zip(batch, answers):
                 pending.settle(status, body)
+            self._count(batch, taken, samples)
+
+    def _count(self, batch: list[Pending], taken: float, samples: list) -> None:
+        done = time.monotonic()
+        self.metrics.batch_done(self.model.name, None, [taken - p.submitted_s for p in batch],
+                                [done - p.submitted_s for p in batch], done - taken, samples)
 
     def _answer_died(self, batch: list[Pending], worker: WorkerProcess, why: str) -> None:
         log.error("%s: worker %d (pid %s) is gone with a batch of %d (%s): answering 503 and starting another",

@@ -20,6 +20,7 @@ from starlette.responses import Response
 from tsvk.deadline import ARRIVAL_HEADER, parse_arrival
 
 from .batcher import Pending, QueueFull
+from .metrics import EngineMetrics
 from .pool import ModelPool
 
 MULTIPART = "multipart/form-data"
@@ -45,8 +46,10 @@ def answer(status: int, body: bytes, content_type: str | None = None) -> Respons
 class PredictionsApi:
     """The inference API's routes over the engine's model pools."""
 
-    def __init__(self, pools: dict[str, ModelPool], healthy: Callable[[], bool], max_form_part_bytes: int):
+    def __init__(self, pools: dict[str, ModelPool], healthy: Callable[[], bool], max_form_part_bytes: int,
+                 metrics: EngineMetrics | None = None):
         self.pools = pools
+        self.metrics = metrics or EngineMetrics()
         self.healthy = healthy
         self.max_form_part_bytes = max_form_part_bytes
 
@@ -67,6 +70,11 @@ class PredictionsApi:
         return await self._predict(request, model, version)
 
     async def _predict(self, request: Request, model: str, version: str | None) -> Response:
+        response = await self._answer(request, model, version)
+        self.metrics.answered(response.status_code)
+        return response
+
+    async def _answer(self, request: Request, model: str, version: str | None) -> Response:
         pool = self.pools.get(model)
         if pool is None:
             return torchserve_error(404, "ModelNotFoundException", f"Model not found: {model}")
@@ -75,12 +83,14 @@ class PredictionsApi:
         if pool.ready_workers <= 0:
             return torchserve_error(503, "ServiceUnavailableException",
                                     f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.')
+        if pool.batcher.full():  # refused before its body is read: under a burst the refusals stay fast
+            return _queue_full(model)
         inputs = await self._inputs(request)
         try:
             pending = pool.batcher.submit(Pending(inputs, parse_arrival(request.headers.get(ARRIVAL_HEADER))))
         except QueueFull:
-            return torchserve_error(503, "ServiceUnavailableException", "Model \"%s\" has no worker to serve inference request. "
-                                    "Please use scale workers API to add workers." % model)
+            return _queue_full(model)
+        self.metrics.accepted(model, version)
         status, body = await pending.answer
         return answer(status, body)
 
@@ -90,6 +100,12 @@ class PredictionsApi:
             form = await request.form(max_files=64, max_fields=64, max_part_size=self.max_form_part_bytes)
             return {name: await _bytes(value) for name, value in form.multi_items()}
         return {"body": await request.body()}
+
+
+def _queue_full(model: str) -> Response:
+    """TorchServe's answer when the model's queue (job_queue_size) is full."""
+    return torchserve_error(503, "ServiceUnavailableException", f'Model "{model}" has no worker to serve inference request. '
+                            "Please use scale workers API to add workers.")
 
 
 async def _bytes(value: Any) -> bytes:

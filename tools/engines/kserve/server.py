@@ -24,10 +24,12 @@ from tsvk.properties import read_properties
 
 from ... import defaults
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
-from ...oip.server import GRPC_THREADS, PROTOCOL_PATHS, _forwarded_error_handler, _grpc_server, _Guard, _torchserve_dataplane, front_json_limits_for
+from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
+                           torchserve_dataplane)
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .forkserver import ForkServer
+from .metrics import EngineMetrics, MetricsServer
 from .pool import WORKER_MODULE, ModelPool, WorkerStart, worker_env
 from .predictions import PredictionsApi, torchserve_error
 from .tokens import InferenceKey, auth_enabled, write_keys
@@ -41,8 +43,9 @@ GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives, u
 class _Engine:
     """The pools, and whether every model the engine serves has its workers."""
 
-    def __init__(self, pools: dict[str, ModelPool], run_dir: Path):
+    def __init__(self, pools: dict[str, ModelPool], run_dir: Path, metrics: EngineMetrics):
         self.pools = pools
+        self.metrics = metrics
         self.run_dir = run_dir
         self.loaded = False
         for pool in pools.values():
@@ -92,8 +95,16 @@ class _TokenGuard:
 
 
 def inference_bind(properties: dict[str, str]) -> tuple[str, int]:
-    parts = urlsplit(properties.get("inference_address", defaults.INFERENCE_ADDRESS))
-    return parts.hostname or "127.0.0.1", parts.port or 8080
+    return _bind(properties.get("inference_address", defaults.INFERENCE_ADDRESS), 8080)
+
+
+def metrics_bind(properties: dict[str, str]) -> tuple[str, int]:
+    return _bind(properties.get("metrics_address", defaults.METRICS_ADDRESS), 8082)
+
+
+def _bind(address: str, default_port: int) -> tuple[str, int]:
+    parts = urlsplit(address)
+    return parts.hostname or "127.0.0.1", parts.port or default_port
 
 
 async def serve(config: Path, run_dir: Path, grace_s: float = GRACE_S) -> int:
@@ -116,7 +127,10 @@ async def _serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float)
     for refusal in refused:
         log.error("%s", refusal.line())
     start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config), forks)
-    engine = _Engine({model.name: ModelPool(model, start) for model in served}, run_dir)
+    metrics = EngineMetrics()
+    engine = _Engine({model.name: ModelPool(model, start, metrics) for model in served}, run_dir, metrics)
+    metrics_server = MetricsServer(metrics, *metrics_bind(properties))
+    await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
     server, rest = _servers(properties, engine, key, served, grace_s)
@@ -129,6 +143,7 @@ async def _serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float)
     for task in servers[1:]:
         task.cancel()
     await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
+    await metrics_server.stop()
     return 0
 
 
@@ -148,10 +163,10 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
 
     host, port = inference_bind(properties)
     server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
-    server.dataplane = _torchserve_dataplane(server.registered_models, _Health(engine))
-    app.add_exception_handler(ForwardedError, _forwarded_error_handler)
-    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties)).register(app)
-    app.add_middleware(_Guard, max_request_bytes=_max_request_bytes(properties),
+    server.dataplane = torchserve_dataplane(server.registered_models, _Health(engine))
+    app.add_exception_handler(ForwardedError, forwarded_error_handler)
+    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics).register(app)
+    app.add_middleware(Guard, max_request_bytes=_max_request_bytes(properties),
                        json_limits=front_json_limits_for(m.settings.preprocess for m in served),
                        paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
     app.add_middleware(_TokenGuard, key=key)
@@ -191,7 +206,7 @@ async def _grpc(properties: dict[str, str], server) -> None:
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
                         max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
-    await _grpc_server(front, server).start(GRPC_THREADS)
+    await grpc_server(front, server).start(GRPC_THREADS)
 
 
 def _max_images(properties: dict[str, str]) -> int:

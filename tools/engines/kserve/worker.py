@@ -4,7 +4,9 @@ batches the server sends until the server closes the socket.
 Run as `python -m tsvk_tools.engines.kserve.worker`; the server (pool.py) starts it with the archive unpacked in
 `--model-dir` and one end of a socket pair as `--fd`. The archive's directory goes first on the import path, the
 way TorchServe puts it there, so `tsvk` is the archive's copy (checked), and the handler module the manifest names
-is imported and must define a tsvk handler class. Answers are encoded here, as TorchServe's worker encodes them
+is imported and must define a tsvk handler class. A worker ignores SIGTERM and SIGINT: `tsvk stop` signals the engine's
+whole process group, and the batch a worker holds must still be answered while the server drains; the server ends its
+workers once it has (by closing their sockets, then SIGKILL). Answers are encoded here, as TorchServe's worker encodes them
 (ts/protocol/otf_message_handler.py of 0.12.0: bytes as they are, text as UTF-8, anything else
 `json.dumps(value, indent=2)`), so the server only copies bytes.
 """
@@ -16,12 +18,14 @@ import importlib
 import json
 import logging
 import os
+import signal
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
 from . import forkserver, wire
+from .metrics import RecordingMetrics
 
 log = logging.getLogger("tsvk.engine.worker")
 
@@ -30,11 +34,11 @@ class _Context:
     """The few fields of TorchServe's context an archive's `VisionService.from_context` reads: for archives built
     before the service had an engine-neutral `load`."""
 
-    def __init__(self, args: argparse.Namespace, yaml_config: dict):
+    def __init__(self, args: argparse.Namespace, yaml_config: dict, metrics: RecordingMetrics):
         self.system_properties = {"model_dir": str(args.model_dir), "gpu_id": args.gpu_id, "batch_size": args.batch_size}
         self.model_yaml_config = yaml_config
         self.model_name = args.model_name
-        self.metrics = None
+        self.metrics = metrics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,21 +66,25 @@ def main(argv: list[str] | None = None) -> int:
         fd = build_fork_server_parser().parse_args(argv[1:]).fd
         return forkserver.serve_forks(socket.socket(fileno=fd), main)
     args = build_parser().parse_args(argv)
+    for sig in (signal.SIGTERM, signal.SIGINT):  # see the module's docstring: the server ends its workers
+        signal.signal(sig, signal.SIG_IGN)
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s [{args.model_name} worker {os.getpid()}] %(levelname)s %(message)s")
     sock = socket.socket(fileno=args.fd)
     os.environ["TS_CONFIG_FILE"] = str(args.config)  # what an archive's thread and deadline lookups read first
+    metrics = RecordingMetrics()
     try:
-        service = load_service(args)
+        service = load_service(args, metrics)
     except Exception as err:  # noqa: BLE001 - whatever stops the archive loading is its refusal, said in one line
         log.exception("cannot serve %s", args.model_name)
         wire.send(sock, (wire.REFUSED, f"{type(err).__name__}: {str(err)[:300]}"))
         return 1
     wire.send(sock, (wire.READY, {"pid": os.getpid()}))
-    return serve_batches(sock, service)
+    return serve_batches(sock, service, metrics)
 
 
-def load_service(args: argparse.Namespace) -> Any:
-    """The archive's own service, loaded through its own package (and its handler module, checked to be tsvk's)."""
+def load_service(args: argparse.Namespace, metrics: RecordingMetrics) -> Any:
+    """The archive's own service, loaded through its own package (and its handler module, checked to be tsvk's),
+    recording its per-batch metrics into `metrics`."""
     sys.path.insert(0, str(args.model_dir))
     import yaml  # TorchServe reads model-config.yaml with PyYAML too
 
@@ -87,10 +95,11 @@ def load_service(args: argparse.Namespace) -> Any:
     service_module = importlib.import_module("tsvk.service")
     yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
     if hasattr(service_module, "ServiceSpec"):
-        spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size)
+        spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size,
+                                            metrics=metrics)
         service = service_module.VisionService.load(spec)
     else:
-        service = service_module.VisionService.from_context(_Context(args, yaml_config))
+        service = service_module.VisionService.from_context(_Context(args, yaml_config, metrics))
     _freeze_startup_objects()
     return service
 
@@ -109,8 +118,9 @@ def _freeze_startup_objects() -> None:
         heap.freeze_startup_objects()
 
 
-def serve_batches(sock: socket.socket, service: Any) -> int:
-    """(batch id, request dicts, arrival times) in, (batch id, [(status, body bytes)]) out, until the socket closes."""
+def serve_batches(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> int:
+    """(batch id, request dicts, arrival times) in, (batch id, [(status, body bytes)], the handler's metric samples)
+    out, until the socket closes."""
     answer = getattr(service, "answer_batch", None) or service.answer
     while True:
         message = wire.receive(sock)
@@ -118,7 +128,7 @@ def serve_batches(sock: socket.socket, service: Any) -> int:
             return 0
         batch_id, requests, arrivals = message
         outcome = answer(requests, arrivals)
-        wire.send(sock, (batch_id, [(status, encode(value)) for status, value in zip(outcome.statuses, outcome.answers)]))
+        wire.send(sock, (batch_id, [(status, encode(value)) for status, value in zip(outcome.statuses, outcome.answers)], metrics.take()))
 
 
 def encode(value: Any) -> bytes:
