@@ -4,7 +4,7 @@ report and chart show them (the strongest-peer table first, goals against the be
 from datetime import datetime, timezone
 
 from tsvk_tools.bench.chart import chart_title, error_bars
-from tsvk_tools.bench.harness import TIME_BOUNDED_JOBS, round_load
+from tsvk_tools.bench.harness import TIME_BOUNDED_JOBS, round_load, round_order
 from tsvk_tools.bench.markdown import render_markdown
 from tsvk_tools.bench.options import BenchOptions
 from tsvk_tools.bench.report import best_peer, build_result, compute_ratios, evaluate_goals
@@ -178,3 +178,8 @@ def test_cpu_bound_says_whether_a_goal_is_within_reach_at_the_measured_cpu_per_i
             "all the time it could answer at most 8.4 img/s = 1.40x torchserve_best (6.0 img/s); 1.2x is within reach of "
             "this CPU cost.") in text
     assert "could answer at most" not in "\n".join(explain(systems))  # no vCPU count (an old result): no bound claimed
+
+
+def test_each_round_runs_the_systems_in_the_other_order_from_the_last():
+    systems = ["ours", "ours_tuned", "ceiling"]
+    assert [round_order(systems, n) for n in (1, 2, 3)] == [systems, systems[::-1], systems]

@@ -89,14 +89,20 @@ def _drop_thread_variables() -> dict[str, str]:
     return {name: os.environ.pop(name) for name in THREAD_VARIABLES if name in os.environ}
 
 
+def round_order(systems: list[System], number: int) -> list[System]:
+    """The systems in the order round `number` (from 1) runs them: as given in odd rounds, reversed in even ones."""
+    return list(systems) if number % 2 else list(reversed(systems))
+
+
 def measure_rounds(systems: list[System], ctx: RunContext, log=print) -> dict:
-    """Every system once per round, rounds alternating (A B C, A B C, ...) so a burst of other work on the
-    machine lands on one round of several systems, not on every round of one. The first round runs every
-    variant of a tuned system; later rounds repeat its fastest. Each system's result holds all its rounds
+    """Every system once per round, rounds alternating and each round in the other order from the last (A B C,
+    C B A, A B C, ...): a burst of other work on the machine lands on one round of several systems, not on every
+    round of one, and no system always runs right after another's stop. The first round runs every variant of a
+    tuned system; later rounds repeat its fastest. Each system's result holds all its rounds
     (stats.combine_rounds: medians, min-max)."""
     rounds: dict[str, list[dict]] = {system.name: [] for system in systems}
     for number in range(1, ctx.options.rounds + 1):
-        for system in systems:
+        for system in round_order(systems, number):
             log(f"bench: round {number}/{ctx.options.rounds}: {system.name}")
             chosen = None if number == 1 else [rounds[system.name][0].get("variant", {})]
             rounds[system.name].append(measure_system(system, ctx, log, chosen))
