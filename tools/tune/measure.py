@@ -16,6 +16,7 @@ the contender can no longer win.
 
 from __future__ import annotations
 
+import shutil
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,14 @@ def candidate_dir(bench: Bench, number: int) -> Path:
 
 def comparison_dir(work_dir: Path, number: int, side: str) -> Path:
     return work_dir / f"d{number:02d}-{side}"
+
+
+def prune_unpacked_archives(work_dir: Path) -> None:
+    """Every server's copy of the archives (TorchServe unpacks them into its run/tmp: the model's size again for
+    each candidate and comparison) once the search has stopped them all; configs and logs stay for the report's
+    readers."""
+    for unpacked in Path(work_dir).glob("*/run/tmp"):
+        shutil.rmtree(unpacked, ignore_errors=True)
 
 
 def socket_path_problem(work_dir: Path) -> str | None:

@@ -27,7 +27,7 @@ from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
 from ..serve.memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
 from ..serve.serving_config import ServingRequest, plan_serving
-from .measure import Bench, compare_with_rule, measure_candidate, socket_path_problem
+from .measure import Bench, compare_with_rule, measure_candidate, prune_unpacked_archives, socket_path_problem
 from .report import result_document, write_results, write_tuned_config
 from .search import Goal, Search
 from .space import ModelLimits, Space
@@ -100,6 +100,8 @@ def cmd_tune(args: argparse.Namespace) -> int:
     search.compare = lambda rule, contender, settled, deadline: compare_with_rule(bench, next(comparisons), rule, contender,
                                                                                    settled, deadline)
     result = search.run()
+    if args.work_dir is None:  # a folder of its own in the temp dir: leave its logs, not gigabytes of archive copies
+        prune_unpacked_archives(bench.work_dir)
     context = _context(args, models, base.vcpus, goal, cap_source, budget_s, window) | {
         "decision_window_s": decision_window, "decision_pairs": bench.decision_pairs}
     if result.chosen is not None:
