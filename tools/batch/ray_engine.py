@@ -23,12 +23,10 @@ from .scorer import WorkerSpec
 from .state import DoneIds, RunState
 
 LOCAL = "local"
-# Ray Data blocks of about this many bytes: a block of ids (8 bytes each) or of rows leaves its stage once full.
-# A batch's rows (a few hundred bytes each) fill one, so each batch's rows reach the driver, and the output, as soon
-# as they are scored, as a local worker's do (Ray's default, 128 MiB, would hold an actor's rows until it had scored
-# a whole block of input, and a stop would lose all of it; at 4 KiB a ResNet-50 actor held two batches, seconds of
-# rows, back from the output).
-BLOCK_BYTES = 1024
+# Ray Data blocks of about this many bytes: a block of ids (8 bytes each) or of rows leaves its stage once full,
+# so small blocks keep rows flowing to the driver a few batches at a time (Ray's default, 128 MiB, would hold an
+# actor's rows until it had scored a whole block of input, and a stop would lose all of it).
+BLOCK_BYTES = 4096
 # How long a starting node waits for its agents (ms). Ray's default (about a minute) fails a `--ray local` start
 # on a busy machine: the raylet gives up waiting for the metrics agent's port file and the start fails.
 AGENT_WAIT_MS = "600000"
