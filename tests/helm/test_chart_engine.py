@@ -19,6 +19,7 @@ from tests.support.helm import RELEASE, config_with
 from tests.support.helm_scenarios import OIP_CONFIG, SCENARIOS
 
 from tsvk_tools.engines.kserve.files import STATUS_FILE
+from tsvk_tools.engines.kserve.metrics import EngineMetrics
 from tsvk_tools.engines.kserve.server import _Engine
 from tsvk_tools.serve import container as entrypoint
 
@@ -137,7 +138,7 @@ def _pool(workers: int, ready: int) -> _Pool:
     ({}, False),  # refused (or not yet started): absent from the file
 ])
 def test_the_startup_probe_reads_the_engines_status_file(kserve, tmp_path, pools, ready):
-    _Engine(pools, tmp_path).write_status()
+    _Engine(pools, tmp_path, EngineMetrics()).write_status()
     (configmap,) = kserve.all("ConfigMap")
     script = tmp_path / "models-ready.py"
     script.write_text(configmap["data"]["models-ready.py"])

@@ -18,6 +18,7 @@ import requests
 
 from tests.support.handler_fakes import encode, photo
 from tests.support.torchserve import archive_tiny
+from tsvk_tools.engines.kserve.forkserver import FLAG as FORK_SERVER_FLAG
 from tsvk_tools.engines.kserve.pool import WORKER_MARKER
 from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.serve.serving_config import write_config
@@ -60,6 +61,14 @@ def _send(url: str, body: bytes) -> http.client.HTTPConnection:
     return connection
 
 
+def engine_workers(root: int) -> list[psutil.Process]:
+    """The engine's workers below `root`: processes running the worker module, but the fork server, whose command
+    line its forked workers share (they are its children; it is the engine server's)."""
+    marked = [p for p in psutil.Process(root).children(recursive=True) if WORKER_MARKER in " ".join(p.cmdline())]
+    marked_pids = {p.pid for p in marked}
+    return [p for p in marked if FORK_SERVER_FLAG not in p.cmdline() or p.ppid() in marked_pids]
+
+
 def test_pid_1_runs_the_engine_and_a_sigterm_answers_every_request_it_held(tmp_path):
     store = archive_tiny(tmp_path / "store", "SlowTinyNet")  # 40 ms a batch: requests queue up
     request = serving_on_free_ports(model_store=store, vcpus=1, workers=1, batch=4, max_batch_delay_ms=100, auth=False)
@@ -71,7 +80,7 @@ def test_pid_1_runs_the_engine_and_a_sigterm_answers_every_request_it_held(tmp_p
     try:
         url = request.inference_address
         _wait_healthy(url, pid1)
-        workers = [p for p in psutil.Process(pid1.pid).children(recursive=True) if WORKER_MARKER in " ".join(p.cmdline())]
+        workers = engine_workers(pid1.pid)
         assert len(workers) == 1
         connections = [_send(url, encode(photo("chelsea"))) for _ in range(REQUESTS)]
         _wait_accepted(pid1.pid, urlsplit(url).port, REQUESTS)
