@@ -6,7 +6,6 @@ during its readiness check leaves nothing running."""
 
 from __future__ import annotations
 
-import io
 import os
 import signal
 import subprocess
@@ -18,41 +17,24 @@ from pathlib import Path
 import psutil
 import pytest
 import requests
-from PIL import Image
 
 from tests.fixtures.tiny_model import LOAD_DELAY_ENV
-from tests.support.torchserve import isolated_env, archive_tiny
+from tests.support.torchserve import isolated_env
+from tests.support.drain_setup import DRAIN_TIMEOUT_S, LOAD_SHARE, one_worker_config, slow_tiny_store, small_photo
 from tsvk_tools.serve.drain import describe_drain
-from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.robustness.drain import capacity, measure_drain
 from tsvk_tools.serve.server import find_running, start_torchserve
-from tsvk_tools.serve.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 
-DRAIN_TIMEOUT_S = 10
-LOAD_SHARE = 0.7
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("store")
-    archive_tiny(store, "SlowTinyNet")
-    return store
+    return slow_tiny_store(tmp_path_factory.mktemp("store"))
 
 
 @pytest.fixture
 def config(store, tmp_path) -> Path:
-    path = tmp_path / "config.properties"
-    write_config(serving_on_free_ports(models=("tiny",), model_store=store, vcpus=1, workers=1, batch=4,
-                                       max_batch_delay_ms=20, auth=False), path)
-    return path
-
-
-def _photo() -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (64, 48), (30, 200, 30)).save(out, "JPEG")
-    return out.getvalue()
+    return one_worker_config(store, tmp_path / "config.properties")
 
 
 def _url(run) -> str:
@@ -71,13 +53,13 @@ def test_tsvk_stop_under_load_answers_every_request_taken_in(config, tmp_path):
     run = start_torchserve(config, tmp_path / "run", env=isolated_env())
     try:
         run.wait_ready(timeout=180)
-        rate = LOAD_SHARE * capacity(_url(run), _photo(), {})
+        rate = LOAD_SHARE * capacity(_url(run), small_photo(), {})
         stops = []
 
         def tsvk_stop() -> None:  # what `tsvk stop` runs, in this process: `tsvk` takes seconds to import here
             stops.append(find_running(run.run_dir).stop(drain_timeout=DRAIN_TIMEOUT_S))
 
-        report = measure_drain(_url(run), _photo(), rate, tsvk_stop, gone=lambda: not run.session_alive())
+        report = measure_drain(_url(run), small_photo(), rate, tsvk_stop, gone=lambda: not run.session_alive())
     finally:
         run.stop(drain_timeout=0)
     _assert_drained(report, describe_drain(stops[0]))
@@ -91,8 +73,8 @@ def test_sigterm_to_the_container_entrypoint_drains_reaps_and_exits_0(config, tm
     try:
         run = _wait_for(lambda: find_running(tmp_path / "run"), 60)
         run.wait_ready(timeout=180)
-        rate = LOAD_SHARE * capacity(_url(run), _photo(), {})
-        report = measure_drain(_url(run), _photo(), rate, lambda: (init.send_signal(signal.SIGTERM), init.wait(60)),
+        rate = LOAD_SHARE * capacity(_url(run), small_photo(), {})
+        report = measure_drain(_url(run), small_photo(), rate, lambda: (init.send_signal(signal.SIGTERM), init.wait(60)),
                                gone=lambda: init.poll() is not None)
     finally:
         if init.poll() is None:
@@ -113,7 +95,7 @@ def test_a_kept_alive_connection_gets_an_answer_to_every_request_and_new_connect
             with requests.Session() as session:
                 while not done.is_set():
                     try:
-                        response = session.post(_url(run), data=_photo(), timeout=30)
+                        response = session.post(_url(run), data=small_photo(), timeout=30)
                     except requests.RequestException as err:
                         errors.append(err)
                         return
@@ -127,7 +109,7 @@ def test_a_kept_alive_connection_gets_an_answer_to_every_request_and_new_connect
         stopper.start()
         time.sleep(0.5)
         with pytest.raises(requests.ConnectionError, match="refused"):
-            requests.post(_url(run), data=_photo(), headers={"Connection": "close"}, timeout=30)
+            requests.post(_url(run), data=small_photo(), headers={"Connection": "close"}, timeout=30)
         stopper.join(60)
     finally:
         done.set()

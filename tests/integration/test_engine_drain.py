@@ -5,7 +5,6 @@ TorchServe in test_drain.py): no connection cut, no 5xx, exit within the drain t
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import signal
@@ -13,40 +12,22 @@ from argparse import Namespace
 from pathlib import Path
 
 import pytest
-from PIL import Image
 
-from tests.support.torchserve import archive_tiny
+from tests.support.drain_setup import DRAIN_TIMEOUT_S, LOAD_SHARE, one_worker_config, slow_tiny_store, small_photo
 from tsvk_tools.engines.kserve.run import find_engine, start_engine
 from tsvk_tools.robustness.drain import capacity, measure_drain
 from tsvk_tools.serve.serve_cli import cmd_stop
-from tsvk_tools.serve.ports import serving_on_free_ports
-from tsvk_tools.serve.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 
-DRAIN_TIMEOUT_S = 10
-LOAD_SHARE = 0.7
-
-
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
-    store = tmp_path_factory.mktemp("store")
-    archive_tiny(store, "SlowTinyNet")
-    return store
+    return slow_tiny_store(tmp_path_factory.mktemp("store"))
 
 
 @pytest.fixture
 def config(store, tmp_path) -> Path:
-    path = tmp_path / "config.properties"
-    write_config(serving_on_free_ports(models=("tiny",), model_store=store, vcpus=1, workers=1, batch=4,
-                                       max_batch_delay_ms=20, auth=False), path)
-    return path
-
-
-def _photo() -> bytes:
-    out = io.BytesIO()
-    Image.new("RGB", (64, 48), (30, 200, 30)).save(out, "JPEG")
-    return out.getvalue()
+    return one_worker_config(store, tmp_path / "config.properties")
 
 
 def _drain(config: Path, run_dir: Path, stop) -> dict:
@@ -55,8 +36,8 @@ def _drain(config: Path, run_dir: Path, stop) -> dict:
     try:
         run.wait_ready(timeout=180)
         url = f"{run.url('inference')}/predictions/tiny"
-        rate = LOAD_SHARE * capacity(url, _photo(), {})
-        report = measure_drain(url, _photo(), rate, lambda: stop(run), gone=lambda: not run.session_alive())
+        rate = LOAD_SHARE * capacity(url, small_photo(), {})
+        report = measure_drain(url, small_photo(), rate, lambda: stop(run), gone=lambda: not run.session_alive())
     finally:
         run.stop(drain_timeout=0)
     assert not run.session_alive()
