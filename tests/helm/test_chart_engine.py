@@ -102,20 +102,30 @@ def test_oip_is_the_engines_own_no_front_container(render):
     assert rendered.one("Pod", "-test-prediction")["spec"]["containers"][0]["env"][2]["name"] == "OIP_URL"
 
 
-@pytest.mark.parametrize(("values", "named"), [
-    ({"service": {"exposeManagement": True},
-      "torchserve": {"configProperties": config_with(management_address="http://0.0.0.0:8081")}}, "service.exposeManagement"),
-    ({"service": {"exposeMetrics": True},
-      "torchserve": {"configProperties": config_with(metrics_address="http://0.0.0.0:8082")}}, "serves no Prometheus metrics"),
-    ({"serviceMonitor": {"enabled": True},
-      "torchserve": {"configProperties": config_with(metrics_address="http://0.0.0.0:8082")}}, "serviceMonitor.enabled"),
-    ({"grafanaDashboard": {"enabled": True}}, "grafanaDashboard"),
-    (SCENARIOS["hpa-custom-metric"], "autoscaling.customMetric"),
-])
-def test_what_the_engine_cannot_serve_is_refused_by_name(render, render_error, values, named):
+def test_what_the_engine_cannot_serve_is_refused_by_name(render, render_error):
+    values = {"service": {"exposeManagement": True},
+              "torchserve": {"configProperties": config_with(management_address="http://0.0.0.0:8081")}}
     render(values)  # TorchServe takes the same values
     error = render_error({"engine": "kserve", **values})
-    assert named in error and "engine kserve" in error
+    assert "service.exposeManagement" in error and "engine kserve" in error
+
+
+@pytest.mark.parametrize("values", [
+    {"service": {"exposeMetrics": True}, "torchserve": {"configProperties": config_with(metrics_address="http://0.0.0.0:8082")}},
+    {"serviceMonitor": {"enabled": True}, "torchserve": {"configProperties": config_with(metrics_address="http://0.0.0.0:8082")}},
+    SCENARIOS["monitoring"],
+    SCENARIOS["hpa-custom-metric"],
+], ids=["exposeMetrics", "serviceMonitor", "monitoring", "hpa-custom-metric"])
+def test_the_metrics_features_render_for_the_engine_as_for_torchserve(render, values):
+    """The engine serves TorchServe's metric names on the config's metrics address: the chart's metrics features
+    render for it as for TorchServe, and the container exposes the metrics port whenever the Service or the
+    ServiceMonitor reads it."""
+    torchserve, kserve = render(values), render({"engine": "kserve", **values})
+    kinds = lambda rendered: sorted((d["kind"], d["metadata"]["name"]) for d in rendered.documents)  # noqa: E731
+    assert kinds(kserve) == kinds(torchserve)
+    ports = lambda rendered: {p["name"] for c in rendered.one("Deployment")["spec"]["template"]["spec"]["containers"]  # noqa: E731
+                              for p in c.get("ports", [])}
+    assert ("metrics" in ports(kserve)) == ("metrics" in ports(torchserve))
 
 
 def test_the_schema_allows_only_the_two_engines(render_error):

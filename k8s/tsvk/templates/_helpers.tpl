@@ -209,25 +209,14 @@ port (which serves /predictions and the protocol's REST paths alike).
 {{- end }}
 
 {{/*
-Problems of values the kserve engine cannot honour, as a JSON list of strings: it has no management API and
-serves no Prometheus metrics (docs/engines.md, "What differs").
+Problems of values the kserve engine cannot honour, as a JSON list of strings: it has no management API
+(docs/engines.md, "What differs"). Its metrics carry TorchServe's names, so the ServiceMonitor, the dashboard
+and the custom-metric autoscaling read either engine.
 */}}
 {{- define "tsvk.engineProblems" -}}
-{{- $v := .Values }}
 {{- $problems := list }}
-{{- if include "tsvk.kserveEngine" . }}
-{{- if $v.service.exposeManagement }}
+{{- if and (include "tsvk.kserveEngine" .) .Values.service.exposeManagement }}
 {{- $problems = append $problems "service.exposeManagement is true but engine kserve has no management API (models and workers come from the config at start): set service.exposeManagement=false, or engine=torchserve" }}
-{{- end }}
-{{- if include "tsvk.metricsExposed" . }}
-{{- $problems = append $problems "serviceMonitor.enabled or service.exposeMetrics is true but engine kserve serves no Prometheus metrics (it opens no metrics address): set both false, or engine=torchserve" }}
-{{- end }}
-{{- if and $v.autoscaling.enabled $v.autoscaling.customMetric.enabled }}
-{{- $problems = append $problems "autoscaling.customMetric needs TorchServe's metrics, which engine kserve does not serve: set autoscaling.customMetric.enabled=false (CPU scaling still works), or engine=torchserve" }}
-{{- end }}
-{{- if $v.grafanaDashboard.enabled }}
-{{- $problems = append $problems "grafanaDashboard plots TorchServe's metrics, which engine kserve does not serve: set grafanaDashboard.enabled=false, or engine=torchserve" }}
-{{- end }}
 {{- end }}
 {{- $problems | toJson }}
 {{- end }}
