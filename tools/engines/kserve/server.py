@@ -38,6 +38,9 @@ log = logging.getLogger("tsvk.engine")
 
 ENGINE_PATHS = r"^/ping/?$|^/predictions/[^/]+(/[^/]+)?/?$"
 GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives, unless --drain-timeout says otherwise
+# From the listeners' close to uvicorn's graceful shutdown: long enough for a request a client had already sent on an
+# open connection to be read, so it is held and answered rather than cut as an idle connection.
+SETTLE_S = 0.5
 
 
 class _Engine:
@@ -174,7 +177,25 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
                       grace_period=grace_s)
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
+    settle_before_shutdown(rest._server)  # kserve/protocol/rest/server.py (0.21): RESTServer's uvicorn.Server
     return server, rest
+
+
+def settle_before_shutdown(server, settle_s: float = SETTLE_S) -> None:
+    """uvicorn's graceful shutdown (uvicorn/server.py, 0.54) closes the listeners and at once every connection with no
+    request in progress, including one whose request has arrived but not yet been read: that request would be cut
+    though its client sent it before the stop. Here the listeners close first (connections the kernel had queued
+    are taken before), the open connections are read for `settle_s`, and only then does uvicorn's shutdown begin."""
+    shutdown = server.shutdown
+
+    async def shutdown_after_settling(sockets=None) -> None:
+        await asyncio.sleep(0)  # one turn of the loop: it accepts the connections already queued
+        for listener in server.servers:
+            listener.close()
+        await asyncio.sleep(settle_s)
+        await shutdown(sockets)
+
+    server.shutdown = shutdown_after_settling
 
 
 def _register_oip_models(server, engine: _Engine, key: InferenceKey | None, properties: dict[str, str]) -> None:
