@@ -138,8 +138,8 @@ class _Pool(SimpleNamespace):
 
 def _pool(workers: int, ready: int) -> _Pool:
     model = SimpleNamespace(archive=Path("resnet50.mar"), batch_size=8, max_batch_delay_ms=50, workers=workers, gpu_ids=())
-    alive = [SimpleNamespace(number=i, pid=1000 + i, alive=lambda: True) for i in range(workers)]
-    return _Pool(model=model, starts=workers, deaths=0, workers=alive, ready_workers=ready, on_change=None)
+    running = [SimpleNamespace(number=i, pid=1000 + i, ready=lambda loaded=i < ready: loaded) for i in range(workers)]
+    return _Pool(model=model, starts=workers, deaths=0, workers=running, ready_workers=ready, on_change=None)
 
 
 @pytest.mark.parametrize(("pools", "ready"), [

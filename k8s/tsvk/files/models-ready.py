@@ -31,14 +31,14 @@ def ready_workers(management_url: str, model: str) -> tuple[int, int]:
 
 
 def engine_ready_workers(status_file: str, model: str) -> tuple[int, int]:
-    """(workers loaded, planned workers) of a model, from the kserve engine's status file, whose "ready" says
-    whether every planned worker has loaded the archive (its workers' "READY" only says they are running)."""
+    """(READY workers, planned workers) of a model, from the kserve engine's status file: a worker is READY there
+    once it has loaded the archive, as in TorchServe's management API."""
     with open(status_file, encoding="utf-8") as status:
         entries = [entry for entry in json.load(status)["models"] if entry["name"] == model]
     if not entries:
         raise LookupError("not served (not loaded yet, or refused: see the container's log)")
-    wanted = max(1, entries[0]["min_workers"])
-    return (wanted if entries[0]["ready"] else 0), wanted
+    ready = sum(1 for worker in entries[0]["workers"] if worker.get("status") == "READY")
+    return ready, max(1, entries[0]["min_workers"])
 
 
 def main(argv: list[str]) -> int:

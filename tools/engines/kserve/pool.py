@@ -77,6 +77,7 @@ class WorkerProcess:
         self.handle: _Spawned | ForkedWorker | None = None
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
+        self.loaded = False  # said READY since it was last started: its archive is loaded, it takes batches
 
     @property
     def pid(self) -> int | None:
@@ -90,6 +91,7 @@ class WorkerProcess:
         self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
         message = await wire.read_message(self.reader)
         if isinstance(message, tuple) and message[0] == wire.READY:
+            self.loaded = True
             return None
         await self.kill()
         return message[1] if isinstance(message, tuple) and message[0] == wire.REFUSED else "the worker exited while loading"
@@ -137,7 +139,12 @@ class WorkerProcess:
     def alive(self) -> bool:
         return self.handle is not None and self.handle.alive()
 
+    def ready(self) -> bool:
+        """Loaded and still running: what a status calls READY (a process still loading its archive is not)."""
+        return self.loaded and self.alive()
+
     async def kill(self) -> None:
+        self.loaded = False
         if self.writer is not None:
             self.writer.close()
         if self.handle is not None:

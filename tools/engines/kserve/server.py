@@ -62,7 +62,7 @@ class _Engine:
         models = [{"name": name, "archive": pool.model.archive.name, "batch_size": pool.model.batch_size,
                    "max_batch_delay_ms": pool.model.max_batch_delay_ms, "min_workers": pool.model.workers,
                    "max_workers": pool.model.workers, "starts": pool.starts, "deaths": pool.deaths,
-                   "workers": [{"id": w.number, "status": "READY" if w.alive() else "STARTING", "pid": w.pid,
+                   "workers": [{"id": w.number, "status": "READY" if w.ready() else "STARTING", "pid": w.pid,
                                 "gpu": bool(pool.model.gpu_ids)} for w in pool.workers],
                    "ready": pool.ready_workers == pool.model.workers} for name, pool in self.pools.items()]
         temporary = self.run_dir / (STATUS_FILE + ".tmp")
