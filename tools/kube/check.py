@@ -185,10 +185,7 @@ def ask_pod(pod, address: str, rendered: Rendered, photo: bytes, model: str, bui
         found += [checks.oip_infer(address, rest, grpc, model, photo, grpc=False),
                   checks.oip_infer(address, rest, grpc, model, photo, grpc=True)]
     server = rendered.server_name
-    if server == "kserve":
-        found.append(checks.no_metrics_address(pod, address, properties, server))
-    else:
-        found.append(checks.metrics(pod, address, properties, server))
+    found.append(checks.metrics(pod, address, properties, server))  # either engine: TorchServe's metric names
     found.append(checks.management_closed(address, properties))
     for container in rendered.pod_spec["containers"]:
         found += checks.user_and_root_filesystem(pod, rendered.pod_spec, container["name"])

@@ -123,16 +123,6 @@ def metrics(pod: Pod, address: str, properties: dict[str, str], container: str =
         return Check("metrics served to the pod's network (metrics_address)", False, str(err))
 
 
-def no_metrics_address(pod: Pod, address: str, properties: dict[str, str], container: str) -> Check:
-    """The kserve engine opens no metrics address (docs/engines.md): nothing answers on metrics_address's port,
-    neither inside the pod nor from outside, so no scraper is misled into an empty target."""
-    port = port_of(properties, "metrics_address")
-    inside = pod.exec(container, ["curl", "--silent", "--show-error", "--max-time", "3", f"http://127.0.0.1:{port}/metrics"])
-    closed, detail = refused(address, port)
-    return Check("no metrics address opened (engine kserve serves no metrics)", inside.returncode != 0 and closed,
-                 f"inside: exit {inside.returncode} {inside.stderr.strip()[:80]}; outside: {detail}")
-
-
 def user_and_root_filesystem(pod: Pod, pod_spec: dict, container: str) -> list[Check]:
     """The container runs as the chart's user and group, on a root filesystem it cannot write."""
     context = {**pod_spec.get("securityContext", {}), **_container(pod_spec, container).get("securityContext", {})}

@@ -98,7 +98,7 @@ def ask(pod: podlib.Pod, address: str, container: dict, properties: dict, model:
     port = checks.port_of(properties, "inference_address")
     found = [checks.predictions(address, port, model, photo), checks.bad_image(address, port, model),
              checks.oip_infer(address, port, 0, model, photo, grpc=False),
-             checks.no_metrics_address(pod, address, properties, container["name"])]
+             checks.metrics(pod, address, properties, container["name"])]
     spec = {"securityContext": {}, "containers": [container]}
     return found + checks.user_and_root_filesystem(pod, spec, container["name"])
 
