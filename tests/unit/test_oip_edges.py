@@ -1,4 +1,4 @@
-"""The handler's Open Inference Protocol edges: reading a request (inputs.py) and writing its answer (postprocess.py)."""
+"""The handler's Open Inference Protocol edges: reading a request (request/protocols.py) and writing its answer."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from tests.support.handler_fakes import encode, noise_image
-from tsvk import oip
-from tsvk.errors import BadImage, BadTensor
-from tsvk.inputs import OIP, PREDICTIONS, read_request
-from tsvk.postprocess import write_answer, write_error
+from tsvk.request import oip
+from tsvk.common.errors import BadImage, BadTensor
+from tsvk.request import OIP, PREDICTIONS, read_request, write_answer, write_error
 
 CROP = 8
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tsvk.properties import escape_value
-from tsvk.properties import read_properties
+from tsvk.common.properties import escape_value
+from tsvk.common.properties import read_properties
 from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 READER = Path(__file__).resolve().parents[1] / "fixtures" / "ReadProperties.java"

@@ -53,7 +53,7 @@ class ArchiveScorer:
         if spec.archive_dir not in sys.path:
             sys.path.insert(0, spec.archive_dir)
         import yaml
-        from tsvk.service import VisionService  # the archive's copy: see the module's docstring
+        from tsvk.worker import VisionService  # the archive's copy: see the module's docstring
 
         self.spec = spec
         config = yaml.safe_load(Path(spec.archive_dir, "model-config.yaml").read_text())

@@ -29,10 +29,8 @@ import torchvision.transforms as T
 import torchvision.transforms.v2.functional as F
 from PIL import Image
 
-from tsvk.decode import decode_rgb, probe
-from tsvk.preprocess.cpu import DCT_OVERSAMPLE, CpuPreprocessor
-from tsvk.preprocess.tensor_ops import INTERPOLATION_MODES, resize_crop_stack
-from tsvk.settings import PreprocessSettings
+from tsvk.common import PreprocessSettings
+from tsvk.preprocess import CpuPreprocessor, DCT_OVERSAMPLE, INTERPOLATION_MODES, decode_rgb, probe, resize_crop_stack
 
 STAGES = ("decode", "resize", "crop", "normalize")
 REDUCED = " (reduced DCT decode)"  # the row suffix of photos decoded at a reduced scale

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from tsvk.cpu_isa import REMEDY, mismatch_here, recorded_target
-from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
+from tsvk.common import HandlerSettings, SETTINGS_KEY, SettingsError
+from tsvk.model import REMEDY, mismatch_here, recorded_target
 
 from ..build.archive_info import MODEL_CONFIG_NAME
 from ..serve.serving_config import batch_problem

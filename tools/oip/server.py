@@ -20,9 +20,9 @@ import sys
 from concurrent import futures
 from pathlib import Path
 
-from tsvk import __version__, oip
-from tsvk.errors import RequestError
-from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
+from tsvk import __version__
+from tsvk.common import RequestError
+from tsvk.request import JsonLimits, check_json, limits_for_pixels, oip
 
 from ..defaults import OIP_JSON_PIXEL_IMAGES
 from ..serve.keys import current_key

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import psutil
-from tsvk.errors import ServerStopping
+from tsvk.common import ServerStopping
 
 from .. import defaults
 from .listeners import NOT_CLOSED, ListenersClosed

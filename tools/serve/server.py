@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from tsvk.properties import read_properties
-from tsvk.stopping import STOP_MARKER_ENV
+from tsvk.common import read_properties
+from tsvk.worker import STOP_MARKER_ENV
 
 from .. import defaults
 from .allocator import allocator_env

@@ -14,11 +14,8 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk.deadline import DEADLINE_KEY_PREFIX
-from tsvk.properties import escape_value, read_properties
-from tsvk.settings import HandlerSettings, ServingDefaults
-from tsvk.tasks import task_kind
-from tsvk.threads import THREADS_KEY_PREFIX, threads_from_config
+from tsvk.common import HandlerSettings, ServingDefaults, escape_value, read_properties, task_kind
+from tsvk.worker import DEADLINE_KEY_PREFIX, THREADS_KEY_PREFIX, threads_from_config
 
 from .. import defaults
 from ..build.archive_info import MODEL_VERSION, list_archives, read_archive_settings

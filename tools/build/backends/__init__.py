@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from tsvk.settings import ARTIFACT_FORMATS
+from tsvk.common import ARTIFACT_FORMATS
 
 from ...errors import UsageError
 from .base import Backend, CompileTarget, prepare_model

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from ... import defaults
 

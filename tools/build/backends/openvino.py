@@ -15,8 +15,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from tsvk.openvino_ir import write_ir_zip
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
+from tsvk.model import write_ir_zip
 
 from ...errors import UsageError
 from .base import Backend, CompileTarget
@@ -78,7 +78,7 @@ def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
 def compile_detector_backbone(ov, detector, target: CompileTarget, artifact: Path) -> None:
     """The backbone (with its FPN) as IR, dynamic in batch, height and width (the padded batch of
     whatever photos come), and the heads' weights beside it in the zip (`tsvk.openvino_detector`)."""
-    from tsvk.openvino_detector import FeatureMapTuple, heads_members, linear_box_head  # torch: only for a detector's IR
+    from tsvk.model import FeatureMapTuple, heads_members, linear_box_head  # torch: only for a detector's IR
 
     if target.precision == "int8" and linear_box_head(detector) is None:
         raise UsageError(f"--precision int8 runs an R-CNN box head's fully connected layers in int8, and "

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tsvk.errors import RequestError
-from tsvk.stopping import refusal
+from tsvk.common import RequestError
+from tsvk.worker import refusal
 
 from . import wire
 from .archives import ServedModel

@@ -17,7 +17,7 @@ from typing import Any, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tsvk.deadline import ARRIVAL_HEADER, parse_arrival
+from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from .batcher import Pending, QueueFull
 from .metrics import EngineMetrics

@@ -22,13 +22,14 @@ from typing import Any, Callable
 
 import torch
 
-from . import features
+from ..common import features
 from .cpu_isa import REMEDY, check_package_runs_here
-from .loaded_model import LoadedModel
+from ..tasks.loaded_model import LoadedModel
 from .openvino_detector import attach_openvino_backbone, quantize_box_head
 from .openvino_ir import compile_for_cpu
-from .settings import ArtifactSettings
-from .tasks import task_kind
+from ..common.settings import ArtifactSettings
+from ..common.task_kinds import task_kind
+from ..tasks import served_form, task_class, torchvision_model
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +262,7 @@ def load_openvino(
         return compile_for_cpu(ov, path, torch.get_num_threads())
     detector = build_eager_model(artifact, model_dir, num_classes, task)
     try:
-        detector = kind.task_class().on_cpu(attach_openvino_backbone(detector, ov, path, torch.get_num_threads()))
+        detector = task_class(task).on_cpu(attach_openvino_backbone(detector, ov, path, torch.get_num_threads()))
         if artifact.precision == "int8":
             quantize_box_head(detector)
         return detector
@@ -276,16 +277,15 @@ def load_eager(
     model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(read_state_dict(path))
     model = model.to(device=device, dtype=dtype).eval()
-    return task_kind(task).task_class().on_cpu(model) if device.type == "cpu" else model
+    return task_class(task).on_cpu(model) if device.type == "cpu" else model
 
 
 def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str = "classify") -> torch.nn.Module:
     """The model's structure in its served form (a detector takes prepared images: tasks/detector_model.py)."""
-    kind = task_kind(task)
     source = artifact.source
     if source.kind == "torchvision":
-        return kind.torchvision_model(source.builder, num_classes)
-    return kind.served_form(_import_factory(model_dir / source.file, source.factory)())
+        return torchvision_model(task, source.builder, num_classes)
+    return served_form(task, _import_factory(model_dir / source.file, source.factory)())
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
