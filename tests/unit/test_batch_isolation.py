@@ -150,7 +150,7 @@ def test_json_limits_count_values_and_depth_outside_strings():
 def test_options_are_read_from_a_json_body_handed_on_as_bytes():
     body = json.dumps({"image": base64.b64encode(_good()).decode(), "score_threshold": 0.3}).encode()
     payload = read_request({"body": bytearray(body)}, crop=32, parameters=("score_threshold",))
-    assert payload.image == _good() and number(payload.request, "score_threshold", 0.5, 0.05, 1.0) == 0.3
+    assert payload.image == _good() and number(payload.fields, "score_threshold", 0.5, 0.05, 1.0) == 0.3
 
 
 class _Socket:

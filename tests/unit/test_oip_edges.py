@@ -75,3 +75,20 @@ def test_check_input_counts_images_within_the_limit():
     with pytest.raises(BadTensor, match="1 to 4"):
         oip.check_input("images", "BYTES", [5], CROP, max_items=4)
 
+
+
+def test_a_request_is_read_once_its_fields_kept_for_the_task_options():
+    """The task reads its answer options from what reading kept, whatever the protocol: nothing reads the body again."""
+    jpeg = encode(noise_image(), "JPEG")
+    oip_request = _request(data=[base64.b64encode(jpeg).decode()])
+    assert read_request(oip_request, CROP).fields == oip_request
+    form = {"data": jpeg, "score_threshold": "0.4"}
+    assert read_request(form, CROP, ("score_threshold",)).fields == form
+
+
+def test_a_task_without_top_k_refuses_the_protocol_in_the_protocol():
+    jpeg = encode(noise_image(), "JPEG")
+    read = read_request(_request(data=[base64.b64encode(jpeg).decode()], id="9"), CROP, task="detect")
+    assert read.protocol == OIP and read.image is None and "classifiers only" in read.error.message
+    assert write_error(read, read.error) == {"error": f"bad_request: {read.error.message}"}
+    assert read_request(_request("pixels", "FP32", (1, 3, 4, 4), [0.0] * 48), CROP, task="detect").error.code == "bad_tensor"
