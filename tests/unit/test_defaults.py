@@ -1,4 +1,4 @@
-"""Every default is written once, in tsvk.defaults (the worker's) or tsvk_tools.defaults, and every place that has one says the same.
+"""Every default is written once, in tsvk.common.defaults (the worker's) or tsvk_tools.defaults, and every place that has one says the same.
 
 The Makefile passes nothing it is not given (tests/unit/test_make_options.py), the Helm chart's
 defaults are checked in tests/helm/test_helm_make.py; these tests cover the Python side: the settings

@@ -79,7 +79,7 @@ class ArchiveScorer:
 
 def thread_config(model_name: str, threads: int) -> str:
     """A properties file holding this worker's thread plan, read by the service the way a served worker reads
-    the one `tsvk config` writes (tsvk/threads.py: TS_CONFIG_FILE, `tsvk.threads.<model>=<intra>,<inter>`)."""
+    the one `tsvk config` writes (tsvk/worker/threads.py: TS_CONFIG_FILE, `tsvk.threads.<model>=<intra>,<inter>`)."""
     handle, path = tempfile.mkstemp(prefix="tsvk-batch-threads-", suffix=".properties")
     with os.fdopen(handle, "w") as properties:
         properties.write(f"tsvk.threads.{model_name}={threads},1\n")

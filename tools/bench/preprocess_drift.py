@@ -2,7 +2,7 @@
 
 The reference is what a classifier's weights were evaluated with: PIL decode, `transforms.Resize`
 (shorter side, bilinear, antialiased), `CenterCrop`, `ToTensor`, `Normalize`. The served side is the
-handler's own CPU path (`tsvk.decode` and `tsvk.preprocess`), and the final tensor is made exactly as
+handler's own CPU path (`tsvk.preprocess.decode` and `tsvk.preprocess`), and the final tensor is made exactly as
 int8 calibration and verification make it: `CpuPreprocessor` over the photos, 16 at a time.
 
 For each stage it prints the largest and mean absolute difference over every photo (decode, resize

@@ -147,7 +147,7 @@ def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
 
 def refuse_foreign_cpu_package(path: Path) -> None:
     """An AOTInductor CPU package compiled for instructions this CPU lacks fails here, by name, instead of
-    crashing the worker at its first batch (tsvk/cpu_isa.py)."""
+    crashing the worker at its first batch (tsvk/model/cpu_isa.py)."""
     problem = check_package_runs_here(path)
     if problem:
         raise ArtifactLoadError(f"{path.name} (aoti, cpu) cannot run on this machine: {problem}. Rebuild the archive: {REMEDY}")
@@ -251,7 +251,7 @@ def load_openvino(
     task: str = "classify", **_: Any,
 ) -> Callable:
     """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
-    a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
+    a detector's artifact is its backbone, run under its eager heads (`tsvk.model.openvino_detector`)."""
     try:
         ov = features.optional_module("openvino")
     except ImportError as err:

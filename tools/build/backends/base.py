@@ -61,7 +61,7 @@ class Backend:
     """A compile backend: where it runs, what it writes, how it compiles.
 
     There is no load here: build-time verification loads every artifact with the handler's own
-    loader (`tsvk.loading.load_model`), so what is verified is exactly what a worker serves."""
+    loader (`tsvk.model.loading.load_model`), so what is verified is exactly what a worker serves."""
 
     name: str
     file_name: str

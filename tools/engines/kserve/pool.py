@@ -239,7 +239,7 @@ class WorkerDied(RequestError):
 
 
 def died_body(model: str) -> bytes:
-    """The handler's error shape (handlers/tsvk/errors.py), encoded as the worker encodes answers."""
+    """The handler's error shape (handlers/tsvk/common/errors.py), encoded as the worker encodes answers."""
     return encode_body(WorkerDied(f"the worker serving {model} died with this request; it is being replaced: send it again").body())
 
 
