@@ -215,7 +215,8 @@ class VisionService:
                 failed[position] = late or request.error
                 continue
             try:
-                admitted[position] = Admitted(self._image_or_pixels(request), self.task.options(request.fields))
+                options = self.task.options(request.fields)  # a bad option is refused before the image is probed
+                admitted[position] = Admitted(self._image_or_pixels(request), options)
             except RequestError as err:
                 failed[position] = err.detached()
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
