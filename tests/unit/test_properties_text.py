@@ -58,9 +58,11 @@ def test_tsvk_reads_the_file_exactly_as_java_does(written):
 
 
 def test_latin1_bytes_and_javas_line_ends_are_read_as_java_reads_them_with_the_line_each_key_starts_on(tmp_path):
-    """Bytes are ISO-8859-1 characters, and only \\n, \\r and \\r\\n end a line (not \\x85, which str.splitlines
-    would split on); the doctor's findings name the line a key starts on, read by the same reader."""
+    """Bytes are ISO-8859-1 characters; only \\n, \\r and \\r\\n end a line (not \\x85, which str.splitlines
+    would split on), and only space, tab and form feed end a key (not \\xa0); the doctor's findings name the
+    line a key starts on, read by the same reader."""
     config = tmp_path / "odd.properties"
-    config.write_bytes(b"caf\xe9=cr\xe8me\r\nnext\x85line=1\rcontinued=a \\\n  b\nlast=\\u00e9\n")
-    assert read_properties(config) == java_reads(config) == {"caf\xe9": "cr\xe8me", "next\x85line": "1", "continued": "a b", "last": "\xe9"}
-    assert read_doctor_properties(config).lines == {"caf\xe9": 1, "next\x85line": 2, "continued": 3, "last": 5}
+    config.write_bytes(b"caf\xe9=cr\xe8me\r\nno\xa0break=1\x85more\rcontinued=a \\\n  b\nlast=\\u00e9\n")
+    read = {"caf\xe9": "cr\xe8me", "no\xa0break": "1\x85more", "continued": "a b", "last": "\xe9"}
+    assert read_properties(config) == java_reads(config) == read
+    assert read_doctor_properties(config).lines == {"caf\xe9": 1, "no\xa0break": 2, "continued": 3, "last": 5}

@@ -21,7 +21,8 @@ _NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\\": "\\\
 _UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|.)", re.S)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")  # Java's line terminators only (not \x85, \f, ... as str.splitlines)
-_KEY_END = re.compile(r"(?<!\\)(?:\\\\)*[=:\s]")  # the first separator not escaped by an odd run of backslashes
+_KEY_END = re.compile(r"(?<!\\)(?:\\\\)*[=: \t\f]")  # the first separator not escaped by an odd run of backslashes
+# (Java's blanks are space, tab and form feed only: a str regex's \s would also take \xa0, \x85, ...)
 
 
 def escape_value(value: str) -> str:
