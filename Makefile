@@ -1,7 +1,7 @@
 # TorchServe Vision Kit. `make help` lists the targets; variables in CAPITALS are their options.
 # Each target runs one `tsvk` command and each option becomes one of its flags (docs/commands.md).
 # An option left empty is not passed, so `tsvk` decides: its defaults are written once, in
-# tools/defaults.py (the worker's own in handlers/tsvk/defaults.py). tests/unit/test_make_options.py checks the Makefile, the CLI and the
+# tools/defaults.py (the worker's own in handlers/tsvk/common/defaults.py). tests/unit/test_make_options.py checks the Makefile, the CLI and the
 # option tables of docs/commands.md against each other.
 SHELL := /bin/bash
 .DEFAULT_GOAL := help

@@ -36,7 +36,7 @@ def resnet18_store(tmp_path_factory, resnet18_weights) -> Path:
     """A model store holding one AOTInductor resnet18 archive (max batch 4), built once per session."""
     from tsvk_tools.build.archive import build_archive
     from tsvk_tools.build.build import BuildRequest
-    from tsvk.settings import ServingDefaults
+    from tsvk.common.settings import ServingDefaults
 
     store = tmp_path_factory.mktemp("store")
     request = BuildRequest(model="resnet18", weights=str(resnet18_weights), max_batch=4, serving=ServingDefaults(batch_size=4))

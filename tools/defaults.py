@@ -7,7 +7,7 @@ Makefile leaves its variables empty so that `tsvk` decides, and tests check that
 and the Helm chart say the same.
 """
 
-from tsvk.defaults import *  # noqa: F401,F403 - the worker's defaults, which tools/ reads too
+from tsvk.common.defaults import *  # noqa: F401,F403 - the worker's defaults, which tools/ reads too
 
 # What `tsvk archive` builds when nothing else is asked for.
 MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build

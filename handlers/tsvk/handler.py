@@ -11,9 +11,9 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .heap import freeze_startup_objects
-from .json_body import hand_json_to_the_handler
-from .service import VisionService
+from .worker.heap import freeze_startup_objects
+from .request.json_body import hand_json_to_the_handler
+from .worker.service import VisionService
 
 log = logging.getLogger(__name__)
 

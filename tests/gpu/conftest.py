@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsvk import features
+from tsvk.common import features
 
 MIB = 1 << 20
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsvk import features
-from tsvk.loading import load_model
-from tsvk.postprocess import first_tensor
+from tsvk.common import features
+from tsvk.model.loading import load_model
+from tsvk.tasks.answers import first_tensor
 from tsvk_tools.build.build import BuildRequest, build
 
 pytestmark = [

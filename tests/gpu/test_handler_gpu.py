@@ -17,10 +17,10 @@ import pytest
 import torch
 
 from tests.support.handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive
-from tsvk import features
-from tsvk.decode import probe
+from tsvk.common import features
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 
 pytestmark = [
     pytest.mark.gpu,
@@ -136,7 +136,7 @@ def test_cvcuda_batch_is_contiguous_for_crops_nvcv_would_pad(resize, crop):
 
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two GPUs: checks a worker on the last one")
 def test_a_worker_on_the_last_gpu_does_its_cuda_work_there(tmp_path):
-    from tsvk.service import VisionService
+    from tsvk.worker.service import VisionService
 
     last = torch.cuda.device_count() - 1
     config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
@@ -154,7 +154,7 @@ def test_a_worker_on_the_last_gpu_does_its_cuda_work_there(tmp_path):
 def test_handler_on_a_gpu_worker_uses_the_gpu(tmp_path):
     config = write_tiny_eager_archive(tmp_path, preprocess={"resize": 40, "crop": 32, "backend": "auto"})
     context = FakeContext(tmp_path, config, gpu_id=0)
-    from tsvk.service import VisionService
+    from tsvk.worker.service import VisionService
 
     service = VisionService.from_context(context)
     assert service.model.device.type == "cuda"

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tests.support.crd import load_schema, unknown_fields
-from tsvk.properties import read_properties
+from tsvk.common.properties import read_properties
 from tsvk_tools.cli import build_parser as tsvk_parser
 from tsvk_tools.kube.kserve_runtime import migration_config_command, runtime_pod
 from tsvk_tools.serve import container

@@ -11,7 +11,7 @@ import psutil
 import pytest
 import requests
 
-from tsvk.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
+from tsvk.worker.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
 from tests.support.torchserve import post_image, running_torchserve
 from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array

@@ -21,7 +21,7 @@ from PIL import Image
 
 from tests.support.handler_fakes import encode, noise_image
 from tests.support.torchserve import model_metrics_yaml_section, post_concurrently, running_torchserve
-from tsvk import metrics as tsvk_metrics
+from tsvk.worker import metrics as tsvk_metrics
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.serve.ports import serving_on_free_ports
 

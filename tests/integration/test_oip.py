@@ -20,7 +20,7 @@ import torch
 from tests.integration.test_handler_torchserve import FIXTURES, LABELS, MODEL, _batch_sizes_seen, build_mar
 from tests.support.handler_fakes import encode, noise_image
 from tests.support.oip_clients import CLIENTS, EXPECTED, CallFailed, KServeWorker
-from tsvk.decode import probe
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess import build_preprocessor
 from tsvk_tools.build.archive_info import read_archive_settings
 from tsvk_tools.cli import main as tsvk

@@ -17,7 +17,7 @@ from tsvk_tools import cli
 from tsvk_tools.serve.ports import free_ports
 from tsvk_tools.serve.server import start_torchserve
 from tsvk_tools.serve.serving_config import ServingRequest, write_config
-from tsvk.properties import read_properties
+from tsvk.common.properties import read_properties
 
 BUDGET_MIN = 3  # both coarse splits, and time kept back to compare a contender with the rule's plan
 START_UP_S = 15  # imports, photos and archive reading before the search's clock starts

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from tsvk import features
+from tsvk.common import features
 
 
 @dataclass(frozen=True)

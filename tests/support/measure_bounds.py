@@ -70,7 +70,7 @@ def torchserve_worker_parse() -> dict:
 
 def handler_bounded_parse() -> dict:
     """The handler with TorchServe's parse off: the body arrives as bytes and is refused from its counts."""
-    from tsvk.inputs import read_request
+    from tsvk.request import read_request
 
     body = bytearray(_json_bomb())
     return _measured(lambda: read_request({"body": body}, crop=224).error.code)
@@ -79,7 +79,7 @@ def handler_bounded_parse() -> dict:
 def handler_parse_at_the_limit() -> dict:
     """The costliest bodies a classifier's worker (crop 224) still parses: as many values as its limit allows
     (room for one image of pixels), of the kinds that cost the most memory per value counted."""
-    from tsvk.json_body import limits_for_pixels, parse_json
+    from tsvk.request.json_body import limits_for_pixels, parse_json
 
     limits = limits_for_pixels(3 * 224 * 224)
     found = {"max_values": limits.max_values}
@@ -144,8 +144,8 @@ def _photo_12mp(progressive: bool) -> bytes:
 
 
 def jpeg_walk() -> dict:
-    from tsvk.decode import probe
-    from tsvk.jpeg_scans import scan_work
+    from tsvk.preprocess.decode import probe
+    from tsvk.preprocess.jpeg_scans import scan_work
 
     found = {}
     for progressive in (False, True):
@@ -168,8 +168,8 @@ def scan_bomb_decode() -> dict:
     from torchvision.io import decode_jpeg
 
     from tests.support.jpeg_bombs import gradient_jpeg, scan_bomb
-    from tsvk.decode import probe
-    from tsvk.errors import DecodeTooCostly
+    from tsvk.preprocess.decode import probe
+    from tsvk.common.errors import DecodeTooCostly
 
     found = {}
     for name, data in (("plain", gradient_jpeg(4000, 4000)), ("bomb", scan_bomb(4000, 4000, 2000))):

@@ -45,17 +45,17 @@ def burst(task: str, store: Path) -> str:
     import torch
 
     from tests.support import peak_memory
-    from tsvk.decode import probe
-    from tsvk.loading import LoadedModel
+    from tsvk.preprocess.decode import probe
+    from tsvk.tasks.loaded_model import LoadedModel
     from tsvk.preprocess.cpu import CpuPreprocessor
-    from tsvk.settings import HandlerSettings
-    from tsvk.tasks import task_kind
+    from tsvk.common.settings import HandlerSettings
+    from tsvk.tasks import task_class, torchvision_model
 
     payloads = _pngs(store)
     settings = HandlerSettings.from_dict({"model_name": "m", "task": task, "preprocess": PREPROCESS[task],
                                           "artifact": {"file": "m.pt", "format": "eager", "source": {"builder": BUILDERS[task]}}})
-    model = LoadedModel(task_kind(task).torchvision_model(BUILDERS[task]), torch.device("cpu"), torch.float32, "eager")
-    worker = task_kind(task).task_class()(settings, model, CpuPreprocessor(settings.preprocess), None)
+    model = LoadedModel(torchvision_model(task, BUILDERS[task]), torch.device("cpu"), torch.float32, "eager")
+    worker = task_class(task)(settings, model, CpuPreprocessor(settings.preprocess), None)
     worker.answer(worker.prepare([probe(payloads[0], settings.preprocess.max_pixels)]).batch, [worker.options({})])
     images = [probe(p, settings.preprocess.max_pixels) for p in payloads]
     start = time.perf_counter()
@@ -70,7 +70,7 @@ def masks(boxes_kind: str) -> str:
     import torch
 
     from tests.support import peak_memory
-    from tsvk.settings import DetectSettings
+    from tsvk.common.settings import DetectSettings
     from tsvk.tasks.detect import DetectTask
 
     height, width = MASK_PHOTO
@@ -98,7 +98,7 @@ def worst_masks() -> tuple[int, list | None, float, float]:
     import torch
 
     from tests.support import peak_memory
-    from tsvk.settings import DetectSettings
+    from tsvk.common.settings import DetectSettings
     from tsvk.tasks.detect import DetectTask
 
     torch.set_num_threads(1)

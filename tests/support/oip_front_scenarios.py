@@ -15,8 +15,8 @@ from aiohttp import web
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferRequest
 
-from tsvk import oip
-from tsvk.errors import BadImage
+from tsvk.request import oip
+from tsvk.common.errors import BadImage
 from tsvk_tools.oip.config import ModelTensors
 from tsvk_tools.oip.forward import ForwardedError, TorchServeModel
 from tsvk_tools.oip.health import TorchServeHealth

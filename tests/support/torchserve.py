@@ -10,7 +10,7 @@ from typing import Iterator
 import requests
 
 from tsvk_tools import defaults
-from tsvk.metrics import metric_definitions
+from tsvk.worker.metrics import metric_definitions
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.serve.server import TorchServeRun, start_torchserve
 from tsvk_tools.serve.serving_config import ServingRequest, write_config

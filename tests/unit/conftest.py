@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tsvk import features
+from tsvk.common import features
 
 from tests.support.fake_cuda import FakeCuda
 from tsvk_tools.images import jpeg_bytes, photo_array

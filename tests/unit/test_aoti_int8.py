@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk.loading import load_model
+from tsvk.model.loading import load_model
 from tsvk_tools.build.backends import pt2e
 from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.errors import UsageError

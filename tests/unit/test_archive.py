@@ -30,7 +30,8 @@ def test_archive_is_self_contained(tmp_path):
         config = yaml.safe_load(mar.read("model-config.yaml"))
         labels = mar.read("index_to_name.json").decode()
     assert {"image_classifier.py", "model_state.pt", "tiny_model.py", "index_to_name.json", "model-config.yaml",
-            "tsvk/__init__.py", "tsvk/settings.py", "tsvk/threads.py", "MAR-INF/MANIFEST.json"} <= names
+            "tsvk/__init__.py", "tsvk/common/settings.py", "tsvk/worker/threads.py", "tsvk/request/oip.py",
+            "MAR-INF/MANIFEST.json"} <= names
     assert not any("__pycache__" in n for n in names)
     assert list(config) == ["tsvk"], "TorchServe keys in the archive would override the generated config"
     settings = config["tsvk"]
@@ -55,11 +56,11 @@ def test_an_archive_says_which_of_its_handler_files_this_checkout_has_changed(tm
     edited = tmp_path / "edited.mar"
     with zipfile.ZipFile(built) as source, zipfile.ZipFile(edited, "w") as target:
         for name in source.namelist():
-            if name == "tsvk/threads.py":
+            if name == "tsvk/worker/threads.py":
                 continue  # as if built before the file existed
             data = source.read(name)
-            target.writestr(name, data + b"# older" if name == "tsvk/heap.py" else data)
-    assert handler_files_changed(edited) == ["tsvk/heap.py", "tsvk/threads.py"]
+            target.writestr(name, data + b"# older" if name == "tsvk/worker/heap.py" else data)
+    assert handler_files_changed(edited) == ["tsvk/worker/heap.py", "tsvk/worker/threads.py"]
 
 
 def test_exact_jpeg_decode_is_recorded_in_the_archive(tmp_path):
@@ -77,7 +78,7 @@ def top_level_modules_after(statement: str) -> set[str]:
 def test_handler_needs_nothing_beyond_a_stock_torchserve_image():
     """Whatever the handler imports, torch + torchvision + Pillow + numpy + PyYAML already bring in."""
     stock = top_level_modules_after("import torch, torchvision, PIL.Image, numpy, yaml")
-    handler = top_level_modules_after("import tsvk.service, tsvk.preprocess.cpu, tsvk.loading")
+    handler = top_level_modules_after("import tsvk.handler, tsvk.worker.service, tsvk.preprocess.cpu, tsvk.model.loading")
     assert handler - stock == {"tsvk"}
 
 

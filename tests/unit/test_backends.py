@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk import features
-from tsvk.loading import load_model, load_tensorrt
-from tsvk.settings import ArtifactSettings
+from tsvk.common import features
+from tsvk.model.loading import load_model, load_tensorrt
+from tsvk.common.settings import ArtifactSettings
 from tsvk_tools.build.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
 from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.errors import UsageError

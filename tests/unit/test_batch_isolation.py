@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from tsvk.errors import JsonTooDeep, JsonTooLarge
-from tsvk.inputs import OIP, read_request
-from tsvk.json_body import JsonLimits, hand_json_to_the_handler, nesting_depth, parse_json
-from tsvk.service import VisionService
+from tsvk.common.errors import JsonTooDeep, JsonTooLarge
+from tsvk.request import OIP, read_request
+from tsvk.request.json_body import JsonLimits, hand_json_to_the_handler, nesting_depth, parse_json
+from tsvk.worker.service import VisionService
 from tsvk.tasks.params import number
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
@@ -87,9 +87,9 @@ def test_read_request_never_raises(error):
 
 
 def test_an_oip_request_failing_in_an_unforeseen_way_is_answered_in_its_protocol(monkeypatch):
-    from tsvk import inputs
+    from tsvk.request import oip
 
-    monkeypatch.setattr(inputs, "_oip_image", lambda data: 1 / 0)
+    monkeypatch.setattr(oip, "_oip_image", lambda data: 1 / 0)
     payload = read_request({"body": _oip_images()}, crop=32)
     assert payload.protocol == OIP and payload.error.status == 400 and "ZeroDivisionError" in payload.error.message
 
@@ -150,7 +150,7 @@ def test_json_limits_count_values_and_depth_outside_strings():
 def test_options_are_read_from_a_json_body_handed_on_as_bytes():
     body = json.dumps({"image": base64.b64encode(_good()).decode(), "score_threshold": 0.3}).encode()
     payload = read_request({"body": bytearray(body)}, crop=32, parameters=("score_threshold",))
-    assert payload.image == _good() and number(payload.request, "score_threshold", 0.5, 0.05, 1.0) == 0.3
+    assert payload.image == _good() and number(payload.fields, "score_threshold", 0.5, 0.05, 1.0) == 0.3
 
 
 class _Socket:

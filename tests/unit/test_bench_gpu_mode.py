@@ -13,7 +13,7 @@ from tsvk_tools.bench import harness
 from tsvk_tools.bench.apps.ceiling_probe import device_sync, no_sync, timed_calls
 from tsvk_tools.bench.assets import Photo, ours_build_request
 from tsvk_tools.bench.markdown import render_markdown
-from tsvk import features
+from tsvk.common import features
 from tsvk_tools.bench.options import FAST_SYSTEMS, GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
 from tsvk_tools.bench.report import build_result
 from tsvk_tools.bench.run import build_parser, options_from_args

@@ -1,6 +1,6 @@
 """Which AOTInductor CPU packages a CPU can run, from the package's recorded target and the CPU's instructions."""
 
-from tsvk.cpu_isa import cpu_mismatch, missing_instructions
+from tsvk.model.cpu_isa import cpu_mismatch, missing_instructions
 
 AVX512_PACKAGE = {"AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": "AVX512 AVX512_VNNI", "AOTI_DEVICE_KEY": "cpu"}
 EPYC_ZEN4 = {"avx2", "avx512", "avx512_vnni"}

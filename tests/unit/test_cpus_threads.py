@@ -7,9 +7,9 @@ import os
 import pytest
 
 from tsvk_tools.cpus import cgroup_cpu_quota, detect_vcpus
-from tsvk.settings import RuntimeSettings
-from tsvk.properties import read_properties
-from tsvk.threads import find_torchserve_config, resolve_threads
+from tsvk.common.settings import RuntimeSettings
+from tsvk.common.properties import read_properties
+from tsvk.worker.threads import find_torchserve_config, resolve_threads
 
 
 @pytest.mark.parametrize("content, expected", [("200000 100000", 2.0), ("max 100000", None), ("150000 100000", 1.5)])

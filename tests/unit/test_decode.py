@@ -5,8 +5,8 @@ import pytest
 import torch
 from PIL import Image, ImageOps
 
-from tsvk.decode import apply_orientation, decode_rgb, probe
-from tsvk.errors import BadRequest, ImageTooLarge, UnsupportedFormat
+from tsvk.preprocess.decode import apply_orientation, decode_rgb, probe
+from tsvk.common.errors import BadRequest, ImageTooLarge, UnsupportedFormat
 
 from tests.support.handler_fakes import encode, noise_image
 

@@ -5,8 +5,8 @@ import json
 
 import pytest
 
-from tsvk.errors import BadRequest
-from tsvk.inputs import looks_like_image, request_payload
+from tsvk.common.errors import BadRequest
+from tsvk.request.predictions import image_bytes, looks_like_image
 
 from tests.support.handler_fakes import encode, noise_image
 
@@ -32,15 +32,15 @@ B64 = base64.b64encode(JPEG)
     ],
 )
 def test_every_way_a_client_sends_an_image_gives_the_same_bytes(request_dict):
-    assert request_payload(request_dict) == JPEG
+    assert image_bytes(request_dict) == JPEG
 
 
 def test_multipart_file_field_wins_over_text_fields():
-    assert request_payload({"note": "a caption", "upload": JPEG}) == JPEG
+    assert image_bytes({"note": "a caption", "upload": JPEG}) == JPEG
 
 
 def test_data_key_wins_over_other_fields():
-    assert request_payload({"data": PNG, "other": JPEG}) == PNG
+    assert image_bytes({"data": PNG, "other": JPEG}) == PNG
 
 
 @pytest.mark.parametrize(
@@ -58,11 +58,11 @@ def test_data_key_wins_over_other_fields():
 )
 def test_unusable_requests_say_what_was_wrong(request_dict, message):
     with pytest.raises(BadRequest, match=message):
-        request_payload(request_dict)
+        image_bytes(request_dict)
 
 
 def test_unknown_bytes_are_passed_on_for_the_decoder_to_reject():
-    assert request_payload({"body": b"\x00\x01\x02garbage"}) == b"\x00\x01\x02garbage"
+    assert image_bytes({"body": b"\x00\x01\x02garbage"}) == b"\x00\x01\x02garbage"
 
 
 @pytest.mark.parametrize("fmt", ["JPEG", "PNG", "GIF", "BMP", "WEBP"])

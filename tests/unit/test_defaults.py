@@ -1,4 +1,4 @@
-"""Every default is written once, in tsvk.defaults (the worker's) or tsvk_tools.defaults, and every place that has one says the same.
+"""Every default is written once, in tsvk.common.defaults (the worker's) or tsvk_tools.defaults, and every place that has one says the same.
 
 The Makefile passes nothing it is not given (tests/unit/test_make_options.py), the Helm chart's
 defaults are checked in tests/helm/test_helm_make.py; these tests cover the Python side: the settings
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tsvk.settings import ARTIFACT_FORMATS, DEVICES, PRECISIONS, ArtifactSettings, PreprocessSettings, RuntimeSettings, ServingDefaults
+from tsvk.common.settings import ARTIFACT_FORMATS, DEVICES, PRECISIONS, ArtifactSettings, PreprocessSettings, RuntimeSettings, ServingDefaults
 from tsvk_tools import cli, defaults
 from tsvk_tools.build.backends import BACKENDS
 from tsvk_tools.bench import options as bench_options
@@ -46,7 +46,7 @@ def test_the_settings_schema_takes_its_defaults_from_the_defaults_module():
 
 
 def test_an_archive_without_serving_suggestions_reads_the_same_defaults():
-    from tsvk.settings import HandlerSettings
+    from tsvk.common.settings import HandlerSettings
 
     settings = HandlerSettings.from_dict({"model_name": "m", "artifact": {"file": "model.pt2", "format": "aoti", "source": {"builder": "m"}}})
     assert vars(settings.serving) == SERVING and settings.artifact.max_batch == defaults.MAX_BATCH
@@ -136,7 +136,7 @@ def test_backend_names_come_from_the_schema():
 
 
 def test_the_handler_loads_every_format_the_schema_names():
-    from tsvk import loading
+    from tsvk.model import loading
 
     assert set(loading._LOADERS) == set(ARTIFACT_FORMATS)
 

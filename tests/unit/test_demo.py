@@ -106,6 +106,6 @@ def test_the_demo_is_a_tsvk_subcommand():
 
 def test_a_reused_archive_with_another_handler_says_so(builds, capsys):
     builds.archived(builds.store / "resnet18.mar", random=False)
-    builds.differing = ["tsvk/service.py"]
+    builds.differing = ["tsvk/worker/service.py"]
     assert demo.ensure_archive("resnet18", builds.store) == "resnet18"
     assert _built(builds) == [] and "differs from this checkout's in 1 file\n" in capsys.readouterr().out

@@ -7,9 +7,9 @@ from __future__ import annotations
 import torch
 from torchvision.models.detection import fasterrcnn_mobilenet_v3_large_320_fpn
 
-from tsvk.loading import LoadedModel
+from tsvk.tasks.loaded_model import LoadedModel
 from tsvk.preprocess.cpu import CpuPreprocessor
-from tsvk.settings import HandlerSettings
+from tsvk.common.settings import HandlerSettings
 from tsvk.tasks.detect import DetectBatch, DetectTask
 from tsvk.tasks.detector_model import served_detector
 

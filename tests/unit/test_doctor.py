@@ -190,7 +190,7 @@ def _aoti_package(cpu_isa: str) -> bytes:
 
 
 def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(generated, store, tmp_path, monkeypatch, avx2_only_cpu):
-    from tsvk import cpu_isa
+    from tsvk.model import cpu_isa
 
     def as_aoti(raw):
         raw["tsvk"]["artifact"].update(format="aoti", file="model.pt2", device="cpu")

@@ -11,8 +11,8 @@ from collections import Counter
 import pytest
 import requests
 
-from tsvk.errors import DeadlineExceeded
-from tsvk.stopping import refusal
+from tsvk.common.errors import DeadlineExceeded
+from tsvk.worker.stopping import refusal
 from tsvk_tools.serve import drain as drain_module
 from tsvk_tools.serve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
 from tsvk_tools.robustness.drain import Outcome, counted_by_torchserve, drain_report, never_connected

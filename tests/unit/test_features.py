@@ -5,7 +5,7 @@ import types
 
 import pytest
 
-from tsvk import features
+from tsvk.common import features
 
 
 @pytest.fixture(autouse=True)

@@ -10,10 +10,10 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk import metrics as tsvk_metrics
-from tsvk.service import VisionService
-from tsvk.settings import SettingsError
-from tsvk.stopping import STOP_MARKER_ENV
+from tsvk.worker import metrics as tsvk_metrics
+from tsvk.worker.service import VisionService
+from tsvk.common.settings import SettingsError
+from tsvk.worker.stopping import STOP_MARKER_ENV
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, photo, write_tiny_eager_archive
 from tests.support.torchserve import model_metrics_yaml_section
@@ -167,7 +167,7 @@ def test_labels_in_synset_form_use_the_name(tmp_path):
 
 def test_classes_named_alike_are_all_answered():
     """ImageNet names two classes "crane": a top-k answer keeps both, the second with its index."""
-    from tsvk.postprocess import topk_answers
+    from tsvk.tasks.answers import topk_answers
 
     logits = torch.tensor([[0.0, 3.0, 2.0, 1.0]])
     answer = topk_answers(logits, ["tench", "crane", "crane", "maillot"], k=3)[0]
@@ -204,7 +204,7 @@ def test_cuda_artifact_on_this_cpu_worker_fails_at_load(tmp_path):
 
 def test_load_log_line_names_format_device_precision_backend_batch_and_threads(archive, caplog):
     model_dir, config = archive
-    with caplog.at_level("INFO", logger="tsvk.service"):
+    with caplog.at_level("INFO", logger="tsvk.worker.service"):
         VisionService.from_context(FakeContext(model_dir, config, batch_size=4))
     line = next(r.getMessage() for r in caplog.records if "tsvk loaded" in r.getMessage())
     for expected in ("format=eager", "device=cpu", "precision=fp32", "preprocess=cpu", "batch_size=4", "threads=intra"):

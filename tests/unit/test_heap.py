@@ -7,9 +7,9 @@ import platform
 
 import pytest
 from support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
-from tsvk.heap import HeapTrimmer, glibc_malloc_trim
-from tsvk.service import VisionService
-from tsvk.settings import HandlerSettings, SettingsError
+from tsvk.worker.heap import HeapTrimmer, glibc_malloc_trim
+from tsvk.worker.service import VisionService
+from tsvk.common.settings import HandlerSettings, SettingsError
 
 
 class Clock:

@@ -12,13 +12,13 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk.deadline import parse_arrival, request_age_ms, response_timeout_from_config
-from tsvk.decode import decoded_pixels, probe, webp_canvas_size
-from tsvk.errors import ERROR_CLASSES, ImageTooLarge
+from tsvk.worker.deadline import parse_arrival, request_age_ms, response_timeout_from_config
+from tsvk.preprocess.decode import decoded_pixels, probe, webp_canvas_size
+from tsvk.common.errors import ERROR_CLASSES, ImageTooLarge
 from tsvk.preprocess.cpu import CpuPreprocessor, pixel_budget_chunks
-from tsvk.service import VisionService
-from tsvk.settings import HandlerSettings, PreprocessSettings, SettingsError
-from tsvk.worker_starts import record_worker_start
+from tsvk.worker.service import VisionService
+from tsvk.common.settings import HandlerSettings, PreprocessSettings, SettingsError
+from tsvk.worker.worker_starts import record_worker_start
 from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, real_webp_bomb, seed_images
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive

@@ -1,14 +1,23 @@
 """tsvk's own import graph, drawn from the code (ast), not from what happens to be imported.
 
 Module-level imports of tsvk and tsvk_tools form no circle (a circle makes what a module holds depend on
-which one was imported first). Imports of tsvk's own modules inside functions are few, and each says why
+which one was imported first); imports under `if TYPE_CHECKING:` count as module-level here, since a circle
+of types is still a circle. Imports of tsvk's own modules inside functions are few, and each says why
 in a comment on its line or the line above (an optional or heavy dependency such as torch behind it).
+
+tsvk's rooms (`tsvk.ROOM_LAYERS`) form layers: a room imports only rooms below it, at any level. tools/
+imports tsvk only through its declared surface (`tsvk.TOOLS_SURFACE`, and of a room only the names in its
+`__all__`); tests may import anything.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
+
+import pytest
+import tsvk
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = {"tsvk": ROOT / "handlers" / "tsvk", "tsvk_tools": ROOT / "tools"}
@@ -51,14 +60,13 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
 
 
 def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
-    """Imports that run when the module is imported: not in functions, nor under `if TYPE_CHECKING:`."""
+    """Imports outside functions: those that run when the module is imported, and those under
+    `if TYPE_CHECKING:` (a type checker follows them, and a circle of types is a circle)."""
     found, pending = [], list(tree.body)
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            pending.extend(node.orelse)
         elif not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             pending.extend(child for child in ast.iter_child_nodes(node) if isinstance(child, ast.stmt))
     return found
@@ -128,6 +136,21 @@ def test_tsvk_tools_has_no_circle_even_through_imports_inside_functions():
     assert not circles, "import circles in tsvk_tools: " + "; ".join(" <-> ".join(c) for c in circles)
 
 
+def _all_imports(path: Path) -> list[ast.Import | ast.ImportFrom]:
+    return [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, (ast.Import, ast.ImportFrom))]
+
+
+def _full_graph(package: str) -> dict[str, set[str]]:
+    """Every import of `package`'s own modules by its modules: in functions and under TYPE_CHECKING too."""
+    return {module: {t for node in _all_imports(path) for t in _targets(node, module) if t != module and t.startswith(package)}
+            for module, path in MODULES.items() if module == package or module.startswith(package + ".")}
+
+
+def test_tsvk_has_no_circle_even_through_imports_inside_functions_or_for_types():
+    circles = _circles(_full_graph("tsvk"))
+    assert not circles, "import circles in tsvk: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
 def test_the_circle_finder_finds_a_circle():
     assert _circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
@@ -153,3 +176,90 @@ def test_few_imports_of_tsvk_modules_inside_functions_each_saying_why():
     assert len(found) <= MAX_FUNCTION_LEVEL_IMPORTS, (
         f"{len(found)} function-level imports of tsvk's own modules (at most {MAX_FUNCTION_LEVEL_IMPORTS}): "
         + ", ".join(f"{path}:{line}" for path, line, _ in found))
+
+
+# --- tsvk's rooms and the surface tools/ may import -----------------------------------------------------------------
+
+TOP = len(tsvk.ROOM_LAYERS)  # tsvk.handler, TorchServe's entry point, sits above every room
+
+
+def _layer(module: str) -> int:
+    """The layer of a tsvk module: its room's, -1 for the package itself (its version), TOP for the handler."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return -1
+    if parts[1] == "handler" and len(parts) == 2:
+        return TOP
+    return next((i for i, rooms in enumerate(tsvk.ROOM_LAYERS) if parts[1] in rooms), None)
+
+
+def _room(module: str) -> str:
+    return module.split(".")[1] if "." in module else ""
+
+
+def _layer_breaches(graph: dict[str, set[str]]) -> list[str]:
+    """'a -> b' for each import of a room by a room that is not below it."""
+    return [f"{module} -> {target}" for module, targets in sorted(graph.items()) for target in sorted(targets)
+            if _room(module) != _room(target) and not _layer(target) < _layer(module)]
+
+
+def test_every_tsvk_module_is_in_a_room():
+    outside = [m for m in MODULES if m.startswith("tsvk.") and _layer(m) is None]
+    assert not outside, f"tsvk modules in no room of tsvk.ROOM_LAYERS: {outside}"
+
+
+def test_tsvk_rooms_import_only_rooms_below_them():
+    breaches = _layer_breaches(_full_graph("tsvk"))
+    assert not breaches, "a tsvk room imports a room not below it (tsvk.ROOM_LAYERS): " + ", ".join(breaches)
+
+
+def test_the_layer_check_finds_an_import_upwards():
+    graph = {"tsvk.common.settings": {"tsvk.tasks.base"}, "tsvk.tasks.base": {"tsvk.common.settings"},
+             "tsvk.request.oip": {"tsvk.preprocess.decode"}, "tsvk.worker.service": {"tsvk.model.loading", "tsvk.worker.heap"}}
+    assert _layer_breaches(graph) == ["tsvk.common.settings -> tsvk.tasks.base", "tsvk.request.oip -> tsvk.preprocess.decode"]
+
+
+def _exports(package: str) -> set[str]:
+    """The names a room's `__init__` lists in `__all__`."""
+    tree = ast.parse(MODULES[package].read_text())
+    found = [n.value for n in tree.body if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)]
+    return set(ast.literal_eval(found[0])) if found else set()
+
+
+def _outside_surface(path: Path, module: str) -> list[str]:
+    """What one tools/ module imports of tsvk beyond its declared surface, as 'tools/x.py imports tsvk.y'."""
+    where = str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+    found = []
+    for node in _all_imports(path):
+        if isinstance(node, ast.Import):
+            wrong = [a.name for a in node.names if a.name.split(".")[0] == "tsvk" and a.name not in tsvk.TOOLS_SURFACE]
+        elif node.level or (node.module or "").split(".")[0] != "tsvk":
+            continue
+        elif node.module not in tsvk.TOOLS_SURFACE:
+            wrong = [node.module]
+        elif node.module == "tsvk" or MODULES.get(node.module, Path()).name != "__init__.py":
+            wrong = []
+        else:
+            wrong = [f"{node.module}.{a.name}" for a in node.names if a.name not in _exports(node.module)]
+        found += [f"{where}:{node.lineno} imports {name}" for name in wrong]
+    return found
+
+
+def test_tools_import_tsvk_only_through_its_declared_surface():
+    found = [line for module, path in MODULES.items() if module.startswith("tsvk_tools") for line in _outside_surface(path, module)]
+    assert not found, ("tools/ imports tsvk beyond tsvk.TOOLS_SURFACE (and the rooms' __all__): " + "; ".join(found))
+
+
+def test_the_surface_check_names_the_tools_module_and_the_internal_it_imports(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("from tsvk.common import read_properties\nfrom tsvk.tasks.rle import decode_mask\n"
+                   "from tsvk.worker import _private\nimport tsvk.model.loading\n")
+    assert _outside_surface(bad, "tsvk_tools.bad") == [
+        f"{bad}:2 imports tsvk.tasks.rle", f"{bad}:3 imports tsvk.worker._private", f"{bad}:4 imports tsvk.model.loading"]
+
+
+@pytest.mark.parametrize("room", [m for m in tsvk.TOOLS_SURFACE if MODULES.get(m, Path()).name == "__init__.py" and m != "tsvk"])
+def test_each_name_a_room_declares_is_there(room):
+    module = importlib.import_module(room)
+    missing = sorted(name for name in _exports(room) if not hasattr(module, name))
+    assert not missing, f"{room}.__all__ names what it does not have: {missing}"

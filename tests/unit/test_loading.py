@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk import cpu_isa, features, loading
-from tsvk.loading import ArtifactLoadError, load_model, model_device, worker_device
-from tsvk.settings import ArtifactSettings, ModelSource
+from tsvk.model import cpu_isa, loading
+from tsvk.common import features
+from tsvk.model.loading import ArtifactLoadError, load_model, model_device, worker_device
+from tsvk.common.settings import ArtifactSettings, ModelSource
 
 from tests.support.handler_fakes import tiny_module, write_tiny_eager_archive
 
@@ -165,7 +166,7 @@ _LOAD_AND_COUNT = """
 import sys
 from pathlib import Path
 import torch
-from tsvk import loading
+from tsvk.model import loading
 library = sys.argv[2]
 forward = loading.load_aoti(Path(sys.argv[1]), torch.device("cpu"))
 assert forward(torch.randn(2, 4)).shape == (2, 3)

@@ -1,4 +1,4 @@
-"""The handler's Open Inference Protocol edges: reading a request (inputs.py) and writing its answer (postprocess.py)."""
+"""The handler's Open Inference Protocol edges: reading a request (request/protocols.py) and writing its answer."""
 
 from __future__ import annotations
 
@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from tests.support.handler_fakes import encode, noise_image
-from tsvk import oip
-from tsvk.errors import BadImage, BadTensor
-from tsvk.inputs import OIP, PREDICTIONS, read_request
-from tsvk.postprocess import write_answer, write_error
+from tsvk.request import oip
+from tsvk.common.errors import BadImage, BadTensor
+from tsvk.request import OIP, PREDICTIONS, read_request, write_answer, write_error
 
 CROP = 8
 
@@ -76,3 +75,20 @@ def test_check_input_counts_images_within_the_limit():
     with pytest.raises(BadTensor, match="1 to 4"):
         oip.check_input("images", "BYTES", [5], CROP, max_items=4)
 
+
+
+def test_a_request_is_read_once_its_fields_kept_for_the_task_options():
+    """The task reads its answer options from what reading kept, whatever the protocol: nothing reads the body again."""
+    jpeg = encode(noise_image(), "JPEG")
+    oip_request = _request(data=[base64.b64encode(jpeg).decode()])
+    assert read_request(oip_request, CROP).fields == oip_request
+    form = {"data": jpeg, "score_threshold": "0.4"}
+    assert read_request(form, CROP, ("score_threshold",)).fields == form
+
+
+def test_a_task_without_top_k_refuses_the_protocol_in_the_protocol():
+    jpeg = encode(noise_image(), "JPEG")
+    read = read_request(_request(data=[base64.b64encode(jpeg).decode()], id="9"), CROP, task="detect")
+    assert read.protocol == OIP and read.image is None and "classifiers only" in read.error.message
+    assert write_error(read, read.error) == {"error": f"bad_request: {read.error.message}"}
+    assert read_request(_request("pixels", "FP32", (1, 3, 4, 4), [0.0] * 48), CROP, task="detect").error.code == "bad_tensor"

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk import features
-from tsvk.loading import ArtifactLoadError, load_model, model_device
-from tsvk.settings import ArtifactSettings
+from tsvk.common import features
+from tsvk.model.loading import ArtifactLoadError, load_model, model_device
+from tsvk.common.settings import ArtifactSettings
 from tsvk_tools.build.backends import check_target, get_backend
 from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.build.calibration import split
@@ -59,7 +59,7 @@ def test_fp32_artifact_is_one_zip_and_matches_eager_at_batch_1_and_max(tmp_path)
 def test_loader_uses_the_workers_planned_threads(tmp_path, monkeypatch):
     result = tiny(tmp_path, weights="none")
     seen = {}
-    import tsvk.loading as loading  # the loader's own reference: patched where it is imported
+    import tsvk.model.loading as loading  # the loader's own reference: patched where it is imported
 
     real = loading.compile_for_cpu
 
@@ -77,7 +77,7 @@ def test_compiled_ir_runs_unpinned_in_fp32_with_the_threads_asked(tmp_path):
     """Workers of one machine each compile their own IR: pinned threads would all share one core."""
     import openvino as ov
 
-    from tsvk.openvino_ir import compiled_on_cpu
+    from tsvk.model.openvino_ir import compiled_on_cpu
 
     result = tiny(tmp_path, weights="none")
     compiled = compiled_on_cpu(ov, result.artifact, 1)
@@ -169,7 +169,7 @@ def _served_segmenter(result) -> object:
 
 
 def test_segmenter_fp32_takes_any_height_and_width_and_matches_eager(tmp_path):
-    from tsvk.postprocess import first_tensor
+    from tsvk.tasks.answers import first_tensor
 
     result = _segmenter(tmp_path, weights="none")
     assert result.report.passed and result.report.pixel_agreement >= 0.999
@@ -196,7 +196,7 @@ def test_segmenter_int8_calibrates_on_photos_at_their_served_sizes_and_is_judged
 
 
 def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
-    from tsvk.settings import PreprocessSettings
+    from tsvk.common.settings import PreprocessSettings
     from tsvk_tools.build.calibration import int8_photos, one_photo_batches
 
     settings = PreprocessSettings(resize=100, crop=0, max_size=0)
@@ -223,7 +223,7 @@ def _detector(tmp_path: Path, weights: str, **request) -> object:
 
 def test_detector_backbone_runs_in_openvino_under_eager_heads_and_answers_as_eager(tmp_path):
     from tests.support.task_models import DETECTOR, decisive_weights
-    from tsvk.openvino_detector import FEATURE_NAMES, HEADS_STATE, OpenVinoBackbone
+    from tsvk.model.openvino_detector import FEATURE_NAMES, HEADS_STATE, OpenVinoBackbone
     from tsvk.tasks.detector_model import detections
     from tsvk_tools.build.verify_tasks import match_boxes
 
@@ -270,7 +270,7 @@ def test_detector_verification_catches_a_backbone_off_by_one_percent(tmp_path):
 
 
 def test_detector_artifact_without_its_heads_fails_the_load_saying_so(tmp_path):
-    from tsvk.openvino_detector import HEADS_STATE
+    from tsvk.model.openvino_detector import HEADS_STATE
 
     result = _detector(tmp_path, "none")
     stripped = tmp_path / "stripped"

@@ -12,15 +12,16 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tsvk.tasks import TASKS
+from tsvk.common.task_kinds import TASKS
 from tsvk_tools.build.archive import handler_sources
 
 WORKER_IMPORTS = """
 import importlib, json, sys
-from tsvk.tasks import TASKS
+from tsvk.common.task_kinds import TASKS
+from tsvk.tasks import task_class
 for kind in TASKS.values():
     importlib.import_module(kind.handler_file.removesuffix(".py"))
-    kind.task_class()
+    task_class(kind.name)
 print(json.dumps(sorted(m.__file__ for m in list(sys.modules.values()) if getattr(m, "__file__", None))))
 """
 

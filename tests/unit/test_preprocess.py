@@ -8,11 +8,11 @@ import torch
 from PIL import Image
 from torchvision.models import ResNet50_Weights, resnet18
 
-from tsvk.decode import probe
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import crop_rects, resized_hw
 from tsvk.preprocess.tensor_ops import Normalizer, group_by_size, resize_crop_stack
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 
 from tests.support.handler_fakes import encode, noise_image, photo
 

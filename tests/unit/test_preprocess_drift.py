@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 from tsvk_tools.bench import preprocess_drift
 
 from tests.support.handler_fakes import encode, photo

@@ -5,9 +5,9 @@ import logging
 import pytest
 import torch
 
-from tsvk import features
+from tsvk.common import features
 from tsvk.preprocess import build_preprocessor, choose_backend
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 
 CPU, GPU = torch.device("cpu"), torch.device("cuda", 0)
 

@@ -14,12 +14,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from tsvk import features
-from tsvk.decode import decode_rgb, probe
+from tsvk.common import features
+from tsvk.preprocess.decode import decode_rgb, probe
 from tsvk.preprocess import cv_cuda, torch_cuda
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 
 from tests.support.fake_cuda import FakeStream, SimulatedDeviceMemory
 from tests.support.fake_cvcuda import FakeCvcuda, FakeCvTensor

@@ -29,11 +29,11 @@ import torch
 import torchvision.transforms as T
 from PIL import Image
 
-from tsvk.decode import probe
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess import build_preprocessor
 from tsvk.preprocess.cpu import DCT_OVERSAMPLE
 from tsvk.preprocess.factory import PREFERENCE, unavailable_reason
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 
 PHOTOS = Path(__file__).resolve().parents[3] / "shared" / "imagenet-samples"  # ../shared, beside the checkout
 EVERY = 10  # one photo in ten, spread over the classes, plus every photo the CPU decodes at a reduced scale

@@ -1,5 +1,5 @@
 """Config text as TorchServe's Java reader sees it: what `tsvk config` writes arrives unchanged, and
-tsvk's own reader (handlers/tsvk/properties.py) agrees with java.util.Properties on every line."""
+tsvk's own reader (handlers/tsvk/common/properties.py) agrees with java.util.Properties on every line."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from tsvk.properties import escape_value
-from tsvk.properties import read_properties
+from tsvk.common.properties import escape_value
+from tsvk.common.properties import read_properties
+from tsvk_tools.doctor.properties import read as read_doctor_properties
 from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 READER = Path(__file__).resolve().parents[1] / "fixtures" / "ReadProperties.java"
@@ -54,3 +55,14 @@ def test_the_model_store_and_its_allowed_urls_pattern_reach_java_unchanged(writt
 def test_tsvk_reads_the_file_exactly_as_java_does(written):
     config, java = written
     assert read_properties(config) == java
+
+
+def test_latin1_bytes_and_javas_line_ends_are_read_as_java_reads_them_with_the_line_each_key_starts_on(tmp_path):
+    """Bytes are ISO-8859-1 characters; only \\n, \\r and \\r\\n end a line (not \\x85, which str.splitlines
+    would split on), and only space, tab and form feed end a key (not \\xa0); the doctor's findings name the
+    line a key starts on, read by the same reader."""
+    config = tmp_path / "odd.properties"
+    config.write_bytes(b"caf\xe9=cr\xe8me\r\nno\xa0break=1\x85more\rcontinued=a \\\n  b\nlast=\\u00e9\n")
+    read = {"caf\xe9": "cr\xe8me", "no\xa0break": "1\x85more", "continued": "a b", "last": "\xe9"}
+    assert read_properties(config) == java_reads(config) == read
+    assert read_doctor_properties(config).lines == {"caf\xe9": 1, "no\xa0break": 2, "continued": 3, "last": 5}

@@ -9,10 +9,10 @@ import io
 import pytest
 from PIL import Image
 
-from tsvk.decode import probe
-from tsvk.errors import ImageTooLarge
-from tsvk.service import VisionService
-from tsvk.settings import PreprocessSettings
+from tsvk.preprocess.decode import probe
+from tsvk.common.errors import ImageTooLarge
+from tsvk.worker.service import VisionService
+from tsvk.common.settings import PreprocessSettings
 from tsvk.tasks.geometry import check_resized_pixels, resized_pixels
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive

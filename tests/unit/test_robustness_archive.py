@@ -79,8 +79,8 @@ def test_a_user_archive_with_another_handler_is_served_with_a_warning(tmp_path, 
     _archive_with(tmp_path / "resnet18.mar", files)
     ensure_archive(tmp_path, "resnet18")
     assert "WARNING" not in capsys.readouterr().out
-    files["tsvk/service.py"] = b"# yesterday's handler"
+    files["tsvk/worker/service.py"] = b"# yesterday's handler"
     _archive_with(tmp_path / "resnet18.mar", files)
     ensure_archive(tmp_path, "resnet18")
     out = capsys.readouterr().out
-    assert builds == [] and "WARNING" in out and "tsvk/service.py" in out and "Delete it" in out
+    assert builds == [] and "WARNING" in out and "tsvk/worker/service.py" in out and "Delete it" in out

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from torchvision.models.detection.faster_rcnn import TwoMLPHead
 from torchvision.ops import MultiScaleRoIAlign, roi_align
 
-from tsvk.roi_pool import ChannelsLastMLPHead, GatheredRoIAlign, gather_roi_pooling, roi_align_gathered
+from tsvk.tasks.roi_pool import ChannelsLastMLPHead, GatheredRoIAlign, gather_roi_pooling, roi_align_gathered
 
 torch.set_num_threads(1)
 
@@ -65,7 +65,7 @@ def test_no_boxes_pool_to_an_empty_batch_of_maps():
 
 @pytest.mark.parametrize("ratio, dtype", [(0, torch.float32), (2, torch.float64)])
 def test_adaptive_sampling_and_other_dtypes_go_to_torchvisions_pooler(ratio, dtype, monkeypatch):
-    import tsvk.roi_pool as roi_pool
+    import tsvk.tasks.roi_pool as roi_pool
 
     generator = torch.Generator().manual_seed(1)
     maps = OrderedDict((name, value.to(dtype)) for name, value in _pyramid(generator, 1, (256, 256)).items())

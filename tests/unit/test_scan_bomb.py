@@ -11,11 +11,11 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk.decode import decode_rgb, probe
-from tsvk.errors import DecodeTooCostly
-from tsvk.jpeg_scans import scan_work
-from tsvk.service import VisionService
-from tsvk.settings import HandlerSettings
+from tsvk.preprocess.decode import decode_rgb, probe
+from tsvk.common.errors import DecodeTooCostly
+from tsvk.preprocess.jpeg_scans import scan_work
+from tsvk.worker.service import VisionService
+from tsvk.common.settings import HandlerSettings
 
 from tests.support.handler_fakes import FakeContext, encode, photo, write_tiny_eager_archive
 from tests.support.jpeg_bombs import gradient_jpeg, scan_bomb, scans

@@ -10,10 +10,10 @@ import torch
 import torchvision.transforms.v2.functional as F
 from PIL import Image, ImageOps
 
-from tsvk.decode import probe
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.tensor_ops import Normalizer
-from tsvk.settings import PreprocessSettings
+from tsvk.common.settings import PreprocessSettings
 from tsvk.tasks.segment import class_map, normalized_groups, segmenter_resize
 
 from tests.support.handler_fakes import encode, noise_image, photo

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tsvk.settings import ArtifactSettings, HandlerSettings, ServingDefaults
+from tsvk.common.settings import ArtifactSettings, HandlerSettings, ServingDefaults
 from tsvk_tools.cli import main
 from tsvk_tools.errors import UsageError
 from tsvk_tools.serve.serving_config import ServingRequest, plan_serving, render_properties, write_config

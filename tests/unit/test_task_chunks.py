@@ -16,14 +16,14 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk import features
-from tsvk.decode import decode_rgb, probe
-from tsvk.loading import LoadedModel
+from tsvk.common import features
+from tsvk.preprocess.decode import decode_rgb, probe
+from tsvk.tasks.loaded_model import LoadedModel
 from tsvk.preprocess import torch_cuda
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk.preprocess.cv_cuda import CvCudaPreprocessor
-from tsvk.settings import HandlerSettings
-from tsvk.tasks import task_kind
+from tsvk.common.settings import HandlerSettings
+from tsvk.tasks import task_class
 
 from tests.support import peak_memory
 from tests.support.fake_cuda import SimulatedDeviceMemory
@@ -46,7 +46,7 @@ def _settings(task: str, max_batch_pixels: int, resize: int = 64) -> HandlerSett
 def _task(task: str, max_batch_pixels: int, preprocessor=None, resize: int = 64):
     settings = _settings(task, max_batch_pixels, resize)
     model = LoadedModel(forward=types.SimpleNamespace(), device=CPU, input_dtype=torch.float32, format="eager")
-    return task_kind(task).task_class()(settings, model, preprocessor or CpuPreprocessor(settings.preprocess), None)
+    return task_class(task)(settings, model, preprocessor or CpuPreprocessor(settings.preprocess), None)
 
 
 def _mixed_images():
@@ -142,7 +142,7 @@ def test_cuda_backend_decodes_a_chunk_at_a_time_and_lets_it_go(nvjpeg):
 
 
 def test_cuda_classifier_batch_is_the_same_in_chunks(nvjpeg):
-    from tsvk.settings import PreprocessSettings
+    from tsvk.common.settings import PreprocessSettings
 
     whole = torch_cuda.CudaPreprocessor(PreprocessSettings(resize=64, crop=56), CPU)(_jpegs())
     nvjpeg.calls.clear()
@@ -152,7 +152,7 @@ def test_cuda_classifier_batch_is_the_same_in_chunks(nvjpeg):
 
 
 def test_cvcuda_backend_transforms_a_chunk_at_a_time(monkeypatch, cuda, nvjpeg):
-    from tsvk.settings import PreprocessSettings
+    from tsvk.common.settings import PreprocessSettings
 
     fake = FakeCvcuda(cuda, SimulatedDeviceMemory().install(monkeypatch))
     monkeypatch.setattr(features, "optional_module", lambda name: fake if name == "cvcuda" else pytest.fail(name))
@@ -174,7 +174,7 @@ def test_cvcuda_backend_transforms_a_chunk_at_a_time(monkeypatch, cuda, nvjpeg):
     ("segment", "label_map_max_side", "65537", "label_map_max_side must be a whole number from 0 to 65536"),
 ])
 def test_options_that_would_grow_an_answer_are_refused_past_their_cap(task, option, value, message):
-    from tsvk.errors import BadRequest
+    from tsvk.common.errors import BadRequest
 
     with pytest.raises(BadRequest, match=message) as refused:
         _task(task, 10**9).options({option: value})

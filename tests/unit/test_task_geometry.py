@@ -8,8 +8,8 @@ import torch
 from pycocotools import mask as coco_mask
 from torchvision.models.detection.transform import GeneralizedRCNNTransform, resize_boxes
 
-from tsvk.decode import EncodedImage
-from tsvk.settings import PreprocessSettings
+from tsvk.preprocess.decode import EncodedImage
+from tsvk.common.settings import PreprocessSettings
 from tsvk.tasks.geometry import detector_resize, fit_within, map_boxes, original_size, resize_label_map
 from tsvk.tasks.rle import decode_mask, encode_mask, run_lengths
 

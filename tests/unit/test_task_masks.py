@@ -13,9 +13,9 @@ from pycocotools import mask as coco_mask
 from torchvision.models.detection.roi_heads import expand_boxes, paste_masks_in_image
 
 from tests.support import memory_burst, peak_memory
-from tsvk.settings import DetectSettings
+from tsvk.common.settings import DetectSettings
 from tsvk.tasks.detect import DetectTask
-from tsvk.defaults import MAX_MASK_PIXELS
+from tsvk.common.defaults import MAX_MASK_PIXELS
 from tsvk.tasks.masks import encode_masks, mask_grid, pasted_pixels
 from tsvk.tasks.rle import compress_counts, decode_counts, decode_mask, encode_mask, placed_run_lengths, run_lengths
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tsvk.errors import BadRequest
-from tsvk.inputs import request_payload
+from tsvk.common.errors import BadRequest
+from tsvk.request.predictions import image_bytes
 from tsvk.tasks.params import flag, number, raw_value, whole
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"rest"
@@ -38,4 +38,4 @@ def test_whole_numbers_and_flags():
 def test_an_option_field_is_never_taken_for_the_image():
     """A form with the option first and the file second: the file is the image."""
     request = {"score_threshold": bytearray(b"0.3"), "file": bytearray(PNG)}
-    assert request_payload(request, ("score_threshold",)) == PNG
+    assert image_bytes(request, ("score_threshold",)) == PNG

@@ -9,13 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from tsvk.tasks import TASKS, task_kind
+from tsvk.common.task_kinds import TASKS, task_kind
+from tsvk.tasks import task_class
 from tsvk_tools.build.archive import handler_sources
 from tsvk_tools.build.task_builds import TASK_BUILDS, check_task, task_backends, task_build
 from tsvk_tools.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRIES = {ROOT / "handlers/tsvk/tasks/__init__.py", ROOT / "tools/build/task_builds.py"}
+REGISTRIES = {ROOT / "handlers/tsvk/common/task_kinds.py", ROOT / "tools/build/task_builds.py"}
 # `== "detect"`, `!= 'classify'`, `in ("segment", ...)`: a comparison with a task's name
 NAME_CHECK = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](%s)["']""" % "|".join(TASKS))
 MOST_NAME_CHECKS = 3  # left where a tool tests a task for a reason of its own (a robustness attack, a bench quirk)
@@ -32,7 +33,7 @@ def test_a_task_entry_names_its_handler_module_and_task_class(name):
     handler = handler_sources(name)[0]
     classes = [node.name for node in ast.parse(handler.read_text()).body if isinstance(node, ast.ClassDef)]
     assert handler.name == kind.handler_file and len(classes) == 1  # TorchServe loads the one class a handler defines
-    assert kind.task_class().name == name
+    assert task_class(name).name == name
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -10,7 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
-from tsvk.settings import HandlerSettings, SettingsError
+from tsvk.common.settings import HandlerSettings, SettingsError
 from tsvk.tasks.rle import encode_mask
 from tsvk_tools.build.build import BuildRequest, build
 from tsvk_tools.client.draw import draw_answer

@@ -11,11 +11,12 @@ import pytest
 import torch
 import torchvision.io
 
-from tsvk import features, service
-from tsvk.loading import ArtifactLoadError, LoadedModel
+from tsvk.common import features
+from tsvk.worker import service
+from tsvk.model.loading import ArtifactLoadError, LoadedModel
 from tsvk.preprocess import BackendChoice
 from tsvk.preprocess.cpu import CpuPreprocessor
-from tsvk.service import VisionService
+from tsvk.worker.service import VisionService
 
 from tests.support.handler_fakes import FakeContext, tiny_module, write_tiny_eager_archive
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from tsvk_tools import defaults
-from tsvk.settings import ArtifactSettings, HandlerSettings, ServingDefaults
+from tsvk.common.settings import ArtifactSettings, HandlerSettings, ServingDefaults
 from tsvk_tools.serve.serving_config import ServingRequest, plan_serving
 from tsvk_tools.serve.worker_plan import cpu_workers, worker_estimate_mb
 

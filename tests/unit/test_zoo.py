@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from tsvk.decode import probe
+from tsvk.preprocess.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk_tools.client import demo
 from tsvk_tools.images import image_bytes

@@ -8,7 +8,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tsvk.tasks import task_kind
+from tsvk.tasks import task_class
 
 from .. import defaults
 from ..build.archive_info import read_archive_settings
@@ -117,7 +117,7 @@ def run_fingerprint(request: BatchRequest, plan: BatchPlan, options: dict) -> di
 
 def answer_options(archive: Path, pairs: tuple[str, ...]) -> dict[str, str]:
     """NAME=VALUE pairs checked against the options the archive's task takes."""
-    allowed = task_kind(read_archive_settings(archive).task).task_class().parameters
+    allowed = task_class(read_archive_settings(archive).task).parameters
     options = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")

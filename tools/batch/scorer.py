@@ -53,7 +53,7 @@ class ArchiveScorer:
         if spec.archive_dir not in sys.path:
             sys.path.insert(0, spec.archive_dir)
         import yaml
-        from tsvk.service import VisionService  # the archive's copy: see the module's docstring
+        from tsvk.worker import VisionService  # the archive's copy: see the module's docstring
 
         self.spec = spec
         config = yaml.safe_load(Path(spec.archive_dir, "model-config.yaml").read_text())
@@ -79,7 +79,7 @@ class ArchiveScorer:
 
 def thread_config(model_name: str, threads: int) -> str:
     """A properties file holding this worker's thread plan, read by the service the way a served worker reads
-    the one `tsvk config` writes (tsvk/threads.py: TS_CONFIG_FILE, `tsvk.threads.<model>=<intra>,<inter>`)."""
+    the one `tsvk config` writes (tsvk/worker/threads.py: TS_CONFIG_FILE, `tsvk.threads.<model>=<intra>,<inter>`)."""
     handle, path = tempfile.mkstemp(prefix="tsvk-batch-threads-", suffix=".properties")
     with os.fdopen(handle, "w") as properties:
         properties.write(f"tsvk.threads.{model_name}={threads},1\n")

@@ -15,8 +15,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk.settings import ServingDefaults
-from tsvk.tasks import TASKS, task_kind
+from tsvk.common import ServingDefaults, TASK_KINDS as TASKS, task_kind
+from tsvk.tasks import torchvision_model
 
 from ..build.archive import build_archive, handler_sources
 from ..build.build import BuildRequest
@@ -66,7 +66,7 @@ def shared_weights(options: BenchOptions) -> Path:
         return path
     _check_torchvision_model(options.model)
     torch.manual_seed(WEIGHTS_SEED)
-    model = task_kind(options.task).torchvision_model(options.model, num_classes=len(labels_for(options.model)))
+    model = torchvision_model(options.task, options.model, num_classes=len(labels_for(options.model)))
     with atomic_path(path) as tmp:
         torch.save(model.state_dict(), tmp)
     return path

@@ -16,7 +16,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tsvk.loading import load_model
+from tsvk.model import load_model
 
 from .. import defaults
 from ..build.archive import build_archive

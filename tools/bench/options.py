@@ -5,9 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk import features
-from tsvk.settings import ARTIFACT_FORMATS as BACKENDS
-from tsvk.settings import DEVICES
+from tsvk.common import ARTIFACT_FORMATS as BACKENDS, DEVICES, features
 
 from .. import defaults
 from ..build.backends import get_backend

@@ -19,12 +19,9 @@ import time
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from tsvk import features
-from tsvk.decode import probe
-from tsvk.inputs import request_payload
-from tsvk.preprocess import build_preprocessor
-from tsvk.preprocess.cpu import DCT_OVERSAMPLE
-from tsvk.settings import PreprocessSettings
+from tsvk.common import PreprocessSettings, features
+from tsvk.preprocess import DCT_OVERSAMPLE, build_preprocessor, probe
+from tsvk.request import image_bytes
 
 from .. import defaults
 
@@ -80,7 +77,7 @@ def tsvk_path(backend: str, resize: int = 256, crop: int = 224, jpeg_dct_scaling
     preprocessor, _ = build_preprocessor(settings, device)
 
     def run(rows: list[dict]) -> torch.Tensor:
-        batch = preprocessor([probe(request_payload(row), settings.max_pixels) for row in rows]).batch
+        batch = preprocessor([probe(image_bytes(row), settings.max_pixels) for row in rows]).batch
         if batch.is_cuda:
             torch.cuda.synchronize(batch.device)
         return batch

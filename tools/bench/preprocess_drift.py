@@ -2,7 +2,7 @@
 
 The reference is what a classifier's weights were evaluated with: PIL decode, `transforms.Resize`
 (shorter side, bilinear, antialiased), `CenterCrop`, `ToTensor`, `Normalize`. The served side is the
-handler's own CPU path (`tsvk.decode` and `tsvk.preprocess`), and the final tensor is made exactly as
+handler's own CPU path (`tsvk.preprocess.decode` and `tsvk.preprocess`), and the final tensor is made exactly as
 int8 calibration and verification make it: `CpuPreprocessor` over the photos, 16 at a time.
 
 For each stage it prints the largest and mean absolute difference over every photo (decode, resize
@@ -29,10 +29,8 @@ import torchvision.transforms as T
 import torchvision.transforms.v2.functional as F
 from PIL import Image
 
-from tsvk.decode import decode_rgb, probe
-from tsvk.preprocess.cpu import DCT_OVERSAMPLE, CpuPreprocessor
-from tsvk.preprocess.tensor_ops import INTERPOLATION_MODES, resize_crop_stack
-from tsvk.settings import PreprocessSettings
+from tsvk.common import PreprocessSettings
+from tsvk.preprocess import CpuPreprocessor, DCT_OVERSAMPLE, INTERPOLATION_MODES, decode_rgb, probe, resize_crop_stack
 
 STAGES = ("decode", "resize", "crop", "normalize")
 REDUCED = " (reduced DCT decode)"  # the row suffix of photos decoded at a reduced scale

@@ -14,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from ..fsutil import point_latest
 from .chart import write_chart

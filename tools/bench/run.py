@@ -19,7 +19,7 @@ import signal
 import sys
 from pathlib import Path
 
-from tsvk.settings import PRECISIONS
+from tsvk.common import PRECISIONS
 
 from .. import defaults
 from .. import progress

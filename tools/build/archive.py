@@ -17,8 +17,7 @@ from pathlib import Path
 import yaml
 
 import tsvk
-from tsvk.settings import SETTINGS_KEY
-from tsvk.tasks import TASKS, task_kind
+from tsvk.common import SETTINGS_KEY, TASK_KINDS as TASKS, task_kind
 
 from .. import progress
 from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION

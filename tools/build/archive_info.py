@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from tsvk.settings import HandlerSettings, SettingsError
+from tsvk.common import HandlerSettings, SettingsError
 
 from ..errors import UsageError
 

@@ -10,10 +10,9 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk.loading import gpu_architecture, load_model
-from tsvk.settings import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults
-from tsvk.tasks import task_kind
-from tsvk.tasks.detector_model import detections_per_image_of, score_threshold_of
+from tsvk.common import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults, task_kind
+from tsvk.model import gpu_architecture, load_model
+from tsvk.tasks import detections_per_image_of, score_threshold_of
 
 from .. import defaults, progress
 from .backends import CompileTarget, check_target, get_backend, prepare_model

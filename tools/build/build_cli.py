@@ -7,7 +7,7 @@ import json
 import shutil
 from pathlib import Path
 
-from tsvk.settings import DEVICES, PRECISIONS, TASKS, ServingDefaults
+from tsvk.common import DEVICES, PRECISIONS, ServingDefaults, TASKS
 
 from .. import defaults
 from ..arguments import fraction, non_negative_int, positive_int, request_from, tolerance, triple

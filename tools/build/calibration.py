@@ -16,11 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from tsvk.decode import probe
-from tsvk.preprocess.cpu import CpuPreprocessor
-from tsvk.preprocess.tensor_ops import Normalizer
-from tsvk.tasks import task_kind
-from tsvk.tasks.segment import resize_groups
+from tsvk.common import task_kind
+from tsvk.preprocess import CpuPreprocessor, Normalizer, probe
+from tsvk.tasks import resize_groups
 
 from .. import defaults
 from ..errors import UsageError

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tsvk.settings import TASKS, ModelSource, PreprocessSettings
-from tsvk.tasks import task_kind
+from tsvk.common import ModelSource, PreprocessSettings, TASKS
+from tsvk.tasks import served_form, torchvision_model
 
 from .. import defaults
 from ..errors import UsageError, WeightsUnavailable
@@ -90,11 +90,11 @@ def _resolve_torchvision(builder: str, weights: str, asked_task: str | None = No
                          "for torchvision models (it is read from torchvision), or use --model-file for your own")
     meta_weights = tvm.get_model_weights(builder).DEFAULT
     pretrained = list(meta_weights.meta["categories"])
-    model = task_kind(task).torchvision_model(builder, num_classes=len(pretrained))
+    model = torchvision_model(task, builder, num_classes=len(pretrained))
     state = None if weights in (WEIGHTS_DEFAULT, WEIGHTS_NONE) else read_state_dict(model, Path(weights))
     labels = _class_labels(builder, weights, head_size(model, state, len(pretrained)), pretrained, labels_file)
     if len(labels) != len(pretrained):
-        model = task_kind(task).torchvision_model(builder, num_classes=len(labels))
+        model = torchvision_model(task, builder, num_classes=len(labels))
     provenance = _load_weights(model, builder, weights, meta_weights, state)
     return ResolvedModel(
         name=builder,
@@ -240,7 +240,7 @@ def _resolve_custom(name: str, weights: str, custom: CustomModel) -> ResolvedMod
         raise UsageError(f"--task must be one of {', '.join(TASKS)}, got {custom.task!r}")
     model = build_from_file(custom.file, custom.factory)
     try:
-        model = task_kind(custom.task).served_form(model)
+        model = served_form(custom.task, model)
     except TypeError as err:
         raise UsageError(f"--task {custom.task}: {err}") from None
     if weights == WEIGHTS_DEFAULT:

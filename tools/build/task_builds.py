@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from tsvk.tasks import TASKS, TaskKind
+from tsvk.common import TASK_KINDS as TASKS, TaskKind
 
 from .. import defaults
 from . import task_preprocess

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from tsvk.settings import INTERPOLATIONS, PreprocessSettings
+from tsvk.common import INTERPOLATIONS, PreprocessSettings
 
 from .. import defaults
 from ..errors import UsageError

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
-from tsvk.postprocess import first_tensor
+from tsvk.tasks import first_tensor
 
 from .. import defaults
 from .backends import CompileTarget

@@ -16,8 +16,7 @@ from __future__ import annotations
 import copy
 from dataclasses import asdict, dataclass
 
-from tsvk.postprocess import first_tensor
-from tsvk.tasks.detector_model import detections, set_score_threshold
+from tsvk.tasks import detections, first_tensor, set_score_threshold
 
 from .. import defaults
 from .backends import CompileTarget

@@ -41,7 +41,7 @@ def draw_answer(photo_bytes: bytes, answer) -> "Image.Image":
 def draw_detections(photo, detections: list[dict]):
     from PIL import Image, ImageDraw
 
-    from tsvk.tasks.rle import decode_mask  # torch: only answers with masks need it
+    from tsvk.tasks import decode_mask  # torch: only answers with masks need it
 
     canvas = photo.copy()
     labels = sorted({d["label"] for d in detections})

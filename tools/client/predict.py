@@ -9,7 +9,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from tsvk.deadline import ARRIVAL_HEADER
+from tsvk.worker import ARRIVAL_HEADER
 
 from .. import defaults
 from ..errors import UsageError

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from tsvk.cpu_isa import REMEDY, mismatch_here, recorded_target
-from tsvk.settings import SETTINGS_KEY, HandlerSettings, SettingsError
+from tsvk.common import HandlerSettings, SETTINGS_KEY, SettingsError
+from tsvk.model import REMEDY, mismatch_here, recorded_target
 
 from ..build.archive_info import MODEL_CONFIG_NAME
 from ..serve.serving_config import batch_problem
@@ -85,7 +85,7 @@ def check_archive(archive: Archive, install_deps: bool) -> list[Finding]:
 
 
 def _cpu_instructions(archive: Archive) -> list[Finding]:
-    """An AOTInductor CPU package compiled for vector instructions this machine's CPU lacks (tsvk/cpu_isa.py)."""
+    """An AOTInductor CPU package compiled for vector instructions this machine's CPU lacks (tsvk/model/cpu_isa.py)."""
     artifact = archive.settings.artifact if archive.settings is not None else None
     if artifact is None or artifact.format != "aoti" or artifact.device != "cpu" or artifact.file not in archive.names:
         return []

@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from tsvk.settings import HandlerSettings
-from tsvk.threads import THREADS_KEY_PREFIX
+from tsvk.common import HandlerSettings
+from tsvk.worker import THREADS_KEY_PREFIX
 
 from ..serve.limits import BOUNDS, JAVA_INT_MAX
 from . import torchserve as ts

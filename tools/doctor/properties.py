@@ -1,17 +1,16 @@
-"""A TorchServe config.properties read the way Java's Properties.load reads it, with line numbers.
+"""A TorchServe config.properties with the line each key starts on, for findings that point at it.
 
-Hand-written configs use what the handler's small reader (tsvk/threads.py) does not need: values
-continued over lines with a trailing backslash (TorchServe's own examples write `models=` that way),
-`:` or a space between key and value, and escapes. A finding names the line a key starts on.
+Read by the run time's reader (`tsvk.common.read_properties_entries`), which reads it as Java's
+Properties.load(InputStream) does: ISO-8859-1, `\\uXXXX` escapes, values continued over lines with a
+trailing backslash (TorchServe's own examples write `models=` that way), `:` or a space between key and value.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+from tsvk.common import read_properties_entries
 
 
 @dataclass
@@ -28,43 +27,9 @@ class Properties:
 
 
 def read(path: Path) -> Properties:
+    """Every key of the file (the last of a repeated key, as Java keeps it) and the line it starts on."""
     props = Properties(Path(path))
-    for number, logical in _logical_lines(Path(path).read_text(errors="replace").splitlines()):
-        key, value = _split(logical)
-        props.values[key] = value
-        props.lines[key] = number
+    for entry in read_properties_entries(path):
+        props.values[entry.key] = entry.value
+        props.lines[entry.key] = entry.line
     return props
-
-
-def _logical_lines(raw: list[str]):
-    """(first line number, text) of each entry: comments and blanks dropped, continuations joined."""
-    number, pending = 0, None
-    for index, line in enumerate(raw, start=1):
-        text = line.lstrip() if pending is not None else line.lstrip()
-        if pending is None:
-            if not text or text[0] in "#!":
-                continue
-            number, pending = index, ""
-        continued = (len(text) - len(text.rstrip("\\"))) % 2 == 1
-        pending += text[:-1] if continued else text
-        if not continued:
-            yield number, pending
-            pending = None
-    if pending:
-        yield number, pending
-
-
-def _split(logical: str) -> tuple[str, str]:
-    match = re.match(r"((?:\\.|[^=:\s\\])*)\s*[=:]?\s*(.*)", logical, flags=re.DOTALL)
-    key, value = match.group(1), match.group(2)
-    return _unescape(key), _unescape(value)
-
-
-def _unescape(text: str) -> str:
-    def replace(match: re.Match) -> str:
-        escaped = match.group(1)
-        if escaped.startswith("u") and len(escaped) == 5:
-            return chr(int(escaped[1:], 16))
-        return _ESCAPES.get(escaped, escaped)
-
-    return re.sub(r"\\(u[0-9a-fA-F]{4}|.)", replace, text)

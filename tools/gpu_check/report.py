@@ -7,7 +7,7 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-from tsvk import features
+from tsvk.common import features
 
 from ..bench.report import git_state, machine_info, software_versions
 from ..cpus import detect_vcpus

@@ -15,7 +15,7 @@ from urllib.parse import urlsplit
 
 import numpy as np
 
-from tsvk import oip
+from tsvk.request import oip
 
 from .pod import Pod
 

@@ -10,7 +10,7 @@ import json
 
 import numpy as np
 
-from tsvk import oip
+from tsvk.request import oip
 
 from ..errors import UsageError
 from ..serve.keys import current_key

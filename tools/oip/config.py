@@ -12,10 +12,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk import oip
-from tsvk.labels import labels_from_mapping
-from tsvk.tasks import task_kind
-from tsvk.properties import read_properties
+from tsvk.common import labels_from_mapping, read_properties, task_kind
+from tsvk.request import oip
 
 from .. import defaults
 from ..build.archive_info import read_archive_settings

@@ -31,9 +31,9 @@ from kserve import Model
 from kserve.errors import InvalidInput
 from kserve.protocol.infer_type import InferInput, InferOutput, InferRequest, InferResponse
 
-from tsvk import oip
-from tsvk.deadline import ARRIVAL_HEADER
-from tsvk.errors import ERROR_SOURCE, RequestError
+from tsvk.common import ERROR_SOURCE, RequestError
+from tsvk.request import oip
+from tsvk.worker import ARRIVAL_HEADER
 
 from ..serve.keys import is_key_refusal
 from .config import ModelTensors

@@ -4,7 +4,7 @@ The SDK's ModelServer listens on every interface and serves more than the protoc
 API, model load/unload, its docs and metrics); this front keeps its protocol code and changes only
 that: both servers bind the configured address (127.0.0.1 unless asked), REST answers only the
 protocol's paths (the rest 404, model load/unload refused on gRPC too), request bodies are bounded
-like TorchServe's, a request's JSON is bounded like the handler's (size, depth, values: tsvk/json_body.py)
+like TorchServe's, a request's JSON is bounded like the handler's (size, depth, values: tsvk/request/json_body.py)
 before FastAPI and pydantic parse it, and server readiness is TorchServe's.
 
 Run as `python -m tsvk_tools.oip --config <TorchServe config>`; `tsvk serve` does (process.py).
@@ -20,9 +20,9 @@ import sys
 from concurrent import futures
 from pathlib import Path
 
-from tsvk import __version__, oip
-from tsvk.errors import RequestError
-from tsvk.json_body import JsonLimits, check_json, limits_for_pixels
+from tsvk import __version__
+from tsvk.common import RequestError
+from tsvk.request import JsonLimits, check_json, limits_for_pixels, oip
 
 from ..defaults import OIP_JSON_PIXEL_IMAGES
 from ..serve.keys import current_key

@@ -27,7 +27,7 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from tsvk.settings import TASKS
+from tsvk.common import TASKS
 
 from .corpus import BOMB_FORMATS, declare_size, seed_images
 

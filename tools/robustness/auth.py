@@ -14,7 +14,7 @@ from typing import Iterator
 from urllib.parse import urlsplit
 
 import psutil
-from tsvk.properties import read_properties
+from tsvk.common import read_properties
 
 from ..serve.keys import current_key, is_key_refusal, stop_key_renewer
 from ..oip.config import is_oip_config, read_front_config

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 import requests
-from tsvk.deadline import ARRIVAL_HEADER
+from tsvk.worker import ARRIVAL_HEADER
 
 from ..serve.keys import call_with_fresh_key
 

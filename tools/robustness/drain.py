@@ -7,7 +7,7 @@ through, keeps sending until `stop` has returned, and sorts every request by wha
 - refused at connect (the connection was never made: refused, reset or timed out during the handshake): the
   server had stopped accepting; nothing was sent, so nothing was taken in;
 - refused with 503 `server_stopping`: it reached a worker after the stop had answered what was taken in,
-  and was sent back unread (handlers/tsvk/stopping.py), an answer telling the client to send it again;
+  and was sent back unread (handlers/tsvk/worker/stopping.py), an answer telling the client to send it again;
 - lost: the connection was accepted and closed without an answer, or a 5xx other than that refusal.
 A request accepted by the kernel but never read by TorchServe (in the listening socket's queue when it
 closes) cannot be told apart from one TorchServe had counted: both are counted lost, so nothing is hidden.

@@ -14,7 +14,7 @@ from typing import Sequence
 
 import psutil
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from ..serve.keys import call_with_fresh_key, current_key
 from . import checks, watch

@@ -13,7 +13,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from ..bench.tsmetrics import metric_total, scrape
 from ..serve.server import TorchServeRun

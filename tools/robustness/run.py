@@ -13,7 +13,7 @@ from .. import defaults
 from ..arguments import add_engine_argument
 from ..cpus import detect_vcpus
 from ..engines.kserve.run import ENGINE as KSERVE
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from .. import progress
 from ..build.archive import build_archive, handler_sources

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import torch
 
-from tsvk.tasks import TASKS
+from tsvk.common import TASK_KINDS as TASKS
+from tsvk.tasks import torchvision_model
 
 DETECTOR = "fasterrcnn_mobilenet_v3_large_320_fpn"
 SEGMENTER = "lraspp_mobilenet_v3_large"
@@ -55,7 +56,7 @@ def decisive_weights(builder: str, path: Path, seed: int = 0, std: float | None 
     default DETECTOR_CLASSIFIER_STD, anything else's 10), a detector's FPN fed features near 1."""
     kind = TASKS["detect"] if builder == DETECTOR or "rcnn" in builder or "ssd" in builder else TASKS["segment"]
     torch.manual_seed(seed)
-    model = kind.torchvision_model(builder).eval()
+    model = torchvision_model(kind.name, builder).eval()
     if kind.image_list:  # a detector
         _lift_fpn_inputs(model)
     for layer in _classifier_layers(model):

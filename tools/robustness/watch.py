@@ -86,7 +86,7 @@ def kill_worker(run: TorchServeRun, pid: int) -> None:
 
 
 def logged_worker_starts(run: TorchServeRun, model: str) -> int:
-    """The highest worker start number the handler logged for `model` (see tsvk.worker_starts)."""
+    """The highest worker start number the handler logged for `model` (see tsvk.worker.worker_starts)."""
     pattern = re.compile(rf"tsvk worker start (\d+) for {re.escape(model)} ")
     try:
         text = (run.run_dir / "logs" / "model_log.log").read_text(errors="replace")

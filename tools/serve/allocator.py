@@ -2,7 +2,7 @@
 
 A process picks its allocator when it starts, so it is set in the environment TorchServe is started
 with (LD_PRELOAD), and every worker the frontend starts inherits it. glibc's malloc is the default:
-workers trim its heap after batches (tsvk/heap.py) and `make soak` measures that. jemalloc is there
+workers trim its heap after batches (tsvk/worker/heap.py) and `make soak` measures that. jemalloc is there
 for deployments that standardise on it (it decays freed pages back to the system on its own);
 `tsvk soak --allocator jemalloc` measures a worker on it the same way.
 """

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from tsvk.properties import read_properties
+from tsvk.common import read_properties
 
 from .. import defaults
 from ..engines.kserve.child import start_engine_child

@@ -16,7 +16,7 @@ no way to stop accepting while it finishes what it has, so the stop does that fr
    log (a line per answer, written as the answer goes out) holds at least as many answers per model.
    TorchServe queues a model's requests first in, first out, so by then every accepted request has been
    answered or is in a worker's batch, which the worker finishes.
-3. Refuse the rest: create the stop marker (handlers/tsvk/stopping.py); a worker answers every request of
+3. Refuse the rest: create the stop marker (handlers/tsvk/worker/stopping.py); a worker answers every request of
    a batch it starts from then on with 503 `server_stopping` at once. Those are requests that arrived
    after the stop began, on connections clients kept open (or on new ones where step 1 was not
    possible); each gets an answer saying to send it again, not a closed connection.
@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 import psutil
-from tsvk.errors import ServerStopping
+from tsvk.common import ServerStopping
 
 from .. import defaults
 from .listeners import NOT_CLOSED, ListenersClosed

@@ -8,7 +8,7 @@ import argparse
 from dataclasses import replace
 from pathlib import Path
 
-from tsvk.properties import read_properties
+from tsvk.common import read_properties
 
 from .. import defaults, progress
 from .allocator import add_allocator_argument, describe as describe_allocator

@@ -23,8 +23,8 @@ from pathlib import Path
 
 import psutil
 
-from tsvk.properties import read_properties
-from tsvk.stopping import STOP_MARKER_ENV
+from tsvk.common import read_properties
+from tsvk.worker import STOP_MARKER_ENV
 
 from .. import defaults
 from .allocator import allocator_env
@@ -37,7 +37,7 @@ from ..processes import Owned, group_alive, recorded_if_ours, start_detached, st
 from ..processes import group_is_ours as _group_is_ours
 
 PID_FILE = "torchserve.pid"
-STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/stopping.py)
+STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/worker/stopping.py)
 # TorchServe's frontend talks to each worker over the Unix socket <java.io.tmpdir>/.ts.sock.<port>; the port
 # counts up from initial_worker_port (9000) with every worker started (WorkLoadManager's AtomicInteger), so
 # 4 digits for the first 1000 starts. Linux refuses a socket path longer than 107 bytes (sun_path holds 108

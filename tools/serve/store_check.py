@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tsvk.properties import read_properties
+from tsvk.common import read_properties
 
 # load_models values that name no archive: TorchServe's own keywords.
 _KEYWORDS = {"", "all", "standalone"}

@@ -16,9 +16,9 @@ from typing import Callable, Sequence, TypeVar
 
 import torch
 
-from ..decode import EncodedImage, decoded_pixels
-from ..errors import RequestError
-from ..settings import PreprocessSettings
+from .decode import EncodedImage, decoded_pixels
+from ..common.errors import RequestError
+from ..common.settings import PreprocessSettings
 
 Transformed = TypeVar("Transformed")
 Decoder = Callable[[Sequence[EncodedImage]], "tuple[dict[int, torch.Tensor], dict[int, RequestError]]"]

@@ -11,8 +11,8 @@ from typing import Sequence
 
 import torch
 
-from ..decode import EncodedImage, decode_rgb
-from ..errors import RequestError
+from .decode import EncodedImage, decode_rgb
+from ..common.errors import RequestError
 from .base import Preprocessor, pixel_budget_chunks
 from .tensor_ops import Normalizer, resize_crop_stack
 

@@ -16,8 +16,8 @@ from typing import Sequence
 
 import torch
 
-from .. import features
-from ..decode import EncodedImage
+from ..common import features
+from .decode import EncodedImage
 from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
 from .torch_cuda import decode_on_gpu

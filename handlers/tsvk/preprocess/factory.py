@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from .. import features
-from ..settings import PreprocessSettings
+from ..common import features
+from ..common.settings import PreprocessSettings
 from .base import Preprocessor
 from .cpu import CpuPreprocessor
 from .cv_cuda import CvCudaPreprocessor

@@ -16,7 +16,7 @@ import torch
 import torchvision.transforms.v2.functional as F
 from torchvision.transforms import InterpolationMode
 
-from ..settings import PreprocessSettings
+from ..common.settings import PreprocessSettings
 
 INTERPOLATION_MODES = {
     "bilinear": InterpolationMode.BILINEAR,

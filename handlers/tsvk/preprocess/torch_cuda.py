@@ -19,9 +19,9 @@ from typing import Sequence
 
 import torch
 
-from .. import features
-from ..decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
-from ..errors import RequestError
+from ..common import features
+from .decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
+from ..common.errors import RequestError
 from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
 

@@ -12,10 +12,10 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..decode import EncodedImage
-from ..loaded_model import LoadedModel
+from ..preprocess.decode import EncodedImage
+from .loaded_model import LoadedModel
 from ..preprocess import PreprocessResult, Preprocessor
-from ..settings import HandlerSettings
+from ..common.settings import HandlerSettings
 
 
 class Task:

@@ -6,8 +6,8 @@ from typing import Any, Sequence
 
 import torch
 
-from ..decode import EncodedImage
-from ..postprocess import first_tensor, topk_answers
+from ..preprocess.decode import EncodedImage
+from .answers import first_tensor, topk_answers
 from ..preprocess import PreprocessResult
 from .base import Task
 

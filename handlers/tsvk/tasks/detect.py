@@ -18,13 +18,13 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
-from ..decode import EncodedImage
-from ..defaults import MAX_DETECTIONS_LIMIT
-from ..labels import label_for
+from ..preprocess.decode import EncodedImage
+from ..common.defaults import MAX_DETECTIONS_LIMIT
+from ..common.labels import label_for
 from ..preprocess import PreprocessResult
 from ..preprocess.base import budget_slices
 from ..preprocess.tensor_ops import _as_batch
-from ..roi_pool import gather_roi_pooling
+from .roi_pool import gather_roi_pooling
 from .base import PartPace, Task
 from .detector_model import detections, is_detector, served_detector, set_score_threshold
 from .geometry import detector_resize, map_boxes, original_size, same_size_slices

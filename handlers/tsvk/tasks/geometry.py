@@ -15,11 +15,11 @@ from typing import Sequence
 import torch
 import torch.nn.functional as nnf
 
-from ..decode import EncodedImage
-from ..errors import ImageTooLarge
-from ..defaults import RESIZE_GROUP_PIXELS
+from ..preprocess.decode import EncodedImage
+from ..common.errors import ImageTooLarge
+from ..common.defaults import RESIZE_GROUP_PIXELS
 from ..preprocess.base import budget_slices
-from ..settings import PreprocessSettings
+from ..common.settings import PreprocessSettings
 
 _SIDEWAYS = (5, 6, 7, 8)  # EXIF orientations that transpose the stored image
 

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as nnf
 from torchvision.models.detection.roi_heads import expand_boxes, expand_masks
 
-from ..defaults import MAX_MASK_PIXELS
+from ..common.defaults import MAX_MASK_PIXELS
 from .rle import encode_placed
 
 PADDING = 1  # paste_masks_in_image's own: a pixel of zeros around each mask before it is resized

@@ -17,9 +17,9 @@ import numpy as np
 import torch
 import torchvision.transforms.v2.functional as F
 
-from ..decode import EncodedImage
-from ..labels import label_for
-from ..postprocess import first_tensor
+from ..preprocess.decode import EncodedImage
+from ..common.labels import label_for
+from .answers import first_tensor
 from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, _as_batch
 from .base import Task

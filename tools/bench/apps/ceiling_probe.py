@@ -17,12 +17,10 @@ from pathlib import Path
 
 import torch
 
-from tsvk.decode import decode_rgb, probe
-from tsvk.labels import label_for, load_labels
-from tsvk.loading import load_model
-from tsvk.preprocess import build_preprocessor
-from tsvk.settings import HandlerSettings
-from tsvk.tasks import task_kind
+from tsvk.common import HandlerSettings, label_for, load_labels, task_kind
+from tsvk.model import load_model
+from tsvk.preprocess import build_preprocessor, decode_rgb, probe
+from tsvk.tasks import task_class
 
 
 def no_sync() -> None:
@@ -124,12 +122,11 @@ def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.d
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
-        kind = task_kind(settings.task)
-        task = kind.task_class()(settings, model, preprocessor, labels)
+        task = task_class(settings.task)(settings, model, preprocessor, labels)
         encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in images]
         max_batch = settings.artifact.max_batch
         prepared = task.prepare([encoded[i % len(encoded)] for i in range(max_batch)]).batch
-        if kind.top_k:
+        if task_kind(settings.task).top_k:
             batch, forward, top1 = prepared, model.forward, top1_labels(model, prepared[: len(encoded)], labels)
         else:  # same-size photos (the benchmark's) make one group: a batch of the task's own input
             batch, forward, top1 = TaskInputs(prepared), task_forward(model), {}
@@ -156,7 +153,7 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
-        task = task_kind(settings.task).task_class()(settings, model, preprocessor, labels)
+        task = task_class(settings.task)(settings, model, preprocessor, labels)
         data = [path.read_bytes() for path in images]
         group = [data[i % len(data)] for i in range(batch)]
         options = [task.options({}) for _ in group]  # each request with the task's default options

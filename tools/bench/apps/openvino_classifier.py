@@ -4,7 +4,7 @@ normalize in NumPy, OpenVINO's Python API for the model, top-5 in NumPy.
 Standalone on purpose (NumPy, Pillow and openvino only, no torch, no tsvk): the Triton app imports it
 from a venv of Debian's own Python that has nothing else (tools/bench/systems/peers.py says why).
 The IR is compiled as tsvk's worker compiles it (`INFERENCE_PRECISION_HINT` f32, see
-handlers/tsvk/openvino_ir.py), so every row runs the same int8 graph at the same precision.
+handlers/tsvk/model/openvino_ir.py), so every row runs the same int8 graph at the same precision.
 """
 
 from __future__ import annotations

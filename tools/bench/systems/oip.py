@@ -14,7 +14,7 @@ import json
 import threading
 from pathlib import Path
 
-from tsvk import oip
+from tsvk.request import oip
 
 from ..loadgen import HttpTarget
 from ...oip.config import read_front_config

@@ -27,7 +27,7 @@ import zipfile
 from pathlib import Path
 
 import yaml
-from tsvk.settings import HandlerSettings
+from tsvk.common import HandlerSettings
 
 from ...processes import Child, start_detached, stopped_on_failure
 from ...serve.ports import free_ports

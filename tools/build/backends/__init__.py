@@ -1,6 +1,6 @@
 """Compile backends by name; each module holds one, `get_backend` checks what the user asked for.
 
-The names are the artifact formats of the settings schema (`tsvk.settings.ARTIFACT_FORMATS`), and
+The names are the artifact formats of the settings schema (`tsvk.common.settings.ARTIFACT_FORMATS`), and
 each backend lives in the module of the same name: a new format is a name there and a module here.
 """
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import importlib
 
-from tsvk.settings import ARTIFACT_FORMATS
+from tsvk.common import ARTIFACT_FORMATS
 
 from ...errors import UsageError
 from .base import Backend, CompileTarget, prepare_model

@@ -15,7 +15,7 @@ from .export import export_program
 
 # The CPU instructions a CPU package's kernels are compiled for, as Inductor's vector width (`cpp.simdlen`):
 # native is this machine's widest (AVX-512 here and there); avx2 runs on any x86-64 CPU with AVX2. A package runs
-# only on CPUs that have its instructions (handlers/tsvk/cpu_isa.py refuses it elsewhere, by name).
+# only on CPUs that have its instructions (handlers/tsvk/model/cpu_isa.py refuses it elsewhere, by name).
 CPU_ISA_SIMDLEN = {"native": None, "avx2": 256}
 
 

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from ... import defaults
 
@@ -61,7 +61,7 @@ class Backend:
     """A compile backend: where it runs, what it writes, how it compiles.
 
     There is no load here: build-time verification loads every artifact with the handler's own
-    loader (`tsvk.loading.load_model`), so what is verified is exactly what a worker serves."""
+    loader (`tsvk.model.loading.load_model`), so what is verified is exactly what a worker serves."""
 
     name: str
     file_name: str

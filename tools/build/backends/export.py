@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from .base import Backend, CompileTarget
 

@@ -3,11 +3,11 @@ of a detector, the backbone only (fp32), its heads staying eager, at int8 an R-C
 dynamic int8 (`tsvk.openvino_detector`).
 
 The IR has a dynamic batch 1..max_batch (a segmenter's height and width are dynamic too) and travels
-as one zip (`tsvk.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
+as one zip (`tsvk.model.openvino_ir`). int8 is NNCF's post-training quantization, calibrated on real photos
 preprocessed as the handler does (`target.calibration`, chosen by `tools/build/calibration.py`: one tensor
 per photo, each at its own size for a segmenter); its answers are verified on held-out photos, not by
 a logit tolerance (`tools/build/verify_int8.py`). Like every artifact, it is loaded back
-for verification by the handler's own loader (`tsvk.loading`), so the build verifies what a worker runs.
+for verification by the handler's own loader (`tsvk.model.loading`), so the build verifies what a worker runs.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from tsvk.openvino_ir import write_ir_zip
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
+from tsvk.model import write_ir_zip
 
 from ...errors import UsageError
 from .base import Backend, CompileTarget
@@ -77,8 +77,8 @@ def compile_openvino(model, target: CompileTarget, artifact: Path) -> None:
 
 def compile_detector_backbone(ov, detector, target: CompileTarget, artifact: Path) -> None:
     """The backbone (with its FPN) as IR, dynamic in batch, height and width (the padded batch of
-    whatever photos come), and the heads' weights beside it in the zip (`tsvk.openvino_detector`)."""
-    from tsvk.openvino_detector import FeatureMapTuple, heads_members, linear_box_head  # torch: only for a detector's IR
+    whatever photos come), and the heads' weights beside it in the zip (`tsvk.model.openvino_detector`)."""
+    from tsvk.model import FeatureMapTuple, heads_members, linear_box_head  # torch: only for a detector's IR
 
     if target.precision == "int8" and linear_box_head(detector) is None:
         raise UsageError(f"--precision int8 runs an R-CNN box head's fully connected layers in int8, and "

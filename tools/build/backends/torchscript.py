@@ -9,7 +9,7 @@ from __future__ import annotations
 import warnings
 from pathlib import Path
 
-from tsvk.tasks import task_kind
+from tsvk.common import task_kind
 
 from .base import Backend, CompileTarget
 

@@ -17,12 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from tsvk.settings import HandlerSettings, SettingsError
+from tsvk.common import HandlerSettings, SettingsError
 
 from ... import defaults
 
 MANIFEST = "MAR-INF/MANIFEST.json"
-TSVK_SERVICE = "tsvk/service.py"  # the run-time package every tsvk archive carries
+TSVK_SERVICES = ("tsvk/worker/service.py", "tsvk/service.py")  # the run-time package every tsvk archive carries (the second: packed before it had rooms)
 TSVK_HANDLER = "tsvk/handler.py"
 DEFAULT_QUEUE_SIZE = 100  # TorchServe 0.12's job_queue_size when the config has none
 
@@ -108,7 +108,7 @@ def _servable(archive: Path) -> tuple[str, str, HandlerSettings]:
     if handler not in names:
         raise ArchiveRefused(f"its handler {handler!r} is TorchServe's own (stock) handler, not a file in the archive; "
                              "this engine serves tsvk handlers: build the archive with `tsvk archive`")
-    if TSVK_SERVICE not in names or TSVK_HANDLER not in names:
+    if not any(service in names for service in TSVK_SERVICES) or TSVK_HANDLER not in names:
         raise ArchiveRefused(f"its handler {handler} is not a tsvk handler (the archive holds no tsvk package); "
                              "serve it with TorchServe, or build it with `tsvk archive`")
     settings = _settings(archive, settings_file)

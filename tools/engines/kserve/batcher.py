@@ -3,7 +3,7 @@ most the max batch delay after the first for the batch to fill.
 
 As TorchServe 0.12 does (its Model.pollBatch), one worker at a time collects a batch, so two idle workers do not split
 a burst into halves; a full queue (job_queue_size) is refused at once. Deadlines are checked where a batch is taken
-up, in the worker, from each request's X-Request-Start (handlers/tsvk/deadline.py), exactly as under TorchServe.
+up, in the worker, from each request's X-Request-Start (handlers/tsvk/worker/deadline.py), exactly as under TorchServe.
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ k8s/prometheus-adapter/values.yaml) read either engine unchanged.
 The frontend's series, counted by the server: `ts_inference_requests_total`, `ts_inference_latency_microseconds` and
 `ts_queue_latency_microseconds` per model (counted when a request is accepted into the model's queue, and when it is
 answered), `Requests2XX|4XX|5XX` per answer, and the gauges `QueueTime` and `WorkerThreadTime` (ms, last request) and
-`PredictionTime` (ms, last batch). The handler's own series (`TsvkPreprocessMs`, ...; handlers/tsvk/metrics.py) are
+`PredictionTime` (ms, last batch). The handler's own series (`TsvkPreprocessMs`, ...; handlers/tsvk/worker/metrics.py) are
 recorded in the worker by a cache shaped like TorchServe's (`RecordingMetrics`), sent back with each batch's answers,
 and exposed as the gauges and counters TorchServe makes of them. Served on the config's `metrics_address`, GET
 /metrics (TorchServe's `name[]` filter too), without a key, as TorchServe serves its metrics API.

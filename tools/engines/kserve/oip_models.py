@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from kserve import Model
 
-from tsvk.deadline import ARRIVAL_HEADER, parse_arrival
+from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from ...oip.config import ModelTensors
 from ...oip.forward import ForwardedError, TorchServeModel, _Answer

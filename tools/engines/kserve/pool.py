@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from tsvk.errors import RequestError
-from tsvk.stopping import refusal
+from tsvk.common import RequestError
+from tsvk.worker import refusal
 
 from . import wire
 from .archives import ServedModel
@@ -246,7 +246,7 @@ class WorkerDied(RequestError):
 
 
 def died_body(model: str) -> bytes:
-    """The handler's error shape (handlers/tsvk/errors.py), encoded as the worker encodes answers."""
+    """The handler's error shape (handlers/tsvk/common/errors.py), encoded as the worker encodes answers."""
     return encode_body(WorkerDied(f"the worker serving {model} died with this request; it is being replaced: send it again").body())
 
 

@@ -3,7 +3,7 @@ bodies, statuses and headers TorchServe 0.12 gives, so a client written for Torc
 
 A request reaches the handler as TorchServe hands it over: one dict of named inputs, the raw body under `body`, or a
 multipart form's fields under their own names, every value as the bytes received (tsvk's handler turns TorchServe's
-own JSON and text decoding off; handlers/tsvk/json_body.py). One deliberate difference: TorchServe parses a body
+own JSON and text decoding off; handlers/tsvk/request/json_body.py). One deliberate difference: TorchServe parses a body
 sent as `application/x-www-form-urlencoded` (what `curl --data-binary @photo.jpg` sends) as a form and answers a
 photo with a 500; here such a body is read as the image.
 """
@@ -17,7 +17,7 @@ from typing import Any, Callable
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tsvk.deadline import ARRIVAL_HEADER, parse_arrival
+from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from .batcher import Pending, QueueFull
 from .metrics import EngineMetrics

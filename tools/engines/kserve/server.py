@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from tsvk.properties import read_properties
+from tsvk.common import read_properties
 
 from ... import defaults
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of

@@ -92,7 +92,7 @@ def load_service(args: argparse.Namespace, metrics: RecordingMetrics) -> Any:
     if not Path(tsvk.__file__).resolve().is_relative_to(args.model_dir.resolve()):
         raise RuntimeError(f"tsvk was imported from {tsvk.__file__}, not from the archive")
     _check_handler(args.handler)
-    service_module = importlib.import_module("tsvk.service")
+    service_module = _first_module("tsvk.worker", "tsvk.service")  # archives packed before tsvk had rooms: tsvk/service.py
     yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
     if hasattr(service_module, "ServiceSpec"):
         spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size,
@@ -113,9 +113,19 @@ def _check_handler(handler_file: str) -> None:
 
 
 def _freeze_startup_objects() -> None:
-    heap = importlib.import_module("tsvk.heap")
+    heap = _first_module("tsvk.worker", "tsvk.heap")
     if hasattr(heap, "freeze_startup_objects"):
         heap.freeze_startup_objects()
+
+
+def _first_module(*names: str) -> Any:
+    """The first of `names` the archive's package has (ModuleNotFoundError for the last when none)."""
+    for name in names[:-1]:
+        try:
+            return importlib.import_module(name)
+        except ModuleNotFoundError:
+            continue
+    return importlib.import_module(names[-1])
 
 
 def serve_batches(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> int:

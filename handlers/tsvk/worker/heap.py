@@ -18,7 +18,7 @@ import logging
 import time
 from typing import Callable
 
-from .defaults import HEAP_TRIM_BATCHES
+from ..common.defaults import HEAP_TRIM_BATCHES
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,8 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from .defaults import MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
-from .errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
+from ..common.defaults import MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
+from ..common.errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
 from .jpeg_scans import scan_work
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec, which a stock TorchServe image

@@ -25,7 +25,7 @@ import logging
 import time
 from typing import Any
 
-from .defaults import BATCH_TIME_SHARE, RESPONSE_TIMEOUT_S
+from ..common.defaults import BATCH_TIME_SHARE, RESPONSE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 

@@ -51,13 +51,13 @@ class BadImage(BadRequest):
 
 
 class BadTensor(BadRequest):
-    """An Open Inference Protocol input with the wrong name, datatype, shape or data (handlers/tsvk/oip.py)."""
+    """An Open Inference Protocol input with the wrong name, datatype, shape or data (handlers/tsvk/request/oip.py)."""
 
     code = "bad_tensor"
 
 
 class JsonTooDeep(BadRequest):
-    """A JSON body nested deeper than the limit (json_body.py), refused before it is parsed."""
+    """A JSON body nested deeper than the limit (request/json_body.py), refused before it is parsed."""
 
     code = "json_too_deep"
 
@@ -85,7 +85,7 @@ class DecodeTooCostly(ImageTooLarge):
 
 
 class JsonTooLarge(RequestError):
-    """A JSON body larger, or holding more values, than the limits allow (json_body.py), refused before it is parsed."""
+    """A JSON body larger, or holding more values, than the limits allow (request/json_body.py), refused before it is parsed."""
 
     status = 413
     kind = "PayloadTooLarge"

@@ -12,9 +12,9 @@ map), or an error body with its own HTTP status; nothing a client sends can kill
 
 A batch moves through three stages (read, preprocess, infer); each returns what it produced and
 which requests it failed, and `BatchRecord` collects those fates, so no stage writes into another's
-state. Protocols meet the service only at its two edges: `inputs.read_request` reads a request
+state. Protocols meet the service only at its two edges: `request.read_request` reads each request once
 (an encoded image, or pixels the client preprocessed itself, whatever the protocol), and
-`postprocess.write_answer` / `write_error` write each answer in the protocol its request spoke.
+`request.write_answer` / `write_error` write each answer in the protocol its request spoke.
 """
 
 from __future__ import annotations
@@ -27,24 +27,23 @@ from typing import Any, Mapping, Sequence
 
 import torch
 
-from . import features
+from ..common import features
 from .deadline import arrival_times, batch_time_budget_s, deadline_from_config, request_age_ms
-from .decode import EncodedImage, probe
-from .errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
+from ..preprocess.decode import EncodedImage, probe
+from ..common.errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
 from .heap import HeapTrimmer
-from .inputs import PREDICTIONS, Payload, read_request
-from .labels import load_labels
-from .loaded_model import LoadedModel
-from .loading import bind_worker_device, load_model, worker_device
+from ..request import Request, read_request, write_answer, write_error
+from ..common.labels import load_labels
+from ..tasks.loaded_model import LoadedModel
+from ..model.loading import bind_worker_device, load_model, worker_device
 from .metrics import BatchMetrics
-from .postprocess import write_answer, write_error
-from .preprocess import BackendChoice, build_preprocessor
-from .settings import HandlerSettings
+from ..preprocess import BackendChoice, build_preprocessor
+from ..common.settings import HandlerSettings
 from .stopping import StopMarker, refusal
-from .tasks import task_kind
-from .tasks.base import Task
-from .tasks.geometry import check_resized_pixels
-from .properties import read_properties
+from ..tasks import task_class
+from ..tasks.base import Task
+from ..tasks.geometry import check_resized_pixels
+from ..common.properties import read_properties
 from .threads import apply_threads, find_torchserve_config, resolve_threads
 from .worker_starts import record_worker_start
 
@@ -77,7 +76,7 @@ class Prepared:
 
 
 @dataclass(frozen=True)
-class ReadRequest:
+class Admitted:
     """One request's image header (or the pixels its client preprocessed) and its answer options."""
 
     image: EncodedImage | torch.Tensor
@@ -96,11 +95,11 @@ class BatchRecord:
         self.failures.update(failed)
         self.answers.update(answers or {})
 
-    def outcome(self, payloads: Sequence[Payload] | None = None, model_name: str = "") -> BatchOutcome:
+    def outcome(self, requests: Sequence[Request] | None = None, model_name: str = "") -> BatchOutcome:
         """Each answer or error written in the protocol its request spoke."""
-        payload = (lambda i: payloads[i]) if payloads else (lambda i: None)
-        answers = [write_error(payload(i), self.failures[i]) if i in self.failures
-                   else write_answer(payload(i), self.answers.get(i), model_name) for i in range(self.size)]
+        request = (lambda i: requests[i]) if requests else (lambda i: None)
+        answers = [write_error(request(i), self.failures[i]) if i in self.failures
+                   else write_answer(request(i), self.answers.get(i), model_name) for i in range(self.size)]
         statuses = [self.failures[i].status if i in self.failures else 200 for i in range(self.size)]
         return BatchOutcome(answers, statuses)
 
@@ -160,7 +159,7 @@ class VisionService:
                             batch_time_budget_s(config, model_name))
         _log_loaded(settings, model, choice, spec.batch_size, plan.source, worker)
         metrics = BatchMetrics(spec.metrics, choice.name, model_name, spec.gauge_type, worker.start_number)
-        return cls(task_kind(settings.task).task_class()(settings, model, preprocessor, labels), metrics, worker)
+        return cls(task_class(settings.task)(settings, model, preprocessor, labels), metrics, worker)
 
     @classmethod
     def from_context(cls, context: Any, gauge_type: Any = None) -> "VisionService":
@@ -188,11 +187,11 @@ class VisionService:
     def answer(self, data: Sequence[Any], arrivals: Sequence[float | None] | None = None) -> BatchOutcome:
         record = BatchRecord(len(data))
         started = time.perf_counter()  # preprocessing time includes reading the headers: a bomb's cost shows
-        payloads = [read_request(request, self.settings.preprocess.crop, self.task.parameters) for request in data]
+        requests = [read_request(body, self.settings.preprocess.crop, self.task.parameters, self.settings.task) for body in data]
         if self.stop_marker.stopping():  # a stop is under way: refuse before decoding, in the protocol each request spoke
             record.add({position: refusal() for position in range(len(data))})
-            return record.outcome(payloads, self.settings.model_name)
-        read = self._read_requests(data, payloads, arrivals)
+            return record.outcome(requests, self.settings.model_name)
+        read = self._admit(requests, arrivals)
         record.add(read.failed)
         prepared = self._preprocess(read.produced)
         record.add(prepared.failed)
@@ -200,43 +199,39 @@ class VisionService:
         inferred = self._infer(prepared, read.produced, started)
         record.add(inferred.failed, inferred.produced)
         finished = time.perf_counter()
-        outcome = record.outcome(payloads, self.settings.model_name)
+        outcome = record.outcome(requests, self.settings.model_name)
         if self.metrics is not None:
             self.metrics.record(len(data), len(prepared.positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, outcome.statuses)
         return outcome
 
-    def _read_requests(self, data: Sequence[Any], payloads: Sequence[Payload],
-                       arrivals: Sequence[float | None] | None) -> StageResult:
+    def _admit(self, requests: Sequence[Request], arrivals: Sequence[float | None] | None) -> StageResult:
         """Each request's image header (or its preprocessed pixels) and answer options, or why it is refused
         (too old, unreadable, too large, bad option)."""
-        encoded: dict[int, ReadRequest] = {}
+        admitted: dict[int, Admitted] = {}
         failed: dict[int, RequestError] = {}
-        for position, payload in enumerate(payloads):
+        for position, request in enumerate(requests):
             late = self._late(arrivals[position] if arrivals else None)
-            if late is not None or payload.error is not None:
-                failed[position] = late or payload.error
+            if late is not None or request.error is not None:
+                failed[position] = late or request.error
                 continue
             try:
-                options = self.task.options(data[position] if payload.request is None else payload.request)
-                encoded[position] = ReadRequest(self._image_or_pixels(payload), options)
+                options = self.task.options(request.fields)  # a bad option is refused before the image is probed
+                admitted[position] = Admitted(self._image_or_pixels(request), options)
             except RequestError as err:
                 failed[position] = err.detached()
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
                 failed[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
-        return StageResult(encoded, failed)
+        return StageResult(admitted, failed)
 
-    def _image_or_pixels(self, payload: Payload) -> EncodedImage | torch.Tensor:
-        """The image's header, or the pixels a client preprocessed itself. The Open Inference Protocol's tensors
-        are stated for classifiers only (top-k probabilities and labels), so it is refused for the other tasks."""
-        if payload.protocol != PREDICTIONS and not task_kind(self.settings.task).top_k:
-            raise BadRequest(f"this model's task is {self.settings.task}, and the Open Inference Protocol is served for "
-                             "classifiers only: send the image to /predictions")
-        if payload.pixels is None:
-            limits = self.settings.preprocess  # checked here, before any backend (CPU, nvJPEG, CV-CUDA) decodes
-            image = probe(payload.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
+    def _image_or_pixels(self, request: Request) -> EncodedImage | torch.Tensor:
+        """The image's header, checked against the pixel limits before any backend (CPU, nvJPEG, CV-CUDA)
+        decodes it; or the pixels a client preprocessed itself."""
+        if request.pixels is None:
+            limits = self.settings.preprocess
+            image = probe(request.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
             check_resized_pixels(image, limits)
             return image
-        return torch.from_numpy(payload.pixels)
+        return torch.from_numpy(request.pixels)
 
     def _late(self, arrival_s: float | None) -> DeadlineExceeded | None:
         deadline = self.worker.deadline_ms
@@ -246,7 +241,7 @@ class VisionService:
         return DeadlineExceeded(f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
                                 "(the server is overloaded: retry later or with fewer concurrent requests)")
 
-    def _preprocess(self, items: Mapping[int, ReadRequest]) -> Prepared:
+    def _preprocess(self, items: Mapping[int, Admitted]) -> Prepared:
         """Input positions that made it into the batch, the batch, and the requests that did not."""
         ready = {p: item.image for p, item in items.items() if isinstance(item.image, torch.Tensor)}
         prepared = self._preprocess_encoded({p: item for p, item in items.items() if not isinstance(item.image, torch.Tensor)})
@@ -259,7 +254,7 @@ class VisionService:
         order = sorted(rows)
         return Prepared(order, torch.stack([rows[p] for p in order]), prepared.failed)
 
-    def _preprocess_encoded(self, encoded: Mapping[int, ReadRequest]) -> Prepared:
+    def _preprocess_encoded(self, encoded: Mapping[int, Admitted]) -> Prepared:
         if not encoded:
             return Prepared([], None, {})
         order = sorted(encoded)
@@ -279,12 +274,12 @@ class VisionService:
             return Prepared([], None, {**failing, **{p: error for p in rest}})
         return Prepared(prepared.positions, prepared.batch, {**failing, **prepared.failed})
 
-    def _prepare(self, order: list[int], encoded: Mapping[int, ReadRequest]) -> Prepared:
+    def _prepare(self, order: list[int], encoded: Mapping[int, Admitted]) -> Prepared:
         result = self.task.prepare([encoded[p].image for p in order])
         failed = {order[i]: error for i, error in result.failed.items()}
         return Prepared([order[i] for i in result.kept], result.batch, failed)
 
-    def _fails_alone(self, position: int, encoded: Mapping[int, ReadRequest]) -> RequestError | None:
+    def _fails_alone(self, position: int, encoded: Mapping[int, Admitted]) -> RequestError | None:
         """Why this image cannot be prepared, or None where it can: an image that fails alone is its request's
         400, whatever the exception (its transform is what the image asks for: an extreme shape, say)."""
         try:
@@ -295,7 +290,7 @@ class VisionService:
             return BadImage(f"cannot preprocess the {size}image: {type(err).__name__}: {str(err)[:200]}")
         return None
 
-    def _infer(self, prepared: Prepared, read: Mapping[int, ReadRequest], started: float) -> StageResult:
+    def _infer(self, prepared: Prepared, read: Mapping[int, Admitted], started: float) -> StageResult:
         """The task's answers by input position, or every position failed when the model fails; the images
         the batch had no time left for (see `WorkerInfo.batch_budget_s`) are refused 503."""
         if prepared.batch is None or not prepared.positions:

@@ -26,8 +26,8 @@ from typing import Any
 
 import numpy as np
 
-from .defaults import MAX_JSON_DEPTH, MAX_JSON_MB, MAX_JSON_VALUES
-from .errors import BadRequest, JsonTooDeep, JsonTooLarge
+from ..common.defaults import MAX_JSON_DEPTH, MAX_JSON_MB, MAX_JSON_VALUES
+from ..common.errors import BadRequest, JsonTooDeep, JsonTooLarge
 
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')  # a JSON string, escapes included, as one match
 _NOT_BRACKETS = bytes(sorted(set(range(256)) - set(b"[]{}")))

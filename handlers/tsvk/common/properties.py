@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -19,7 +20,9 @@ log = logging.getLogger(__name__)
 _NAMED_ESCAPES = {"\t": "\\t", "\n": "\\n", "\r": "\\r", "\f": "\\f", "\\": "\\\\"}
 _UNESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
 _ESCAPE = re.compile(r"\\(u[0-9A-Fa-f]{4}|.)", re.S)
-_KEY_END = re.compile(r"(?<!\\)(?:\\\\)*[=:\s]")  # the first separator not escaped by an odd run of backslashes
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")  # Java's line terminators only (not \x85, \f, ... as str.splitlines)
+_KEY_END = re.compile(r"(?<!\\)(?:\\\\)*[=: \t\f]")  # the first separator not escaped by an odd run of backslashes
+# (Java's blanks are space, tab and form feed only: a str regex's \s would also take \xa0, \x85, ...)
 
 
 def escape_value(value: str) -> str:
@@ -53,20 +56,27 @@ def _unescape_one(escape: str) -> str:
 def logical_lines(text: str) -> list[str]:
     """Lines as Java joins them: comments and blank lines dropped, a line ending in an odd number of
     backslashes continued by the next (whose leading blanks are skipped)."""
-    lines, pending = [], None
-    for raw in text.splitlines():
+    return [line for _, line in numbered_logical_lines(text)]
+
+
+def numbered_logical_lines(text: str) -> list[tuple[int, str]]:
+    """(the 1-based line each logical line starts on, its text), joined as `logical_lines` joins them."""
+    lines, pending, start = [], None, 0
+    for number, raw in enumerate(_LINE_BREAK.split(text), start=1):
         line = raw.lstrip(" \t\f")
         if pending is None and (not line or line[0] in "#!"):
             continue
+        if pending is None:
+            start = number
         line = line if pending is None else pending + line
         trailing = len(line) - len(line.rstrip("\\"))
         if trailing % 2:
             pending = line[:-1]
             continue
-        lines.append(line)
+        lines.append((start, line))
         pending = None
     if pending is not None:
-        lines.append(pending)
+        lines.append((start, pending))
     return lines
 
 
@@ -85,8 +95,26 @@ def parse_line(line: str) -> tuple[str, str]:
 def read_properties(path: Path) -> dict[str, str]:
     """Every key of a .properties file as Java reads it; {} (logged) when the file cannot be read."""
     try:
-        text = Path(path).read_bytes().decode("latin-1")
+        text = read_text(path)
     except OSError as err:
         log.warning("cannot read TorchServe config %s: %s", path, err)
         return {}
     return dict(parse_line(line) for line in logical_lines(text))
+
+
+@dataclass(frozen=True)
+class PropertiesEntry:
+    key: str
+    value: str
+    line: int  # the 1-based line the entry starts on
+
+
+def read_properties_entries(path: Path) -> list[PropertiesEntry]:
+    """Every entry of a .properties file as Java reads it, with the line it starts on (for messages that
+    point at it); OSError when the file cannot be read."""
+    return [PropertiesEntry(*parse_line(line), number) for number, line in numbered_logical_lines(read_text(path))]
+
+
+def read_text(path: Path) -> str:
+    """The file's text as Java's Properties.load(InputStream) decodes it: ISO-8859-1, byte for character."""
+    return Path(path).read_bytes().decode("latin-1")

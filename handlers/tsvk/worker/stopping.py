@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 
-from .errors import ServerStopping
+from ..common.errors import ServerStopping
 
 STOP_MARKER_ENV = "TSVK_STOP_MARKER"
 

@@ -13,8 +13,8 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .properties import read_properties
-from .settings import RuntimeSettings
+from ..common.properties import read_properties
+from ..common.settings import RuntimeSettings
 
 log = logging.getLogger(__name__)
 

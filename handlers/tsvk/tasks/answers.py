@@ -1,17 +1,11 @@
-"""Logits -> the top-k {label: probability} dict per image, the shape TorchServe's image_classifier returns;
-and each answer (or error) written in the protocol its request spoke (inputs.py tells which).
-"""
+"""What models return, read the same way by every task: the logits tensor, and top-k {label: probability} dicts
+(the shape TorchServe's image_classifier returns)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 
-from . import oip
-from .errors import RequestError
-from .inputs import OIP, Payload
-from .labels import label_for
+from ..common.labels import label_for
 
 
 def topk_answers(logits: torch.Tensor, labels: list[str] | None, k: int) -> list[dict[str, float]]:
@@ -43,26 +37,3 @@ def first_tensor(output) -> torch.Tensor:
         if isinstance(output, dict) and key in output:
             return output[key]
     raise TypeError(f"model output must be a tensor of logits, got {type(output).__name__}")
-
-
-def write_answer(payload: Payload | None, answer: dict[str, float], model_name: str) -> Any:
-    """/predictions: the dict itself; the Open Inference Protocol: an inference response of one image."""
-    if payload is None or payload.protocol != OIP:
-        return answer
-    k = len(answer)
-    outputs = [
-        {"name": oip.PROBABILITIES, "datatype": "FP32", "shape": [1, k], "data": list(answer.values())},
-        {"name": oip.LABELS, "datatype": "BYTES", "shape": [1, k], "data": list(answer)},
-    ]
-    response = {"model_name": model_name, "outputs": outputs}
-    if payload.request_id is not None:
-        response["id"] = payload.request_id
-    return response
-
-
-def write_error(payload: Payload | None, error: RequestError) -> dict[str, Any]:
-    """/predictions: TorchServe's error shape plus our code; the Open Inference Protocol: its `{"error": ...}`,
-    the message led by our machine-readable code (`bad_image: ...`)."""
-    if payload is None or payload.protocol != OIP:
-        return error.body()
-    return {"error": f"{error.code}: {error.message}"}

@@ -22,13 +22,14 @@ from typing import Any, Callable
 
 import torch
 
-from . import features
+from ..common import features
 from .cpu_isa import REMEDY, check_package_runs_here
-from .loaded_model import LoadedModel
+from ..tasks.loaded_model import LoadedModel
 from .openvino_detector import attach_openvino_backbone, quantize_box_head
 from .openvino_ir import compile_for_cpu
-from .settings import ArtifactSettings
-from .tasks import task_kind
+from ..common.settings import ArtifactSettings
+from ..common.task_kinds import task_kind
+from ..tasks import served_form, task_class, torchvision_model
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +147,7 @@ def load_aoti(path: Path, device: torch.device, **_: Any) -> Callable:
 
 def refuse_foreign_cpu_package(path: Path) -> None:
     """An AOTInductor CPU package compiled for instructions this CPU lacks fails here, by name, instead of
-    crashing the worker at its first batch (tsvk/cpu_isa.py)."""
+    crashing the worker at its first batch (tsvk/model/cpu_isa.py)."""
     problem = check_package_runs_here(path)
     if problem:
         raise ArtifactLoadError(f"{path.name} (aoti, cpu) cannot run on this machine: {problem}. Rebuild the archive: {REMEDY}")
@@ -250,7 +251,7 @@ def load_openvino(
     task: str = "classify", **_: Any,
 ) -> Callable:
     """OpenVINO's CPU plugin with the worker's planned intra-op threads (apply_threads ran before this);
-    a detector's artifact is its backbone, run under its eager heads (`tsvk.openvino_detector`)."""
+    a detector's artifact is its backbone, run under its eager heads (`tsvk.model.openvino_detector`)."""
     try:
         ov = features.optional_module("openvino")
     except ImportError as err:
@@ -261,7 +262,7 @@ def load_openvino(
         return compile_for_cpu(ov, path, torch.get_num_threads())
     detector = build_eager_model(artifact, model_dir, num_classes, task)
     try:
-        detector = kind.task_class().on_cpu(attach_openvino_backbone(detector, ov, path, torch.get_num_threads()))
+        detector = task_class(task).on_cpu(attach_openvino_backbone(detector, ov, path, torch.get_num_threads()))
         if artifact.precision == "int8":
             quantize_box_head(detector)
         return detector
@@ -276,16 +277,15 @@ def load_eager(
     model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(read_state_dict(path))
     model = model.to(device=device, dtype=dtype).eval()
-    return task_kind(task).task_class().on_cpu(model) if device.type == "cpu" else model
+    return task_class(task).on_cpu(model) if device.type == "cpu" else model
 
 
 def build_eager_model(artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str = "classify") -> torch.nn.Module:
     """The model's structure in its served form (a detector takes prepared images: tasks/detector_model.py)."""
-    kind = task_kind(task)
     source = artifact.source
     if source.kind == "torchvision":
-        return kind.torchvision_model(source.builder, num_classes)
-    return kind.served_form(_import_factory(model_dir / source.file, source.factory)())
+        return torchvision_model(task, source.builder, num_classes)
+    return served_form(task, _import_factory(model_dir / source.file, source.factory)())
 
 
 def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
