@@ -113,7 +113,7 @@ def measure_rounds(systems: list[System], ctx: RunContext, log=print) -> dict:
 def measure_system(system: System, ctx: RunContext, log=print, variants_to_run: list[dict] | None = None) -> dict:
     """The best variant's measurements, with every variant's kept when there are several."""
     variants = []
-    for variant in system.variants(ctx) if variants_to_run is None else variants_to_run:
+    for variant in _variants_to_try(system, ctx) if variants_to_run is None else variants_to_run:
         log(f"bench: {system.name} {_describe(variant)}".rstrip())
         measured = measure_variant(system, ctx, variant)
         log(f"bench:   -> {_brief(measured)}")
@@ -124,6 +124,12 @@ def measure_system(system: System, ctx: RunContext, log=print, variants_to_run: 
     if len(variants) > 1:
         result["variants"] = variants
     return result
+
+
+def _variants_to_try(system: System, ctx: RunContext) -> list[dict]:
+    """A hand-tuned system's variants, at most `max_variants` of them (the quick run tries the first alone)."""
+    variants = system.variants(ctx)
+    return variants[: ctx.options.max_variants] if ctx.options.max_variants else variants
 
 
 def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:

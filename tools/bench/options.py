@@ -51,10 +51,18 @@ class Preset:
     decentralized_jobs: int  # one process each: expensive, so fewer (the rate is what counts)
     ceiling_seconds: float  # time spent per batch size in the in-process ceiling
     minutes: int = 0  # about how long the run takes on 2 cores (0: not stated)
+    rounds: int = ROUNDS
+    round_seconds: float = ROUND_SECONDS
+    warmup_seconds: float | None = None  # None: WARMUP_SECONDS before time-bounded rounds
+    max_variants: int | None = None  # a hand-tuned system tries at most this many of its variants (None: all)
 
 
 FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12, ceiling_seconds=8.0, minutes=60)
-QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=8, ceiling_seconds=3.0, minutes=35)
+# A smoke run: every row of the full table starts, answers and is stopped once (one round of 3 s after 1 s of
+# warm-up load, each hand-tuned system at its first variant only). It proves each part works; its figures have no
+# spread and a cold JIT behind them, so they are not for comparison.
+QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=4, ceiling_seconds=1.0, minutes=10, rounds=1,
+               round_seconds=3.0, warmup_seconds=1.0, max_variants=1)
 # A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
 GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
@@ -68,6 +76,7 @@ class BenchOptions:
     ceiling_seconds: float = FULL.ceiling_seconds
     rounds: int = ROUNDS  # each system measured this many times, in alternating rounds (A B C, A B C, ...)
     round_seconds: float = ROUND_SECONDS  # each round's load lasts this long (0: `jobs` requests instead)
+    max_variants: int | None = None  # a hand-tuned system tries at most this many of its variants (None: all)
     images: tuple[str, ...] = DEFAULT_IMAGES
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
     systems: tuple[str, ...] | None = None  # None: every system that runs on `device`
@@ -137,8 +146,8 @@ def validation_problems(options: BenchOptions) -> list[str]:
         problems.append(f"round_seconds must be >= 0 (0: a fixed number of jobs per round), got {options.round_seconds}")
     if options.warmup_seconds is not None and options.warmup_seconds < 0:
         problems.append(f"warmup_seconds must be >= 0 (0: no unmeasured load beyond the warm-up requests), got {options.warmup_seconds}")
-    for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch", "rounds"):
-        if getattr(options, name) < 1:
+    for name in ("jobs", "concurrency", "decentralized_jobs", "max_batch", "batch", "rounds", "max_variants"):
+        if getattr(options, name) is not None and getattr(options, name) < 1:
             problems.append(f"{name} must be >= 1, got {getattr(options, name)}")
     if options.task in TASK_SYSTEMS:
         allowed = TASK_SYSTEMS[options.task]
@@ -205,7 +214,8 @@ def require_device(options: BenchOptions) -> None:
 def with_preset(preset: Preset, **overrides) -> BenchOptions:
     """The preset's sizes, then every override that is not None."""
     base = dict(model=preset.model, jobs=preset.jobs, concurrency=preset.concurrency,
-                decentralized_jobs=preset.decentralized_jobs, ceiling_seconds=preset.ceiling_seconds)
+                decentralized_jobs=preset.decentralized_jobs, ceiling_seconds=preset.ceiling_seconds, rounds=preset.rounds,
+                round_seconds=preset.round_seconds, warmup_seconds=preset.warmup_seconds, max_variants=preset.max_variants)
     base.update({k: v for k, v in overrides.items() if v is not None})
     return BenchOptions(**base)
 

@@ -76,13 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=f"Narrower benchmarks, each with its own --help: {others}.")
     progress.add_quiet_argument(p)
     p.add_argument("--quick", action="store_true",
-                   help=f"small run (about {QUICK.minutes} min on 2 cores once its archives are built): {QUICK.model}, {QUICK.jobs} jobs")
+                   help=f"a smoke run (about {QUICK.minutes} min on 2 cores once its archives are built): every system on "
+                        f"{QUICK.model}, {QUICK.rounds} round of {QUICK.round_seconds:g} s after {QUICK.warmup_seconds:g} s of "
+                        "warm-up load, a hand-tuned system at its first variant only; it shows each part works, and its "
+                        "figures are not for comparison")
     p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
     p.add_argument("--jobs", type=_positive, help=f"measured requests per served system and round with --round-seconds 0 (default {FULL.jobs}; --quick: {QUICK.jobs})")
-    p.add_argument("--rounds", type=_positive, help=f"alternating rounds per system (default {ROUNDS}); the report gives medians "
-                   "with min-max")
+    p.add_argument("--rounds", type=_positive, help=f"alternating rounds per system (default {ROUNDS}; --quick: {QUICK.rounds}); "
+                   "the report gives medians with min-max")
     p.add_argument("--round-seconds", type=_seconds, help=f"seconds of load per system and round (default {ROUND_SECONDS:g}; "
-                   "0: --jobs requests per round)")
+                   f"--quick: {QUICK.round_seconds:g}; 0: --jobs requests per round)")
     p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
     p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
                    f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
