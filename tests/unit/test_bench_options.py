@@ -2,8 +2,8 @@
 
 import pytest
 
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.run import build_parser, options_from_args
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.bench_cli import build_parser, options_from_args
 from tsvk_tools.errors import UsageError
 
 
@@ -59,7 +59,7 @@ def test_warmup_defaults_to_two_rounds_of_a_full_batch():
 
 
 def test_unmeasured_load_precedes_time_bounded_rounds_only():
-    from tsvk_tools.bench.options import WARMUP_SECONDS
+    from tsvk_tools.lab.bench.options import WARMUP_SECONDS
 
     assert BenchOptions(round_seconds=20).warmup_load_seconds == WARMUP_SECONDS > 0
     assert BenchOptions(round_seconds=0).warmup_load_seconds == 0
@@ -70,7 +70,7 @@ def test_unmeasured_load_precedes_time_bounded_rounds_only():
 
 
 def test_task_models_get_the_systems_that_serve_them():
-    from tsvk_tools.bench.options import TASK_SYSTEMS
+    from tsvk_tools.lab.bench.options import TASK_SYSTEMS
 
     detector = BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn")
     segmenter = BenchOptions(model="deeplabv3_mobilenet_v3_large")

@@ -9,7 +9,7 @@ import pytest
 
 from tsvk_tools import cli
 from tsvk_tools.arguments import request_from
-from tsvk_tools.bench import run as bench_run
+from tsvk_tools.lab.bench import bench_cli as bench_run
 
 COMMANDS = {"archive", "batch", "bench", "compile", "config", "demo", "doctor", "draw", "gpu-check", "keys", "predict", "robustness",
             "run-container", "serve", "soak", "status", "stop", "tune"}

@@ -18,7 +18,7 @@ from tsvk.tasks import task_kind
 from tsvk.properties import read_properties
 
 from .. import defaults
-from ..build.archive_info import read_archive_settings
+from ..archive.archive_info import read_archive_settings
 from ..errors import UsageError
 
 KEY_PREFIX = "tsvk.oip."

@@ -35,7 +35,7 @@ from tsvk import oip
 from tsvk.deadline import ARRIVAL_HEADER
 from tsvk.errors import ERROR_SOURCE, RequestError
 
-from ..serve.keys import is_key_refusal
+from ..keys import is_key_refusal
 from .config import ModelTensors
 from .health import TorchServeHealth
 from .upstream import TorchServeClient, UpstreamAnswer, UpstreamError
