@@ -1,6 +1,6 @@
 """The engine as the child of a container's PID 1 (tools/engines/container.py, `--engine kserve`).
 
-Unlike `tsvk serve --engine kserve` (run.py), the server's output goes to the container's own (what `kubectl logs`
+Unlike `tsvk serve --engine kserve` (engine_process.py), the server's output goes to the container's own (what `kubectl logs`
 shows), and a stop signals the server alone, never its process group: SIGTERM makes it stop accepting and answer
 what it holds (uvicorn's graceful shutdown, bounded by its --drain-timeout) while its workers still run, and only
 then does it end them. A worker signalled together with the server would die holding its batch, and those requests

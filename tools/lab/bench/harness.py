@@ -32,7 +32,7 @@ LEFTOVER_GRACE_S = 10.0
 
 
 def run_benchmark(options: BenchOptions, log=print) -> dict:
-    """Measure every system in `options.systems`; returns the result document (see report.py)."""
+    """Measure every system in `options.systems`; returns the result document (see result_document.py)."""
     started = datetime.now(timezone.utc)
     removed = _drop_thread_variables()
     hidden = _hide_gpus_unless_asked(options.device)

@@ -8,7 +8,7 @@ benchmarks/results/gpu-check-<UTC time>.json and .md: every step's command, exit
 figures, and the tail of its output when it failed. A failed step does not stop the others. Without a
 CUDA device it refuses before doing anything.
 
-`steps.py` says what runs and what each step measured, `run.py` runs them, `report.py` writes the report.
+`steps.py` says what runs and what each step measured, `step_runner.py` runs them, `gpu_report.py` writes the report.
 """
 
 from .step_runner import check, require_cuda

@@ -4,7 +4,7 @@ For each variant (default values, protocol=oip, the download init container) the
 the real helm, its pod started with `podman kube play`, its probes run until green, and then asked
 what a client and an operator would ask; then `helm test`'s pod runs against it. On the default
 variant it also measures throughput through the pod against the same engine started on this machine as
-`make serve` starts it, and stops the pod under load (drain.py). With engine kserve every variant sets the
+`make serve` starts it, and stops the pod under load (pod_drain.py). With engine kserve every variant sets the
 chart's engine value, and the baseline is `make serve ENGINE=kserve`.
 """
 
