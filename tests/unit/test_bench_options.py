@@ -89,3 +89,24 @@ def test_another_models_run_does_not_overwrite_the_presets_latest():
     assert _options("--quick").tag == "quick"
     assert _options("--quick", "--model", "resnet50").tag == "resnet50-quick"
     assert _options("--model", "resnet50", "--tag", "mine").tag == "mine"
+
+
+def test_quick_is_one_short_round_of_every_system_at_its_first_variant():
+    quick, full = _options("--quick"), _options()
+    assert (quick.rounds, quick.round_seconds, quick.warmup_seconds, quick.max_variants) == (1, 3.0, 1.0, 1)
+    assert (full.rounds, full.round_seconds, full.warmup_seconds, full.max_variants) == (3, 20.0, None, None)
+    assert quick.systems == full.systems  # the same rows, shorter
+    assert (_options("--quick", "--rounds", "2", "--round-seconds", "5").rounds,
+            _options("--quick", "--rounds", "2", "--round-seconds", "5").round_seconds) == (2, 5.0)
+
+
+def test_a_hand_tuned_system_tries_at_most_max_variants():
+    from types import SimpleNamespace
+
+    from tsvk_tools.lab.bench.harness import _variants_to_try
+
+    system = SimpleNamespace(variants=lambda ctx: [{"workers": 1}, {"workers": 2}, {"workers": 4}])
+    assert _variants_to_try(system, SimpleNamespace(options=SimpleNamespace(max_variants=1))) == [{"workers": 1}]
+    assert len(_variants_to_try(system, SimpleNamespace(options=SimpleNamespace(max_variants=None)))) == 3
+    with pytest.raises(UsageError, match="max_variants must be >= 1, got 0"):
+        BenchOptions(max_variants=0)
