@@ -172,7 +172,7 @@ batch: setup ## score INPUT (a folder, a text file of paths or URLs, a Parquet/C
 demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
 	@$(MAKE) --no-print-directory triton-venv || echo "bench: the Triton venv could not be built; the triton row is left out"
 	$(TSVK) bench $(bench_flags)
 

@@ -191,14 +191,14 @@ KUBE_ARGS ?=
 kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside (ENGINE=kserve: the chart's engine value, against `make serve ENGINE=kserve`); results in benchmarks/results (KUBE_ARGS)
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
-	$(PYTHON) -m tsvk_tools.kube --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
+	$(PYTHON) -m tsvk_tools.lab.kube_check --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
 
 # make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
 # (k8s/README.md, "From KServe's TorchServe runtime").
 kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
 	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
-	$(PYTHON) -m tsvk_tools.kube.kserve_runtime --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL)
+	$(PYTHON) -m tsvk_tools.lab.kube_check.kserve_runtime --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL)
 
 # make deploy-check: the README's deploy block against a registry on this machine, its manifests played by podman
 # (k8s/README.md, "The deploy path, run here"). The model the photo is sent to: the quickstart's.
@@ -206,11 +206,11 @@ DEPLOY_MODEL ?= resnet152
 
 deploy-check: $(kube_setup) $(helm_fetch) ## run the README's deploy block against a registry on 127.0.0.1:5000, remove the images, play its manifests with podman; results in benchmarks/results
 	@test -f model_store/$(DEPLOY_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(DEPLOY_MODEL) --weights $(KUBE_WEIGHTS)
-	$(PYTHON) -m tsvk_tools.kube.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
+	$(PYTHON) -m tsvk_tools.lab.kube_check.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
 		$(if $(BUILD_CA),--env BUILD_CA=$(BUILD_CA))
 
 # checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
 CHECKOV ?= .checkov-venv/bin/checkov
 
 chart-scan: $(kube_setup) $(helm_fetch) ## run checkov on every rendered variant of the chart (CHECKOV); fails on any failed check
-	$(PYTHON) -m tsvk_tools.kube.scan --checkov $(CHECKOV)
+	$(PYTHON) -m tsvk_tools.lab.kube_check.scan --checkov $(CHECKOV)

@@ -34,8 +34,8 @@ def resnet18_weights(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def resnet18_store(tmp_path_factory, resnet18_weights) -> Path:
     """A model store holding one AOTInductor resnet18 archive (max batch 4), built once per session."""
-    from tsvk_tools.build.archive import build_archive
-    from tsvk_tools.build.build import BuildRequest
+    from tsvk_tools.archive.pack import build_archive
+    from tsvk_tools.archive.build import BuildRequest
     from tsvk.common.settings import ServingDefaults
 
     store = tmp_path_factory.mktemp("store")

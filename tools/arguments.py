@@ -11,7 +11,6 @@ import argparse
 from dataclasses import fields
 
 from . import defaults
-from .build.verify import Tolerance
 
 
 def positive_int(text: str) -> int:
@@ -66,14 +65,6 @@ def fraction(text: str) -> float:
     if not 0.0 <= value <= 1.0:
         raise argparse.ArgumentTypeError(f"must be a number from 0 to 1, got {text!r}")
     return value
-
-
-def tolerance(text: str) -> Tolerance:
-    try:
-        atol, rtol, top1 = (float(v) for v in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be atol,rtol,min_top1 (e.g. 1e-3,1e-3,1.0), got {text!r}") from None
-    return Tolerance(atol, rtol, top1)
 
 
 def add_protocol_argument(p: argparse.ArgumentParser, help_text: str | None = None) -> None:

@@ -3,39 +3,50 @@
 Each command module has `register(commands)`, which adds its parser and sets its function (`cmd_*`, taking
 the parsed arguments and returning an exit status, so tests call them directly). A UsageError becomes one
 clear line on stderr and exit status 2, never a traceback.
+
+The lab's commands (bench, robustness, soak, gpu-check) are added from `tsvk_tools.lab.commands` when the lab is
+installed: it is looked up by name, because the product never imports the lab.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import signal
 import sys
 
 from . import doctor, progress
 from .batch import batch_cli
-from .build import build_cli
+from .archive import build_cli
 from .client import demo, draw, predict, status
-from .serve import container, serve_cli
-from .bench import run as bench
+from .engines import container, serve_cli
 from .errors import UsageError
-from .gpu_check import cli as gpu_check
-from .robustness import run as robustness, soak
-from .tune import run as tune
+from .tune import tune_cli as tune
 
-# Each module's register(commands), in the order `tsvk --help` lists the commands.
-COMMAND_MODULES = (bench, build_cli, serve_cli, container, predict, batch_cli, robustness, soak, gpu_check, demo, tune, draw, status, doctor)
-# The commands with long steps: each shows its progress on a terminal and takes --quiet.
+# Each module's register(commands), in the order `tsvk --help` lists the commands; the lab's follow them.
+COMMAND_MODULES = (build_cli, serve_cli, container, predict, batch_cli, demo, tune, draw, status, doctor)
+LAB_COMMANDS = f"{__package__}.lab.commands"
+# The commands with long steps: each shows its progress on a terminal and takes --quiet (the lab's where it is installed).
 PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak", "batch")
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsvk", description="TorchServe Vision Kit: compile, archive, configure, serve, benchmark.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES:
+    for module in COMMAND_MODULES + lab_command_modules():
         module.register(commands)
     for name in PROGRESS_COMMANDS:
-        progress.add_quiet_argument(commands.choices[name])
+        if name in commands.choices:
+            progress.add_quiet_argument(commands.choices[name])
     return parser
+
+
+def lab_command_modules() -> tuple:
+    """The lab's command modules, or none where the lab is not installed: the product runs without it."""
+    if importlib.util.find_spec(LAB_COMMANDS) is None:
+        return ()
+    return importlib.import_module(LAB_COMMANDS).COMMAND_MODULES
 
 
 def _exit_on_sigterm(signum, frame) -> None:

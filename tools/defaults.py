@@ -2,19 +2,20 @@
 benchmarks and soaks when nothing else is asked for.
 
 The worker's own defaults (settings schema, limits) are in `tsvk.defaults`, which every archive
-carries; they are re-exported here, so `tools/` reads every default from this one module. The
-Makefile leaves its variables empty so that `tsvk` decides, and tests check that docs/commands.md
-and the Helm chart say the same.
+carries; the few of them that tools/ reads too are imported here by name, so `tools/` reads every
+default from this one module and each is written once. The Makefile leaves its variables empty so
+that `tsvk` decides, and tests check that docs/commands.md and the Helm chart say the same.
 """
 
-from tsvk.common.defaults import *  # noqa: F401,F403 - the worker's defaults, which tools/ reads too
+from tsvk.common.defaults import (BATCH, DEVICE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS, MAX_DETECTIONS,  # noqa: F401
+                                  PRECISION, RESPONSE_TIMEOUT_S, SCORE_THRESHOLD, TASK, TOPK)
 
 # What `tsvk archive` builds when nothing else is asked for.
 MODEL = "resnet18"  # also what `tsvk demo` and the single-model benchmarks build
 WEIGHTS = "DEFAULT"  # torchvision's pretrained weights
 BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measured on the CPU
 # aoti on the cpu: kernels for this machine's widest vector instructions, which the CPUs it is served on must have
-# (`--cpu-isa avx2` for any x86-64 CPU with AVX2; tools/build/backends/aoti.py)
+# (`--cpu-isa avx2` for any x86-64 CPU with AVX2; tools/archive/backends/aoti.py)
 CPU_ISA = "native"
 DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
 # The malloc `tsvk serve` starts TorchServe and its workers with: glibc's (with the workers' heap trim, what

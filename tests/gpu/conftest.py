@@ -1,6 +1,6 @@
 """What every GPU test leaves in the JUnit XML for `make gpu-check`: its GPU memory peak and CV-CUDA's cache.
 
-Recorded with `record_property`, so the check's report lists them per test (tools/gpu_check/steps.py,
+Recorded with `record_property`, so the check's report lists them per test (tools/lab/gpu_check/steps.py,
 `pytest_figures`). Nothing is recorded where there is no CUDA (the tests skip there anyway).
 """
 

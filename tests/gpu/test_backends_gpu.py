@@ -13,7 +13,7 @@ import torch
 from tsvk.common import features
 from tsvk.model.loading import load_model
 from tsvk.tasks.answers import first_tensor
-from tsvk_tools.build.build import BuildRequest, build
+from tsvk_tools.archive.build import BuildRequest, build
 
 pytestmark = [
     pytest.mark.gpu,

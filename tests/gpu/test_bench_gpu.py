@@ -12,8 +12,8 @@ import shutil
 import pytest
 import torch
 
-from tsvk_tools.bench.harness import run_benchmark
-from tsvk_tools.bench.options import BenchOptions, gpu_backend
+from tsvk_tools.lab.bench.harness import run_benchmark
+from tsvk_tools.lab.bench.options import BenchOptions, gpu_backend
 
 pytestmark = [
     pytest.mark.gpu,

@@ -21,7 +21,7 @@ from tests.support.helm_scenarios import OIP_CONFIG, SCENARIOS
 from tsvk_tools.engines.kserve.files import STATUS_FILE
 from tsvk_tools.engines.kserve.metrics import EngineMetrics
 from tsvk_tools.engines.kserve.server import _Engine
-from tsvk_tools.serve import container as entrypoint
+from tsvk_tools.engines import container as entrypoint
 
 pytestmark = pytest.mark.helm
 
@@ -41,7 +41,7 @@ def torchserve(render):
 
 def entry_args(server: dict) -> argparse.Namespace:
     """The container's arguments as the image's PID 1 parses them."""
-    assert server["command"] == ["python", "-m", "tsvk_tools.serve.container"]
+    assert server["command"] == ["python", "-m", "tsvk_tools.engines.container"]
     parser = argparse.ArgumentParser()
     entrypoint.register(parser.add_subparsers(dest="command", required=True))
     return parser.parse_args(["run-container", *server["args"]])

@@ -396,7 +396,7 @@ def test_set_file_config_reaches_the_config_map(render, tmp_path):
 
 
 def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain(render):
-    """SIGTERM goes to `tsvk run-container` (tools/serve/container.py), which drains for drainTimeoutSeconds;
+    """SIGTERM goes to `tsvk run-container` (tools/engines/container.py), which drains for drainTimeoutSeconds;
     SIGKILL comes only after the preStop sleep, the drain and room for TorchServe to exit."""
     from tsvk_tools import defaults
 
@@ -404,7 +404,7 @@ def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain
                                  ({"drainTimeoutSeconds": 90, "preStopSleepSeconds": 5}, 90, 105)):
         rendered = render(values)
         server = rendered.server()
-        assert server["command"] == ["python", "-m", "tsvk_tools.serve.container"]
+        assert server["command"] == ["python", "-m", "tsvk_tools.engines.container"]
         args = server["args"]
         assert args[args.index("--drain-timeout") + 1] == str(drain)
         assert args[args.index("--config") + 1] == "/etc/tsvk/config.properties"

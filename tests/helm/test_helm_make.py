@@ -75,7 +75,7 @@ def test_engine_sets_the_charts_engine_value(make, target):
 
 def test_kube_check_passes_the_engine_on(make):
     commands = dry_run(make, "kube-check", "ENGINE=kserve", "HELM=helm")
-    assert "-m tsvk_tools.kube " in commands and "--engine kserve" in commands
+    assert "-m tsvk_tools.lab.kube_check " in commands and "--engine kserve" in commands
     assert "--engine" not in dry_run(make, "kube-check", "HELM=helm")
 
 

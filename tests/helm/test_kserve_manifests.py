@@ -16,8 +16,8 @@ import yaml
 from tests.support.crd import load_schema, unknown_fields
 from tsvk.common.properties import read_properties
 from tsvk_tools.cli import build_parser as tsvk_parser
-from tsvk_tools.kube.kserve_runtime import migration_config_command, runtime_pod
-from tsvk_tools.serve import container
+from tsvk_tools.lab.kube_check.kserve_runtime import migration_config_command, runtime_pod
+from tsvk_tools.engines import container
 
 ROOT = Path(__file__).resolve().parents[2]
 MANIFESTS = ROOT / "k8s" / "kserve"
@@ -95,7 +95,7 @@ def _container(runtime: dict) -> dict:
 def test_the_runtime_runs_the_images_entrypoint_on_the_kserve_engine(runtime):
     """The command line parses with the image's PID 1 parser and picks the engine, on the storageUri's config."""
     server = _container(runtime)
-    assert server["command"] == ["python", "-m", "tsvk_tools.serve.container"]
+    assert server["command"] == ["python", "-m", "tsvk_tools.engines.container"]
     parser = container.argparse.ArgumentParser()
     container.register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["run-container", *server["args"]])

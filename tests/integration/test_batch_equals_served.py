@@ -17,8 +17,8 @@ import requests
 from tests.support.batch_inputs import write_inputs
 from tests.support.task_models import DETECTOR, SEGMENTER, decisive_weights
 from tests.support.torchserve import archive_tiny, running_torchserve
-from tsvk_tools.build.archive import build_archive
-from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.archive.pack import build_archive
+from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.serve.ports import serving_on_free_ports
 

@@ -9,10 +9,10 @@ import shutil
 
 import pytest
 
-from tsvk_tools.bench.harness import run_benchmark
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.report import write_outputs
-from tsvk_tools.bench.run import main
+from tsvk_tools.lab.bench.harness import run_benchmark
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.result_document import write_outputs
+from tsvk_tools.lab.bench.bench_cli import main
 
 pytestmark = pytest.mark.integration
 

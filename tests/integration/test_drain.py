@@ -1,6 +1,6 @@
 """Stopping under load loses nothing that was taken in, with a real TorchServe and a model that takes 40 ms a
 batch: `tsvk stop` and a SIGTERM to the container entrypoint drain at about 70% of the measured capacity
-(tools/robustness/drain.py) without cutting a connection, well before the drain timeout; a client that keeps
+(tools/lab/robustness/drain_measure.py) without cutting a connection, well before the drain timeout; a client that keeps
 its connection open gets an answer to every request, the stop's 503 at worst; and `tsvk serve` interrupted
 during its readiness check leaves nothing running."""
 
@@ -21,8 +21,8 @@ import requests
 from tests.fixtures.tiny_model import LOAD_DELAY_ENV
 from tests.support.torchserve import isolated_env
 from tests.support.drain_setup import DRAIN_TIMEOUT_S, LOAD_SHARE, one_worker_config, slow_tiny_store, small_photo
-from tsvk_tools.serve.drain import describe_drain
-from tsvk_tools.robustness.drain import capacity, measure_drain
+from tsvk_tools.serve.torchserve_drain import describe_drain
+from tsvk_tools.lab.robustness.drain_measure import capacity, measure_drain
 from tsvk_tools.serve.server import find_running, start_torchserve
 
 pytestmark = pytest.mark.integration

@@ -1,4 +1,4 @@
-"""The image's PID 1 (`python -m tsvk_tools.serve.container --engine kserve`, what the chart's engine=kserve and
+"""The image's PID 1 (`python -m tsvk_tools.engines.container --engine kserve`, what the chart's engine=kserve and
 k8s/kserve's ServingRuntime run) on a real engine: it starts the engine on the config, its output on the container's,
 and on SIGTERM every request the engine held is answered before everything it started has exited."""
 
@@ -74,7 +74,7 @@ def test_pid_1_runs_the_engine_and_a_sigterm_answers_every_request_it_held(tmp_p
     request = serving_on_free_ports(model_store=store, vcpus=1, workers=1, batch=4, max_batch_delay_ms=100, auth=False)
     config = tmp_path / "config.properties"
     write_config(request, config)
-    pid1 = subprocess.Popen([sys.executable, "-m", "tsvk_tools.serve.container", "--engine", "kserve", "--config", str(config),
+    pid1 = subprocess.Popen([sys.executable, "-m", "tsvk_tools.engines.container", "--engine", "kserve", "--config", str(config),
                              "--run-dir", str(tmp_path / "run"), "--drain-timeout", "20"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
     try:

@@ -1,6 +1,6 @@
 """Stopping tsvk's own engine under load loses nothing it took in: `tsvk stop` (SIGTERM to the engine's process
 group, workers included) and a SIGTERM to the engine's server alone (what a container's init forwards), each at
-about 70% of the measured capacity of a model that takes 40 ms a batch (tools/robustness/drain.py, as for
+about 70% of the measured capacity of a model that takes 40 ms a batch (tools/lab/robustness/drain_measure.py, as for
 TorchServe in test_drain.py): no connection cut, no 5xx, exit within the drain timeout + 5 s."""
 
 from __future__ import annotations
@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from tests.support.drain_setup import DRAIN_TIMEOUT_S, LOAD_SHARE, one_worker_config, slow_tiny_store, small_photo
-from tsvk_tools.engines.kserve.run import find_engine, start_engine
-from tsvk_tools.robustness.drain import capacity, measure_drain
-from tsvk_tools.serve.serve_cli import cmd_stop
+from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
+from tsvk_tools.lab.robustness.drain_measure import capacity, measure_drain
+from tsvk_tools.engines.serve_cli import cmd_stop
 
 pytestmark = pytest.mark.integration
 

@@ -30,8 +30,8 @@ from tests.support.engine import running_engine
 from tests.support.handler_fakes import encode, photo
 from tests.support.task_models import DETECTOR, SEGMENTER, decisive_weights
 from tests.support.torchserve import archive_tiny, post_concurrently, running_torchserve
-from tsvk_tools.build.archive import build_archive
-from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.archive.pack import build_archive
+from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.engines.kserve.files import STATUS_FILE
 from tsvk_tools.client.predict import predict

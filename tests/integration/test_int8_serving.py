@@ -16,11 +16,11 @@ import pytest
 import torch
 
 from tests.support.torchserve import post_concurrently, running_torchserve
-from tsvk_tools.build.archive import build_archive
+from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.client.demo import imagenet_categories, offline_request
 from tsvk_tools.images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
 from tsvk_tools.serve.ports import serving_on_free_ports
-from tsvk_tools.build.verify import Tolerance
+from tsvk_tools.archive.verify import Tolerance
 from tsvk_tools.errors import UsageError
 from tsvk.model.cpu_isa import host_instructions
 
@@ -65,7 +65,7 @@ def eager_top3(photo: str) -> list[str]:
     from tsvk.preprocess.decode import probe
     from tsvk.preprocess.cpu import CpuPreprocessor
     from tsvk_tools.images import image_bytes
-    from tsvk_tools.build.models import resolve_model
+    from tsvk_tools.archive.models import resolve_model
 
     request = offline_request(Path("unused"))
     resolved = resolve_model(request.model, request.weights, replace(request.custom, labels=None))

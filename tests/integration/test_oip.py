@@ -22,7 +22,7 @@ from tests.support.handler_fakes import encode, noise_image
 from tests.support.oip_clients import CLIENTS, EXPECTED, CallFailed, KServeWorker
 from tsvk.preprocess.decode import probe
 from tsvk.preprocess import build_preprocessor
-from tsvk_tools.build.archive_info import read_archive_settings
+from tsvk_tools.archive.archive_info import read_archive_settings
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.oip.config import read_front_config
 from tsvk_tools.oip.process import front_pid, front_urls

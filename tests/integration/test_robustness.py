@@ -15,7 +15,7 @@ import pytest
 
 from tests.support.task_models import SEGMENTER
 from tests.support.torchserve import isolated_env, archive_tiny
-from tsvk_tools.robustness.run import run_robustness
+from tsvk_tools.lab.robustness.robustness_cli import run_robustness
 
 pytestmark = pytest.mark.integration
 

@@ -26,10 +26,10 @@ from tests.support.handler_fakes import encode, photo
 from tests.support.task_models import DETECTOR, SEGMENTER, decisive_weights, reference_model
 from tests.support.torchserve import post_concurrently, running_torchserve
 from tsvk.tasks.geometry import resize_label_map
-from tsvk_tools.build.archive import build_archive
-from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.archive.pack import build_archive
+from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.serve.ports import serving_on_free_ports
-from tsvk_tools.build.verify_tasks import match_boxes
+from tsvk_tools.archive.verify_tasks import match_boxes
 
 pytestmark = pytest.mark.integration
 

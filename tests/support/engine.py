@@ -6,7 +6,7 @@ import contextlib
 from pathlib import Path
 from typing import Iterator
 
-from tsvk_tools.engines.kserve.run import EngineRun, start_engine
+from tsvk_tools.engines.kserve.engine_process import EngineRun, start_engine
 from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 

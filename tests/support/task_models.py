@@ -1,4 +1,4 @@
-"""Seeded decisive weights (tools/robustness/task_weights.py) and torchvision's own model to compare answers with."""
+"""Seeded decisive weights (tools/lab/robustness/task_weights.py) and torchvision's own model to compare answers with."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from tsvk_tools.robustness.task_weights import DETECTOR, DETECTOR_CLASSIFIER_STD, SEGMENTER, decisive_weights
+from tsvk_tools.lab.robustness.task_weights import DETECTOR, DETECTOR_CLASSIFIER_STD, SEGMENTER, decisive_weights
 
 __all__ = ["DETECTOR", "DETECTOR_CLASSIFIER_STD", "SEGMENTER", "decisive_weights", "reference_model"]
 

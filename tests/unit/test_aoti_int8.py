@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from tsvk.model.loading import load_model
-from tsvk_tools.build.backends import pt2e
-from tsvk_tools.build.build import BuildRequest, build
+from tsvk_tools.archive.backends import pt2e
+from tsvk_tools.archive.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
-from tsvk_tools.build.models import CustomModel
+from tsvk_tools.archive.models import CustomModel
 
 import torchao  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 

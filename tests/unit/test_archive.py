@@ -48,7 +48,7 @@ def test_archive_is_self_contained(tmp_path):
 
 def test_an_archive_says_which_of_its_handler_files_this_checkout_has_changed(tmp_path):
     """A custom model file beside the handler is not a handler file; a changed or missing package file is."""
-    from tsvk_tools.build.archive import handler_files_changed
+    from tsvk_tools.archive.pack import handler_files_changed
 
     assert archive(tmp_path, "--backend", "eager") == 0
     built = tmp_path / "tiny.mar"

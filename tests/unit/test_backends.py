@@ -11,11 +11,11 @@ import torch
 from tsvk.common import features
 from tsvk.model.loading import load_model, load_tensorrt
 from tsvk.common.settings import ArtifactSettings
-from tsvk_tools.build.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
-from tsvk_tools.build.build import BuildRequest, build
+from tsvk_tools.archive.backends import BACKENDS, CompileTarget, check_target, get_backend, prepare_model
+from tsvk_tools.archive.build import BuildRequest, build
 from tsvk_tools.errors import UsageError
-from tsvk_tools.build.models import CustomModel
-from tsvk_tools.build.verify import Tolerance, verify_artifact
+from tsvk_tools.archive.models import CustomModel
+from tsvk_tools.archive.verify import Tolerance, verify_artifact
 
 from tests.support.fake_torch_tensorrt import FakeTorchTensorRT
 
@@ -143,6 +143,6 @@ def test_tensorrt_precision_is_carried_by_the_input_dtype(tmp_path, fake_trt):
 
 
 def TinyNet_eager():
-    from tsvk_tools.build.models import build_from_file
+    from tsvk_tools.archive.models import build_from_file
 
     return build_from_file(FIXTURES / "tiny_model.py", "make_tiny").eval()

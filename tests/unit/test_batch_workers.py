@@ -17,7 +17,7 @@ from tests.unit.test_worker_gpu import _fake_loading
 from tsvk_tools.batch.plan import plan_batch
 from tsvk_tools.batch.ray_actor import not_done
 from tsvk_tools.batch.ray_engine import plan_actors
-from tsvk_tools.batch.report import Progress
+from tsvk_tools.batch.run_summary import Progress
 from tsvk_tools.batch.scorer import ArchiveScorer, WorkerSpec, row
 
 

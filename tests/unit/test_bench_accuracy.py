@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from tsvk_tools.bench import accuracy
+from tsvk_tools.lab.bench import accuracy
 from tsvk_tools.errors import UsageError
 
 

@@ -7,8 +7,8 @@ from PIL import Image
 from tsvk.tasks.classify import ClassifyTask
 
 from tests.support.handler_fakes import write_tiny_eager_archive
-from tsvk_tools.bench.apps.ceiling_probe import probe_pipeline, timed_calls
-from tsvk_tools.bench.systems.ceiling import summarize_probe
+from tsvk_tools.lab.bench.apps.ceiling_probe import probe_pipeline, timed_calls
+from tsvk_tools.lab.bench.systems.ceiling import summarize_probe
 
 PROBE = {
     "ready_s": 3.2, "threads": 2, "format": "aoti", "top1": {"0": "tabby"},

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from tsvk_tools.bench.compute import compute_use, cpu_facts, fp32_peak, gflop_per_image
-from tsvk_tools.bench.markdown import render_markdown
-from tsvk_tools.bench.report import compute_ratios, evaluate_goals, refresh
+from tsvk_tools.lab.bench.compute import compute_use, cpu_facts, fp32_peak, gflop_per_image
+from tsvk_tools.lab.bench.markdown import render_markdown
+from tsvk_tools.lab.bench.result_document import compute_ratios, evaluate_goals, refresh
 
 ZEN = "vendor_id\t: AuthenticAMD\ncpu MHz\t\t: 2596.134\nflags\t\t: fpu sse avx2 fma avx512f avx512_vnni\n"
 XEON = "vendor_id\t: GenuineIntel\ncpu MHz\t\t: 2000.000\nflags\t\t: fpu avx2 fma avx512f\n"
@@ -59,9 +59,9 @@ def test_int8_and_detector_bench_archives_are_built_from_the_same_random_weights
     trained, and a detector's random weights tie its scores, so its boxes cannot decide verification."""
     import torch
 
-    from tsvk_tools.bench.assets import WEIGHTS_SEED, ours_build_request, shared_weights
-    from tsvk_tools.bench.options import BenchOptions
-    from tsvk_tools.build.models import resolve_model
+    from tsvk_tools.lab.bench.assets import WEIGHTS_SEED, ours_build_request, shared_weights
+    from tsvk_tools.lab.bench.options import BenchOptions
+    from tsvk_tools.archive.models import resolve_model
 
     options = BenchOptions(model=model, cache_dir=tmp_path, **extra)
     request = ours_build_request(options, shared_weights(options))

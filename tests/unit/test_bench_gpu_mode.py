@@ -9,18 +9,18 @@ import os
 import pytest
 import torch
 
-from tsvk_tools.bench import harness
-from tsvk_tools.bench.apps.ceiling_probe import device_sync, no_sync, timed_calls
-from tsvk_tools.bench.assets import Photo, ours_build_request
-from tsvk_tools.bench.markdown import render_markdown
+from tsvk_tools.lab.bench import harness
+from tsvk_tools.lab.bench.apps.ceiling_probe import device_sync, no_sync, timed_calls
+from tsvk_tools.lab.bench.assets import Photo, ours_build_request
+from tsvk_tools.lab.bench.markdown import render_markdown
 from tsvk.common import features
-from tsvk_tools.bench.options import FAST_SYSTEMS, GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
-from tsvk_tools.bench.report import build_result
-from tsvk_tools.bench.run import build_parser, options_from_args
-from tsvk_tools.bench.systems.base import RunContext
-from tsvk_tools.bench.systems.ceiling import ComputeCeiling
-from tsvk_tools.bench.systems.decentralized import job_command
-from tsvk_tools.bench.systems.torchserve import TorchServeTuned, tuned_worker_counts
+from tsvk_tools.lab.bench.options import FAST_SYSTEMS, GPU, SYSTEMS, BenchOptions, gpu_backend, require_device
+from tsvk_tools.lab.bench.result_document import build_result
+from tsvk_tools.lab.bench.bench_cli import build_parser, options_from_args
+from tsvk_tools.lab.bench.systems.base import RunContext
+from tsvk_tools.lab.bench.systems.ceiling import ComputeCeiling
+from tsvk_tools.lab.bench.systems.decentralized import job_command
+from tsvk_tools.lab.bench.systems.torchserve import TorchServeTuned, tuned_worker_counts
 from tsvk_tools.errors import UsageError
 
 
@@ -164,7 +164,7 @@ def test_gpu_timings_wait_for_the_device():
 def test_gpu_report_names_the_device_the_backend_and_why(monkeypatch):
     from datetime import datetime, timezone
 
-    monkeypatch.setattr("tsvk_tools.bench.report.gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
+    monkeypatch.setattr("tsvk_tools.lab.bench.result_document.gpu_names", lambda: ["NVIDIA H100 80GB HBM3"])
     options = BenchOptions(device="cuda", backend="aoti", precision="fp16", backend_note="torch_tensorrt is not usable here (x)",
                            systems=("ours",), command="tsvk bench --gpu")
     ours = {"label": "tsvk (ours)", "throughput_ips": 900.0, "latency_ms": {"p50": 50.0, "p95": 60.0, "p99": 70.0},
@@ -179,7 +179,7 @@ def test_gpu_report_names_the_device_the_backend_and_why(monkeypatch):
 
 
 def test_on_a_gpu_the_diagnosis_does_not_split_decode_from_transform_with_cpu_timings():
-    from tsvk_tools.bench.diagnosis import explain
+    from tsvk_tools.lab.bench.diagnosis import explain
 
     ceiling = {"throughput_ips": 2000.0, "details": {"device": "cuda:0", "preprocess_backend": "cvcuda",
                                                       "decode_images_per_s": 700.0, "preprocess_images_per_s": 3000.0}}

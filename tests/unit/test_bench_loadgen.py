@@ -7,7 +7,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tsvk_tools.bench.loadgen import HttpTarget, run_closed_loop, summarize_records, top1_of
+from tsvk_tools.measure.loadgen import HttpTarget, run_closed_loop, summarize_records, top1_of
 
 
 class _State:

@@ -2,8 +2,8 @@
 
 import pytest
 
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.run import build_parser, options_from_args
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.bench_cli import build_parser, options_from_args
 from tsvk_tools.errors import UsageError
 
 
@@ -59,7 +59,7 @@ def test_warmup_defaults_to_two_rounds_of_a_full_batch():
 
 
 def test_unmeasured_load_precedes_time_bounded_rounds_only():
-    from tsvk_tools.bench.options import WARMUP_SECONDS
+    from tsvk_tools.lab.bench.options import WARMUP_SECONDS
 
     assert BenchOptions(round_seconds=20).warmup_load_seconds == WARMUP_SECONDS > 0
     assert BenchOptions(round_seconds=0).warmup_load_seconds == 0
@@ -70,7 +70,7 @@ def test_unmeasured_load_precedes_time_bounded_rounds_only():
 
 
 def test_task_models_get_the_systems_that_serve_them():
-    from tsvk_tools.bench.options import TASK_SYSTEMS
+    from tsvk_tools.lab.bench.options import TASK_SYSTEMS
 
     detector = BenchOptions(model="fasterrcnn_mobilenet_v3_large_320_fpn")
     segmenter = BenchOptions(model="deeplabv3_mobilenet_v3_large")
@@ -89,3 +89,24 @@ def test_another_models_run_does_not_overwrite_the_presets_latest():
     assert _options("--quick").tag == "quick"
     assert _options("--quick", "--model", "resnet50").tag == "resnet50-quick"
     assert _options("--model", "resnet50", "--tag", "mine").tag == "mine"
+
+
+def test_quick_is_one_short_round_of_every_system_at_its_first_variant():
+    quick, full = _options("--quick"), _options()
+    assert (quick.rounds, quick.round_seconds, quick.warmup_seconds, quick.max_variants) == (1, 3.0, 1.0, 1)
+    assert (full.rounds, full.round_seconds, full.warmup_seconds, full.max_variants) == (3, 20.0, None, None)
+    assert quick.systems == full.systems  # the same rows, shorter
+    assert (_options("--quick", "--rounds", "2", "--round-seconds", "5").rounds,
+            _options("--quick", "--rounds", "2", "--round-seconds", "5").round_seconds) == (2, 5.0)
+
+
+def test_a_hand_tuned_system_tries_at_most_max_variants():
+    from types import SimpleNamespace
+
+    from tsvk_tools.lab.bench.harness import _variants_to_try
+
+    system = SimpleNamespace(variants=lambda ctx: [{"workers": 1}, {"workers": 2}, {"workers": 4}])
+    assert _variants_to_try(system, SimpleNamespace(options=SimpleNamespace(max_variants=1))) == [{"workers": 1}]
+    assert len(_variants_to_try(system, SimpleNamespace(options=SimpleNamespace(max_variants=None)))) == 3
+    with pytest.raises(UsageError, match="max_variants must be >= 1, got 0"):
+        BenchOptions(max_variants=0)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import yaml
 
-from tsvk_tools.bench.assets import pt2_model_config
-from tsvk_tools.bench.loadgen import TIME_BOUNDED_JOBS
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.systems import registry
-from tsvk_tools.bench.systems.base import RunContext
-from tsvk_tools.bench.systems.ceiling import FastPipelineCeiling
-from tsvk_tools.bench.systems.peers import (APPS, PT2_BACKENDS, TRITON_PYTHON, Triton, fast_model_files, model_arguments,
+from tsvk_tools.lab.bench.assets import pt2_model_config
+from tsvk_tools.measure.loadgen import TIME_BOUNDED_JOBS
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.systems import registry
+from tsvk_tools.lab.bench.systems.base import RunContext
+from tsvk_tools.lab.bench.systems.ceiling import FastPipelineCeiling
+from tsvk_tools.lab.bench.systems.peers import (APPS, PT2_BACKENDS, TRITON_PYTHON, Triton, fast_model_files, model_arguments,
                                            pt2_variants, split_variants, triton_command)
 
 FILES = {"xml": Path("/ir/model.xml"), "labels": Path("/ir/labels.json"), "resize": 232, "crop": 224,
@@ -61,7 +61,7 @@ def test_triton_command_runs_the_app_script_from_the_triton_venv_without_resolvi
 
 
 def test_triton_app_parses_what_the_harness_passes():
-    from tsvk_tools.bench.apps.triton_app import build_parser
+    from tsvk_tools.lab.bench.apps.triton_app import build_parser
 
     command = triton_command(Path("python"), FILES, "resnet50", (1, 2, 3), {"instances": 1, "threads": 2, "batch": 4}, 100)
     args = build_parser().parse_args(command[2:])
@@ -124,7 +124,7 @@ def test_the_eager_model_file_builds_a_classifier_without_arguments(tmp_path, mo
 
     import torch
 
-    from tsvk_tools.bench import assets
+    from tsvk_tools.lab.bench import assets
 
     captured = {}
     monkeypatch.setattr(assets, "labels_for", lambda model: ["a"] * 10)
@@ -141,7 +141,7 @@ def test_the_eager_model_file_builds_a_classifier_without_arguments(tmp_path, mo
 
 
 def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tmp_path):
-    from tsvk_tools.bench.systems.peers import FastArtifactServer
+    from tsvk_tools.lab.bench.systems.peers import FastArtifactServer
 
     class Fake(FastArtifactServer):
         name, split = "fake", "instances"
@@ -163,10 +163,10 @@ def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tm
 
 def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(monkeypatch):
     """torch.compile's second compile (a dynamic batch size) must happen in the warm-up, not in the measured load."""
-    from tsvk_tools.bench.systems import base, peers
+    from tsvk_tools.lab.bench.systems import base, peers
 
     calls = []
-    from tsvk_tools.bench.loadgen import RequestRecord
+    from tsvk_tools.measure.loadgen import RequestRecord
 
     fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [RequestRecord(0, 1, 200)]
     monkeypatch.setattr(peers, "run_closed_loop", fake)
@@ -179,8 +179,8 @@ def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(
 def test_the_warm_up_ends_with_seconds_of_the_full_load(monkeypatch):
     """After the counted warm-up requests, a time-bounded load at the measured concurrency: the round then measures a
     frontend whose request path is already compiled."""
-    from tsvk_tools.bench.loadgen import RequestRecord
-    from tsvk_tools.bench.systems import base
+    from tsvk_tools.measure.loadgen import RequestRecord
+    from tsvk_tools.lab.bench.systems import base
 
     calls = []
     fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency, until)) or [RequestRecord(0, 1, 200)]
@@ -195,8 +195,8 @@ def test_the_warm_up_ends_with_seconds_of_the_full_load(monkeypatch):
 
 
 def test_no_warm_up_load_follows_warm_up_requests_that_all_failed(monkeypatch):
-    from tsvk_tools.bench.loadgen import RequestRecord
-    from tsvk_tools.bench.systems import base
+    from tsvk_tools.measure.loadgen import RequestRecord
+    from tsvk_tools.lab.bench.systems import base
 
     calls = []
     failed = lambda target, images, total, concurrency, until=None: calls.append(total) or [RequestRecord(0, 1, 503, error="down")]
@@ -208,8 +208,8 @@ def test_no_warm_up_load_follows_warm_up_requests_that_all_failed(monkeypatch):
 def test_a_backend_that_cannot_compile_fails_with_the_workers_error(tmp_path, monkeypatch):
     import pytest
 
-    from tsvk_tools.bench.loadgen import RequestRecord
-    from tsvk_tools.bench.systems import base, peers
+    from tsvk_tools.measure.loadgen import RequestRecord
+    from tsvk_tools.lab.bench.systems import base, peers
 
     (tmp_path / "model_log.log").write_text(
         "2026-11-25T20:26:05,836 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - AssertionError: sources must not be empty for symbol s7\n"

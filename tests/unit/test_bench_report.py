@@ -6,9 +6,9 @@ from datetime import datetime, timezone
 
 import pytest
 
-from tsvk_tools.bench.markdown import render_markdown
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.report import build_result, compute_ratios, evaluate_goals, pipeline_ceiling, write_outputs
+from tsvk_tools.lab.bench.markdown import render_markdown
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.result_document import build_result, compute_ratios, evaluate_goals, pipeline_ceiling, write_outputs
 
 REQUIRED_RATIOS = ("ours_vs_decentralized", "ours_vs_torchserve_default", "ours_vs_torchserve_tuned", "ours_vs_compute_ceiling")
 
@@ -146,7 +146,7 @@ def test_outputs_are_timestamped_and_latest_links_to_them(result, tmp_path):
 
 
 def test_render_rewrites_the_report_from_a_saved_result(result, tmp_path):
-    from tsvk_tools.bench.run import main
+    from tsvk_tools.lab.bench.bench_cli import main
 
     written = write_outputs(result, tmp_path)
     (tmp_path / "latest.md").unlink()

@@ -3,12 +3,12 @@ report and chart show them (the strongest-peer table first, goals against the be
 
 from datetime import datetime, timezone
 
-from tsvk_tools.bench.chart import chart_title, error_bars
-from tsvk_tools.bench.harness import TIME_BOUNDED_JOBS, round_load, round_order
-from tsvk_tools.bench.markdown import render_markdown
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.report import best_peer, build_result, compute_ratios, evaluate_goals
-from tsvk_tools.bench.stats import combine_rounds, ranges_overlap, value_range
+from tsvk_tools.lab.bench.chart import chart_title, error_bars
+from tsvk_tools.lab.bench.harness import TIME_BOUNDED_JOBS, round_load, round_order
+from tsvk_tools.lab.bench.markdown import render_markdown
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.result_document import best_peer, build_result, compute_ratios, evaluate_goals
+from tsvk_tools.measure.stats import combine_rounds, ranges_overlap, value_range
 
 
 def _round(ips, p99, **extra):
@@ -112,8 +112,8 @@ def test_chart_title_names_host_date_and_commit():
 def test_a_system_that_answers_no_warm_up_request_fails_before_its_load():
     import pytest
 
-    from tsvk_tools.bench.harness import require_an_answer
-    from tsvk_tools.bench.loadgen import RequestRecord
+    from tsvk_tools.lab.bench.harness import require_an_answer
+    from tsvk_tools.measure.loadgen import RequestRecord
 
     failed = RequestRecord(0.0, 1.0, 500, error="AssertionError: sources must not be empty")
     with pytest.raises(RuntimeError, match="none of 2 warm-up requests.*500 AssertionError: sources must not be empty"):
@@ -123,7 +123,7 @@ def test_a_system_that_answers_no_warm_up_request_fails_before_its_load():
 
 
 def test_diagnosis_splits_ours_fast_against_its_pipeline_ceiling_and_lists_peer_variants():
-    from tsvk_tools.bench.diagnosis import explain
+    from tsvk_tools.lab.bench.diagnosis import explain
 
     systems = _peer_systems()
     systems["ours_fast"]["profile"] = {"per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 100.0},
@@ -136,7 +136,7 @@ def test_diagnosis_splits_ours_fast_against_its_pipeline_ceiling_and_lists_peer_
 
 
 def test_diagnosis_bounds_what_serving_alone_can_win_over_a_peer_with_the_same_graph():
-    from tsvk_tools.bench.diagnosis import explain
+    from tsvk_tools.lab.bench.diagnosis import explain
 
     systems = _peer_systems()
     systems["ours_fast"]["details"] = {"plan": {"workers": 2}}
@@ -147,8 +147,8 @@ def test_diagnosis_bounds_what_serving_alone_can_win_over_a_peer_with_the_same_g
 
 
 def test_cpu_per_image_by_process_is_reported_and_set_against_the_best_peer():
-    from tsvk_tools.bench.diagnosis import explain
-    from tsvk_tools.bench.stats import cpu_ms_per_image
+    from tsvk_tools.lab.bench.diagnosis import explain
+    from tsvk_tools.measure.stats import cpu_ms_per_image
 
     systems = _peer_systems()
     systems["ours_fast"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 176.0, "java": 12.0, "load generator": 8.0}
@@ -165,7 +165,7 @@ def test_cpu_per_image_by_process_is_reported_and_set_against_the_best_peer():
 
 
 def test_cpu_bound_says_whether_a_goal_is_within_reach_at_the_measured_cpu_per_image():
-    from tsvk_tools.bench.diagnosis import explain
+    from tsvk_tools.lab.bench.diagnosis import explain
 
     systems = _peer_systems()
     systems["ours_fast"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 176.0, "java": 12.0, "load generator": 8.0}

@@ -7,7 +7,7 @@ import time
 
 import psutil
 
-from tsvk_tools.bench.sampler import LOAD_GENERATOR, Sample, TreeSampler, leftover, process_kind, window_stats
+from tsvk_tools.measure.sampler import LOAD_GENERATOR, Sample, TreeSampler, leftover, process_kind, window_stats
 
 BUSY_CHILD = "import time\nblob = bytearray(64 * 2**20)\nend = time.time() + 1.5\nwhile time.time() < end: pass\n"
 
@@ -42,7 +42,7 @@ def test_sampler_splits_cpu_by_process_kind_and_keeps_the_load_generator_beside_
 
 def test_process_kind_names_the_script_module_or_program():
     assert process_kind(["/venv/bin/python", "/venv/lib/ts/model_service_worker.py", "--sock-type", "unix"], "python") == "model_service_worker.py"
-    assert process_kind(["python3.11", "-u", "-m", "tsvk_tools.bench.apps.litserve_openvino_app", "--port", "1"], "python3.11") == "litserve_openvino_app"
+    assert process_kind(["python3.11", "-u", "-m", "tsvk_tools.lab.bench.apps.litserve_openvino_app", "--port", "1"], "python3.11") == "litserve_openvino_app"
     assert process_kind(["/usr/lib/jvm/bin/java", "-cp", "x", "org.pytorch.serve.ModelServer"], "java") == "java"
     assert process_kind(["/opt/tritonserver/bin/tritonserver", "--model-repository", "/m"], "tritonserver") == "tritonserver"
     assert process_kind(["python3", "-c", "print(1)"], "python3") == "python3"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tsvk_tools.bench.stats import latency_summary, percentile, rate, ratio
+from tsvk_tools.measure.stats import latency_summary, percentile, rate, ratio
 
 
 def test_percentile_interpolates_like_numpy():
@@ -39,7 +39,7 @@ def test_rate_needs_a_positive_span():
 
 
 def test_a_failure_that_introduces_a_log_is_said_with_the_logs_last_exception():
-    from tsvk_tools.bench.stats import error_headline
+    from tsvk_tools.measure.stats import error_headline
 
     started = ("UsageError: Triton exited during start-up:\n  File \"model.py\", line 425, in initialize\n"
                "ConnectionRefusedError: [Errno 111] Connection refused\n\nAt:\n  /tmp/f/1/model.py(454): initialize\n;")

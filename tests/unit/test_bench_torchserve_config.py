@@ -4,9 +4,9 @@ hand-tuned one exactly batch / delay / workers, and neither may use TorchServe's
 import json
 from pathlib import Path
 
-from tsvk_tools.bench.systems.base import RunContext
-from tsvk_tools.bench.options import BenchOptions
-from tsvk_tools.bench.systems.torchserve import TorchServeTuned, render, stock_default_properties, stock_tuned_properties
+from tsvk_tools.lab.bench.systems.base import RunContext
+from tsvk_tools.lab.bench.options import BenchOptions
+from tsvk_tools.lab.bench.systems.torchserve import TorchServeTuned, render, stock_default_properties, stock_tuned_properties
 
 DEFAULT_PORTS = ("8080", "8081", "8082", "7070", "7071")
 
@@ -36,7 +36,7 @@ def test_hand_tuned_tries_every_worker_count_with_threads_sharing_the_vcpus(tmp_
 
 
 def test_ours_tuned_serves_what_tsvk_tune_wrote_and_is_left_out_without_it(tmp_path):
-    from tsvk_tools.bench.systems.torchserve import OursTuned, tuned_choice
+    from tsvk_tools.lab.bench.systems.torchserve import OursTuned, tuned_choice
     from tsvk_tools.serve.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
 
     config = tmp_path / "tuned.properties"

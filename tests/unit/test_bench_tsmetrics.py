@@ -1,6 +1,6 @@
 """Reading TorchServe's accounting: Prometheus counters and the per-batch metric lines in its logs."""
 
-from tsvk_tools.bench.tsmetrics import logged_handler_metrics, metric_total, parse_prometheus, profile_difference
+from tsvk_tools.lab.bench.tsmetrics import logged_handler_metrics, metric_total, parse_prometheus, profile_difference
 
 PROMETHEUS = """# HELP ts_inference_requests_total Total number of inference requests.
 # TYPE ts_inference_requests_total counter

@@ -9,7 +9,7 @@ import pytest
 
 from tsvk_tools import cli
 from tsvk_tools.arguments import request_from
-from tsvk_tools.bench import run as bench_run
+from tsvk_tools.lab.bench import bench_cli as bench_run
 
 COMMANDS = {"archive", "batch", "bench", "compile", "config", "demo", "doctor", "draw", "gpu-check", "keys", "predict", "robustness",
             "run-container", "serve", "soak", "status", "stop", "tune"}
@@ -21,6 +21,17 @@ def test_tsvk_help_lists_every_command_each_with_its_function():
     assert set(commands) == COMMANDS
     for name, sub in commands.items():
         assert callable(sub.get_default("func")), f"tsvk {name} sets no function"
+
+
+LAB_COMMANDS = {"bench", "robustness", "soak", "gpu-check"}
+
+
+def test_the_product_cli_stands_without_the_lab(monkeypatch):
+    """Where the lab is not installed, `tsvk` has every product command and none of the lab's."""
+    monkeypatch.setattr(cli, "LAB_COMMANDS", "tsvk_tools.lab_not_installed")
+    parser = cli.build_parser()
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert set(commands) == COMMANDS - LAB_COMMANDS
 
 
 def test_bench_goes_through_argparse_and_hands_every_word_to_its_own_parser(monkeypatch):

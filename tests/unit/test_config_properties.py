@@ -10,7 +10,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.limits import BOUNDS, JAVA_INT_MAX, MODEL_NAME_PATTERN
+from tsvk_tools.limits import BOUNDS, JAVA_INT_MAX, MODEL_NAME_PATTERN
 from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 SECURITY_KEYS = ("disable_token_authorization", "enable_model_api", "allowed_urls", "enable_envvars_config",

@@ -13,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from tsvk.common.settings import ARTIFACT_FORMATS, DEVICES, PRECISIONS, ArtifactSettings, PreprocessSettings, RuntimeSettings, ServingDefaults
+from tsvk.common import defaults as worker_defaults
 from tsvk_tools import cli, defaults
-from tsvk_tools.build.backends import BACKENDS
-from tsvk_tools.bench import options as bench_options
-from tsvk_tools.bench import run as bench_run
-from tsvk_tools.build.build import BuildRequest
+from tsvk_tools.archive.backends import BACKENDS
+from tsvk_tools.lab.bench import options as bench_options
+from tsvk_tools.lab.bench import bench_cli as bench_run
+from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.serve.serving_config import ServingRequest
 
 SERVING = {"batch_size": defaults.BATCH, "max_batch_delay_ms": defaults.MAX_BATCH_DELAY_MS, "workers": None,  # None: tsvk config plans them
@@ -39,10 +40,10 @@ def test_the_settings_schema_takes_its_defaults_from_the_defaults_module():
     artifact = ArtifactSettings(file="model.pt2", format=defaults.BACKEND)
     assert (artifact.device, artifact.precision, artifact.max_batch) == (defaults.DEVICE, defaults.PRECISION, defaults.MAX_BATCH)
     assert RuntimeSettings().topk == defaults.TOPK
-    assert (PreprocessSettings().max_pixels, PreprocessSettings().max_batch_pixels) == (defaults.MAX_PIXELS, defaults.MAX_BATCH_PIXELS)
-    assert PreprocessSettings().cvcuda_cache_mb == defaults.CVCUDA_CACHE_MB
+    assert (PreprocessSettings().max_pixels, PreprocessSettings().max_batch_pixels) == (worker_defaults.MAX_PIXELS, worker_defaults.MAX_BATCH_PIXELS)
+    assert PreprocessSettings().cvcuda_cache_mb == worker_defaults.CVCUDA_CACHE_MB
     preprocess = PreprocessSettings()
-    assert (preprocess.max_jpeg_scans, preprocess.max_jpeg_scan_blocks) == (defaults.MAX_JPEG_SCANS, defaults.MAX_JPEG_SCAN_BLOCKS)
+    assert (preprocess.max_jpeg_scans, preprocess.max_jpeg_scan_blocks) == (worker_defaults.MAX_JPEG_SCANS, worker_defaults.MAX_JPEG_SCAN_BLOCKS)
 
 
 def test_an_archive_without_serving_suggestions_reads_the_same_defaults():
@@ -53,7 +54,7 @@ def test_an_archive_without_serving_suggestions_reads_the_same_defaults():
 
 
 def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
-    from tsvk_tools.build.build import default_backend
+    from tsvk_tools.archive.build import default_backend
 
     build = BuildRequest(model=defaults.MODEL)
     assert build.backend is None and default_backend(defaults.TASK) == defaults.BACKEND  # None: the task's default
@@ -142,7 +143,7 @@ def test_the_handler_loads_every_format_the_schema_names():
 
 
 def test_config_errors_name_the_flag_that_sets_the_field():
-    from tsvk_tools.serve.limits import BOUNDS, flag
+    from tsvk_tools.limits import BOUNDS, flag
 
     config_flags = {a.dest: s for a in _parser("config")._actions for s in a.option_strings if s.startswith("--")}
     assert {name: flag(name) for name in BOUNDS} == {name: config_flags[name] for name in BOUNDS}

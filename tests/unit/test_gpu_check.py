@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from tsvk_tools.cli import main
-from tsvk_tools.gpu_check import report, run, steps
-from tsvk_tools.gpu_check.steps import Step
+from tsvk_tools.lab.gpu_check import gpu_report as report, step_runner as run, steps
+from tsvk_tools.lab.gpu_check.steps import Step
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -223,7 +223,7 @@ def test_seeded_weights_are_decisive_and_the_same_every_time(tmp_path):
     import torch
     import torchvision
 
-    from tsvk_tools.gpu_check.weights import write_seeded_weights
+    from tsvk_tools.lab.gpu_check.weights import write_seeded_weights
 
     first = torch.load(write_seeded_weights("resnet18", tmp_path / "a.pth"))
     second = torch.load(write_seeded_weights("resnet18", tmp_path / "b.pth"))

@@ -19,7 +19,7 @@ from tsvk.preprocess.cpu import CpuPreprocessor, pixel_budget_chunks
 from tsvk.worker.service import VisionService
 from tsvk.common.settings import HandlerSettings, PreprocessSettings, SettingsError
 from tsvk.worker.worker_starts import record_worker_start
-from tsvk_tools.robustness.corpus import BOMB_FORMATS, declare_size, real_webp_bomb, seed_images
+from tsvk_tools.lab.robustness.corpus import BOMB_FORMATS, declare_size, real_webp_bomb, seed_images
 
 from tests.support.handler_fakes import FakeContext, encode, noise_image, write_tiny_eager_archive
 

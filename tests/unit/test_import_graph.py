@@ -263,3 +263,64 @@ def test_each_name_a_room_declares_is_there(room):
     module = importlib.import_module(room)
     missing = sorted(name for name in _exports(room) if not hasattr(module, name))
     assert not missing, f"{room}.__all__ names what it does not have: {missing}"
+
+
+LAB = "tsvk_tools.lab"
+
+
+def _is_lab(module: str) -> bool:
+    return module == LAB or module.startswith(LAB + ".")
+
+
+def _all_tool_imports() -> dict[str, set[str]]:
+    """Each module of tsvk_tools -> the modules of tsvk_tools it imports anywhere (module level, functions,
+    TYPE_CHECKING): a lazy import is still a dependency."""
+    graph = {}
+    for module, path in MODULES.items():
+        if module.startswith("tsvk_tools"):
+            nodes = [n for n in ast.walk(ast.parse(path.read_text(), str(path))) if isinstance(n, (ast.Import, ast.ImportFrom))]
+            graph[module] = {t for node in nodes for t in _targets(node, module) if t != module and t.startswith("tsvk_tools")}
+    return graph
+
+
+def _product_imports_of_the_lab(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{module} imports {target}" for module, targets in graph.items() if not _is_lab(module)
+                  for target in targets if _is_lab(target))
+
+
+def test_the_product_never_imports_the_lab():
+    """The product (build, serve, engines, oip, client, doctor, tune, batch, the CLI) runs without the lab
+    (bench, robustness, kube-check, gpu-check); the CLI finds the lab's commands by name (tools/lab/commands.py)."""
+    found = _product_imports_of_the_lab(_all_tool_imports())
+    assert not found, "product modules import the lab: " + "; ".join(found)
+
+
+def test_a_product_module_importing_the_lab_is_named_with_what_it_imports():
+    graph = {"tsvk_tools.tune.measure": {"tsvk_tools.lab.bench.harness", "tsvk_tools.measure.loadgen"},
+             "tsvk_tools.lab.bench.harness": {"tsvk_tools.measure.loadgen"}}
+    assert _product_imports_of_the_lab(graph) == ["tsvk_tools.tune.measure imports tsvk_tools.lab.bench.harness"]
+
+
+def _tools_package(module: str) -> str:
+    """The package a module belongs to: tsvk_tools.<room>, or tsvk_tools.lab.<room> in the lab."""
+    parts = module.split(".")
+    return ".".join(parts[:3] if _is_lab(module) and len(parts) > 2 else parts[:2])
+
+
+def _tools_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    rooms: dict[str, set[str]] = {}
+    for module, targets in graph.items():
+        rooms.setdefault(_tools_package(module), set()).update(_tools_package(t) for t in targets if _tools_package(t) != _tools_package(module) and t != "tsvk_tools")
+    return rooms
+
+
+def test_the_packages_of_tsvk_tools_stand_on_floors():
+    """Packages (and top-level modules) of tsvk_tools form no circle even counted whole: each imports only from
+    the floors below it (errors, processes and keys at the bottom; archive; serve; oip; engines; the commands on top)."""
+    circles = _circles(_tools_packages(_all_tool_imports()))
+    assert not circles, "tsvk_tools packages that import each other: " + "; ".join(" <-> ".join(c) for c in circles)
+
+
+def test_a_package_importing_back_up_its_floors_is_found():
+    graph = {"tsvk_tools.oip.client": {"tsvk_tools.serve.keys"}, "tsvk_tools.serve.server": {"tsvk_tools.oip.process"}}
+    assert _circles(_tools_packages(graph)) == [["tsvk_tools.oip", "tsvk_tools.serve"]]

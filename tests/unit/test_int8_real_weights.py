@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tsvk_tools.build.verify_int8 import ACCURACY
+from tsvk_tools.archive.verify_int8 import ACCURACY
 
 pytest.importorskip("openvino")
 pytest.importorskip("nncf")
@@ -28,9 +28,9 @@ PHOTOS = ROOT.parent / "shared" / "imagenet-samples"  # ../shared, as `make benc
 
 @pytest.mark.slow
 def test_openvino_int8_of_efficientnet_lite0_is_judged_by_accuracy_and_passes(tmp_path):
-    from tsvk_tools.build.archive import build_archive
-    from tsvk_tools.build.build import BuildRequest
-    from tsvk_tools.build.models import CustomModel
+    from tsvk_tools.archive.pack import build_archive
+    from tsvk_tools.archive.build import BuildRequest
+    from tsvk_tools.archive.models import CustomModel
     from tsvk_tools.client.demo import imagenet_categories
 
     if not (PHOTOS / "wnids.txt").is_file():

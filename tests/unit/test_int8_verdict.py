@@ -13,10 +13,10 @@ import pytest
 import torch
 
 from tsvk_tools import defaults
-from tsvk_tools.build.backends import CompileTarget
-from tsvk_tools.build.build import BuildRequest, build
-from tsvk_tools.build.calibration import PhotoSet
-from tsvk_tools.build.verify_int8 import ACCURACY, AGREEMENT, Int8Limits, judge_int8, verify_int8
+from tsvk_tools.archive.backends import CompileTarget
+from tsvk_tools.archive.build import BuildRequest, build
+from tsvk_tools.archive.calibration import PhotoSet
+from tsvk_tools.archive.verify_int8 import ACCURACY, AGREEMENT, Int8Limits, judge_int8, verify_int8
 from tsvk_tools.errors import UsageError
 
 CLASSES = 12  # a (3, 2, 2) "image" flattens to 12 logits

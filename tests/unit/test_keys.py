@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from tsvk_tools.serve.keys import KEY_FILE, call_with_fresh_key, is_key_refusal, renewal_period_s
+from tsvk_tools.keys import KEY_FILE, call_with_fresh_key, is_key_refusal, renewal_period_s
 
 REFUSAL = json.dumps({"code": 400, "type": "InvalidKeyException", "message": "Token Authorization failed."}).encode()
 OUR_400 = json.dumps({"code": 400, "type": "InvalidInput", "error": "bad_image", "source": "tsvk", "message": "x"}).encode()
@@ -15,7 +15,7 @@ def _keys(tmp_path, inference: str) -> None:
 
 
 def test_a_refused_key_is_read_again_and_the_request_resent(tmp_path, monkeypatch):
-    monkeypatch.setattr("tsvk_tools.serve.keys.RETRY_PAUSE_S", 0.0)
+    monkeypatch.setattr("tsvk_tools.keys.RETRY_PAUSE_S", 0.0)
     _keys(tmp_path, "old")
     seen = []
 

@@ -10,13 +10,13 @@ import pytest
 import requests
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.kube import drain, load
-from tsvk_tools.kube.__main__ import worker_memory
-from tsvk_tools.kube.check import image_values, local_repository
-from tsvk_tools.kube.load import OpenLoop, Sent
-from tsvk_tools.kube.pod import _ours
-from tsvk_tools.kube.probes import port_number
-from tsvk_tools.kube.results import LATEST, write_results
+from tsvk_tools.lab.kube_check import pod_drain as drain, load
+from tsvk_tools.lab.kube_check.__main__ import worker_memory
+from tsvk_tools.lab.kube_check.check import image_values, local_repository
+from tsvk_tools.lab.kube_check.load import OpenLoop, Sent
+from tsvk_tools.lab.kube_check.pod import _ours
+from tsvk_tools.lab.kube_check.probes import port_number
+from tsvk_tools.lab.kube_check.results import LATEST, write_results
 
 SIGTERM_AT = 100.0
 
@@ -141,7 +141,7 @@ def test_worker_memory_is_sampled_while_the_load_runs_and_compared_as_medians(mo
 
 
 def test_each_variant_sets_the_engine_and_names_its_pods_apart():
-    from tsvk_tools.kube.check import variants
+    from tsvk_tools.lab.kube_check.check import variants
 
     chosen = variants("http://10.88.0.1:1/resnet50.mar", "10.88.0.1/32", 1, "resnet50", "ab" * 32, "kserve")
     assert {name: v.values["engine"] for name, v in chosen.items()} == {"default": "kserve", "oip": "kserve", "download": "kserve"}
@@ -153,7 +153,7 @@ def test_each_variant_sets_the_engine_and_names_its_pods_apart():
 
 
 def test_the_engine_is_one_of_tsvks(capsys):
-    from tsvk_tools.kube.__main__ import parse_args
+    from tsvk_tools.lab.kube_check.__main__ import parse_args
 
     assert parse_args(["--engine", "kserve"]).engine == "kserve"
     assert parse_args([]).engine == "torchserve"
@@ -163,7 +163,7 @@ def test_the_engine_is_one_of_tsvks(capsys):
 
 
 def _rendered(server: str, config: str):
-    from tsvk_tools.kube.chart import Rendered, Variant
+    from tsvk_tools.lab.kube_check.chart import Rendered, Variant
 
     deployment = {"kind": "Deployment", "metadata": {"name": "x"},
                   "spec": {"template": {"spec": {"containers": [{"name": server}]}}}}
@@ -172,7 +172,7 @@ def _rendered(server: str, config: str):
 
 
 def test_oip_rest_is_the_fronts_port_or_the_engines_inference_port():
-    from tsvk_tools.kube.check import oip_rest_port
+    from tsvk_tools.lab.kube_check.check import oip_rest_port
 
     config = "inference_address=http://0.0.0.0:8080\ntsvk.oip.rest_port=8000\ntsvk.oip.grpc_port=8001\n"
     assert oip_rest_port(_rendered("torchserve", config)) == 8000

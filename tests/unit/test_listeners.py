@@ -12,7 +12,7 @@ import time
 import pytest
 
 from tsvk_tools.serve import listeners
-from tsvk_tools.serve.drain import DrainReport, describe_drain
+from tsvk_tools.serve.torchserve_drain import DrainReport, describe_drain
 from tsvk_tools.serve.listeners import (NOT_CLOSED, ListenersClosed, client_listeners, stop_accepting, unread_connections,
                                           waiting_to_be_accepted)
 

@@ -107,8 +107,8 @@ def test_aoti_artifact(tmp_path, tiny, batch):
 @pytest.fixture(scope="module")
 def packages(tmp_path_factory, tiny, batch) -> dict[str, Path]:
     """The tiny model as AOTInductor CPU packages: for this machine's widest vector instructions and for AVX2."""
-    from tsvk_tools.build.backends import CompileTarget
-    from tsvk_tools.build.backends.aoti import CPU_ISA_SIMDLEN, compile_aoti
+    from tsvk_tools.archive.backends import CompileTarget
+    from tsvk_tools.archive.backends.aoti import CPU_ISA_SIMDLEN, compile_aoti
 
     built = {}
     for isa in CPU_ISA_SIMDLEN:  # `tsvk archive --cpu-isa <isa>`'s compile
@@ -313,7 +313,7 @@ def test_an_archive_loads_on_a_gpu_of_the_architecture_it_was_built_for(tmp_path
 
 
 def test_a_cuda_build_records_the_gpu_it_ran_on(cuda):
-    from tsvk_tools.build.build import built_on
+    from tsvk_tools.archive.build import built_on
 
     cuda.set_device(1)
     cuda.architectures[1] = ("NVIDIA L4", (8, 9))

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from tsvk_tools import cli
-from tsvk_tools.bench import run as bench_run
+from tsvk_tools.lab.bench import bench_cli as bench_run
 
 ROOT = Path(__file__).resolve().parents[2]
 MAKEFILE = ROOT / "Makefile"
@@ -353,7 +353,7 @@ def test_documented_defaults_are_tsvks(make, targets):
 
 
 def test_the_quick_benchmark_takes_as_long_everywhere():
-    from tsvk_tools.bench.options import QUICK
+    from tsvk_tools.lab.bench.options import QUICK
 
     for path in (README, COMMANDS, ROOT / "docs" / "benchmarks.md", MAKEFILE):
         for said in re.findall(r"(?:QUICK=1|--quick)[^\n]*?about ([\d-]+) min", path.read_text()):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import psutil
 
-from tools.robustness.minute_load import ACCESS_LOG, AccessLogTail, CpuClock, cpu_split, read_clock, worker_cpu_ms
+from tsvk_tools.lab.robustness.minute_load import ACCESS_LOG, AccessLogTail, CpuClock, cpu_split, read_clock, worker_cpu_ms
 
 
 def clock(wall: float, busy: float, steal: float, **process_s: float) -> CpuClock:

@@ -10,7 +10,7 @@ import torch
 import torchvision
 
 from tsvk_tools.errors import UsageError, WeightsUnavailable
-from tsvk_tools.build.models import CustomModel, read_labels, resolve_model
+from tsvk_tools.archive.models import CustomModel, read_labels, resolve_model
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"
 

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 
 from tsvk_tools.serve.ports import free_ports
-from tsvk_tools.robustness.attacks import oip_wrong_type_documents
+from tsvk_tools.lab.robustness.attacks import oip_wrong_type_documents
 
 
 def _in_a_process(name: str, *args):

@@ -7,7 +7,8 @@ import asyncio
 import json
 import tracemalloc
 
-from tsvk_tools.defaults import MAX_JSON_VALUES, OIP_JSON_PIXEL_IMAGES
+from tsvk.common.defaults import MAX_JSON_VALUES
+from tsvk_tools.defaults import OIP_JSON_PIXEL_IMAGES
 from tsvk.request.json_body import JsonLimits
 from tsvk_tools.oip.config import FrontConfig, ModelTensors
 from tsvk_tools.oip.server import Guard, front_json_limits

@@ -12,11 +12,11 @@ import torch
 from tsvk.common import features
 from tsvk.model.loading import ArtifactLoadError, load_model, model_device
 from tsvk.common.settings import ArtifactSettings
-from tsvk_tools.build.backends import check_target, get_backend
-from tsvk_tools.build.build import BuildRequest, build
-from tsvk_tools.build.calibration import split
+from tsvk_tools.archive.backends import check_target, get_backend
+from tsvk_tools.archive.build import BuildRequest, build
+from tsvk_tools.archive.calibration import split
 from tsvk_tools.errors import UsageError
-from tsvk_tools.build.models import CustomModel
+from tsvk_tools.archive.models import CustomModel
 
 import openvino  # noqa: F401,E402  # pinned in requirements.txt: a broken install must fail the suite, not skip it
 
@@ -197,7 +197,7 @@ def test_segmenter_int8_calibrates_on_photos_at_their_served_sizes_and_is_judged
 
 def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
     from tsvk.common.settings import PreprocessSettings
-    from tsvk_tools.build.calibration import int8_photos, one_photo_batches
+    from tsvk_tools.archive.calibration import int8_photos, one_photo_batches
 
     settings = PreprocessSettings(resize=100, crop=0, max_size=0)
     photos = int8_photos(photos_dir, settings, random_weights=True, task="segment")
@@ -206,7 +206,7 @@ def test_segmenter_calibration_photos_keep_their_aspect_ratio(photos_dir):
 
 
 def test_int8_detectors_need_openvino():
-    from tsvk_tools.build.task_builds import check_int8_task
+    from tsvk_tools.archive.task_builds import check_int8_task
 
     with pytest.raises(UsageError, match="int8 for the detect model fasterrcnn_mobilenet_v3_large_320_fpn needs --backend openvino"):
         check_int8_task("detect", "eager", BuildRequest(model="fasterrcnn_mobilenet_v3_large_320_fpn", precision="int8"))
@@ -225,7 +225,7 @@ def test_detector_backbone_runs_in_openvino_under_eager_heads_and_answers_as_eag
     from tests.support.task_models import DETECTOR, decisive_weights
     from tsvk.model.openvino_detector import FEATURE_NAMES, HEADS_STATE, OpenVinoBackbone
     from tsvk.tasks.detector_model import detections
-    from tsvk_tools.build.verify_tasks import match_boxes
+    from tsvk_tools.archive.verify_tasks import match_boxes
 
     result = _detector(tmp_path, str(decisive_weights(DETECTOR, tmp_path / "det.pt")))
     assert result.report.passed and result.report.boxes_decide and result.report.matched_share >= 0.95
@@ -249,8 +249,8 @@ def test_detector_verification_catches_a_backbone_off_by_one_percent(tmp_path):
     import copy
     from collections import OrderedDict
 
-    from tsvk_tools.build.backends import CompileTarget
-    from tsvk_tools.build.verify_tasks import verify_detector
+    from tsvk_tools.archive.backends import CompileTarget
+    from tsvk_tools.archive.verify_tasks import verify_detector
 
     result = _detector(tmp_path, "none")
     assert result.report.passed and result.report.feature_allowed_diff < 1e-6
@@ -306,8 +306,8 @@ def test_int8_detector_verification_catches_a_box_head_off_by_a_fifth(tmp_path):
     """With random weights the boxes do not decide; the box head's outputs still do."""
     import copy
 
-    from tsvk_tools.build.backends import CompileTarget
-    from tsvk_tools.build.verify_tasks import verify_detector
+    from tsvk_tools.archive.backends import CompileTarget
+    from tsvk_tools.archive.verify_tasks import verify_detector
 
     result = _detector(tmp_path, "none")
     compiled = copy.deepcopy(result.resolved.model)

@@ -10,7 +10,7 @@ import time
 import psutil
 
 from tsvk_tools import processes
-from tsvk_tools.serve.keys import RENEWER_PID_FILE, stop_key_renewer
+from tsvk_tools.keys import RENEWER_PID_FILE, stop_key_renewer
 from tsvk_tools.processes import process_start_time
 from tsvk_tools.serve.server import PID_FILE, TorchServeRun, find_running, group_is_ours
 

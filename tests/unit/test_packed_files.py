@@ -1,6 +1,6 @@
 """Every file an archive packs is one a worker imports: the run-time package carries nothing else.
 
-`tsvk archive` packs the task's handler module and all of `handlers/tsvk` (tools/build/archive.py). A
+`tsvk archive` packs the task's handler module and all of `handlers/tsvk` (tools/archive/pack.py). A
 fresh Python, with only `handlers/` on its path as in a worker, imports each task's handler module
 and the task class its service builds; every packed .py file must then be in `sys.modules`.
 """
@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 from tsvk.common.task_kinds import TASKS
-from tsvk_tools.build.archive import handler_sources
+from tsvk_tools.archive.pack import handler_sources
 
 WORKER_IMPORTS = """
 import importlib, json, sys

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from tsvk_tools.bench import preprocess as bench
+from tsvk_tools.lab.bench import preprocess as bench
 
 
 def test_one_tiny_round_reports_every_available_path():

@@ -1,4 +1,4 @@
-"""tools/bench/preprocess_drift.py: the per-stage comparison and the comparison with another revision's tensors."""
+"""tools/lab/bench/preprocess_drift.py: the per-stage comparison and the comparison with another revision's tensors."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from tsvk.common.settings import PreprocessSettings
-from tsvk_tools.bench import preprocess_drift
+from tsvk_tools.lab.bench import preprocess_drift
 
 from tests.support.handler_fakes import encode, photo
 

@@ -15,7 +15,7 @@ V2 weights (232 / 224, ImageNet statistics). Tolerances, in uint8 levels of the 
 - cuda and cvcuda (nvJPEG, resize in float): torchvision's own bound for its CUDA decoder against the
   CPU one, a mean under `GPU_MEAN_LEVELS`; skipped with a reason where there is no CUDA.
 
-`python tools/bench/preprocess_drift.py` prints the same comparison stage by stage for a whole directory.
+`python tools/lab/bench/preprocess_drift.py` prints the same comparison stage by stage for a whole directory.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from tsvk_tools import cli, progress
-from tsvk_tools.bench import run as bench_run
+from tsvk_tools.lab.bench import bench_cli as bench_run
 
 
 class Terminal(io.StringIO):

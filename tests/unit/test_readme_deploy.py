@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tsvk_tools.kube.readme import CLUSTER_TARGET, deploy_block, make_target, make_variables
+from tsvk_tools.lab.kube_check.readme import CLUSTER_TARGET, deploy_block, make_target, make_variables
 
 ROOT = Path(__file__).resolve().parents[2]
 HELM_MK = ROOT / "k8s" / "helm.mk"

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tsvk_tools.robustness import run
-from tsvk_tools.robustness.run import ensure_archive
+from tsvk_tools.lab.robustness import robustness_cli as run
+from tsvk_tools.lab.robustness.robustness_cli import ensure_archive
 
 
 @pytest.fixture
@@ -61,7 +61,7 @@ def _package(root, files: dict[str, bytes]):
 
 
 def test_handler_differences_name_changed_missing_and_extra_files(tmp_path):
-    from tsvk_tools.build.archive_info import handler_differences
+    from tsvk_tools.archive.archive_info import handler_differences
 
     package = _package(tmp_path / "checkout", {"a.py": b"same", "b.py": b"new", "sub/c.py": b"only here"})
     mar = _archive_with(tmp_path / "m.mar", {"tsvk/a.py": b"same", "tsvk/b.py": b"old", "tsvk/d.py": b"only packed",
@@ -72,7 +72,7 @@ def test_handler_differences_name_changed_missing_and_extra_files(tmp_path):
 
 
 def test_a_user_archive_with_another_handler_is_served_with_a_warning(tmp_path, builds, capsys):
-    from tsvk_tools.build.archive import handler_sources
+    from tsvk_tools.archive.pack import handler_sources
 
     package = handler_sources()[1]
     files = {f"tsvk/{p.relative_to(package).as_posix()}": p.read_bytes() for p in package.rglob("*.py") if "__pycache__" not in p.parts}

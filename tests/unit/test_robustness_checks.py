@@ -9,9 +9,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tools.robustness import checks
-from tools.robustness.checks import Probe
-from tools.robustness.soak_report import summarize
+from tsvk_tools.lab.robustness import checks
+from tsvk_tools.lab.robustness.checks import Probe
+from tsvk_tools.lab.robustness.soak_report import summarize
 
 # check -> (fixed arguments that are not evidence, {evidence argument: [missing, empty, ...]})
 CASES = {
@@ -153,6 +153,6 @@ def test_a_soak_with_one_steady_minute_has_no_drift_to_judge():
 def test_a_report_without_checks_does_not_pass():
     from datetime import datetime, timezone
 
-    from tools.robustness.report import envelope
+    from tsvk_tools.lab.robustness.result_files import envelope
 
     assert envelope("robustness", 2, {"fuzz": {"inputs": 0}}, datetime.now(timezone.utc))["passed"] is False

@@ -13,11 +13,11 @@ import pytest
 from PIL import Image
 from tritonclient.grpc import service_pb2
 
-from tools.robustness import attacks, hostile
-from tools.robustness.attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS
-from tools.robustness.client import Answer, histogram
-from tools.robustness.parts import FUZZ_ROUTE_CYCLE, fuzz_route
-from tools.robustness.run import counted_inputs, drain_part
+from tsvk_tools.lab.robustness import attacks, hostile
+from tsvk_tools.lab.robustness.attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS
+from tsvk_tools.lab.robustness.client import Answer, histogram
+from tsvk_tools.lab.robustness.parts import FUZZ_ROUTE_CYCLE, fuzz_route
+from tsvk_tools.lab.robustness.robustness_cli import counted_inputs, drain_part
 
 PHOTO = attacks.noise_photo(0, (64, 48))
 ISSUE_CLASSES = ("scan bomb", "pixel bomb png", "pixel bomb gif", "pixel bomb bmp", "pixel bomb jpeg", "pixel bomb webp",

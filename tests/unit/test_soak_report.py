@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from tools.robustness.soak_report import summarize
+from tsvk_tools.lab.robustness.soak_report import summarize
 
 ARGS = SimpleNamespace(minutes=40, load=0.7, malformed=0.05, warmup_minutes=10)
 

@@ -44,7 +44,7 @@ def test_all_there_is_no_message(tmp_path):
 def test_the_container_entrypoint_exits_at_once_naming_the_archive(tmp_path):
     path, _ = config(tmp_path)
     started = time.monotonic()
-    result = subprocess.run([sys.executable, "-m", "tsvk_tools.serve.container", "--config", str(path), "--run-dir",
+    result = subprocess.run([sys.executable, "-m", "tsvk_tools.engines.container", "--config", str(path), "--run-dir",
                              str(tmp_path / "run")], capture_output=True, text=True, timeout=60)
     assert result.returncode == 1
     assert "tsvk: archive missing: resnet152.mar" in result.stderr

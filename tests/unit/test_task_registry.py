@@ -1,5 +1,5 @@
 """Each task is one entry of the run-time registry (tsvk.tasks) and one of the build-time one
-(tsvk_tools.build.task_builds); the rest of the code asks them instead of comparing task names."""
+(tsvk_tools.archive.task_builds); the rest of the code asks them instead of comparing task names."""
 
 from __future__ import annotations
 
@@ -11,12 +11,12 @@ import pytest
 
 from tsvk.common.task_kinds import TASKS, task_kind
 from tsvk.tasks import task_class
-from tsvk_tools.build.archive import handler_sources
-from tsvk_tools.build.task_builds import TASK_BUILDS, check_task, task_backends, task_build
+from tsvk_tools.archive.pack import handler_sources
+from tsvk_tools.archive.task_builds import TASK_BUILDS, check_task, task_backends, task_build
 from tsvk_tools.errors import UsageError
 
 ROOT = Path(__file__).resolve().parents[2]
-REGISTRIES = {ROOT / "handlers/tsvk/common/task_kinds.py", ROOT / "tools/build/task_builds.py"}
+REGISTRIES = {ROOT / "handlers/tsvk/common/task_kinds.py", ROOT / "tools/archive/task_builds.py"}
 # `== "detect"`, `!= 'classify'`, `in ("segment", ...)`: a comparison with a task's name
 NAME_CHECK = re.compile(r"""(==|!=|\bin)\s*\(?\s*["'](%s)["']""" % "|".join(TASKS))
 MOST_NAME_CHECKS = 3  # left where a tool tests a task for a reason of its own (a robustness attack, a bench quirk)

@@ -12,10 +12,10 @@ from PIL import Image
 
 from tsvk.common.settings import HandlerSettings, SettingsError
 from tsvk.tasks.rle import encode_mask
-from tsvk_tools.build.build import BuildRequest, build
+from tsvk_tools.archive.build import BuildRequest, build
 from tsvk_tools.client.draw import draw_answer
 from tsvk_tools.errors import UsageError
-from tsvk_tools.build.models import CustomModel, torchvision_builders
+from tsvk_tools.archive.models import CustomModel, torchvision_builders
 
 ARTIFACT = {"file": "model.ts", "format": "torchscript", "source": {"builder": "fasterrcnn_mobilenet_v3_large_320_fpn"}}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from tests.unit.test_tune_search import RULE_PLAN, FakeMachine, search
-from tsvk_tools.tune.report import result_document, write_results
+from tsvk_tools.tune.tune_outputs import result_document, write_results
 from tsvk_tools.tune.search import Goal
 from tsvk_tools.tune.space import ModelConfig
 

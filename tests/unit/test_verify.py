@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from tsvk_tools.build.backends import CompileTarget
-from tsvk_tools.build.verify import TOLERANCES, Tolerance, tolerance_for, verify_artifact
+from tsvk_tools.archive.backends import CompileTarget
+from tsvk_tools.archive.verify import TOLERANCES, Tolerance, tolerance_for, verify_artifact
 
 TARGET = CompileTarget(device="cpu", precision="fp32", max_batch=2, crop=8)
 

@@ -9,8 +9,8 @@ from tsvk.preprocess.decode import probe
 from tsvk.preprocess.cpu import CpuPreprocessor
 from tsvk_tools.client import demo
 from tsvk_tools.images import image_bytes
-from tsvk_tools.build.models import resolve_model
-from tsvk_tools.build.zoo import efficientnet_lite0
+from tsvk_tools.archive.models import resolve_model
+from tsvk_tools.archive.zoo import efficientnet_lite0
 
 CATS = {"tabby", "tiger cat", "Egyptian cat", "Persian cat", "Siamese cat"}
 COFFEE = {"espresso", "cup", "coffee mug"}

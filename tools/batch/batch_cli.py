@@ -8,7 +8,7 @@ from pathlib import Path
 from .. import defaults
 from ..arguments import positive_int
 from ..errors import UsageError
-from .run import BatchRequest, run_batch
+from .batch_job import BatchRequest, run_batch
 from .sources import DEFAULT_COLUMN
 from .tables import OUTPUT_FORMATS
 

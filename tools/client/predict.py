@@ -14,7 +14,7 @@ from tsvk.worker import ARRIVAL_HEADER
 from .. import defaults
 from ..errors import UsageError
 from ..images import image_bytes
-from ..serve.keys import call_with_fresh_key
+from ..keys import call_with_fresh_key
 from ..engines.running import find_serving
 from ..oip.client import predict_oip
 

@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 
 from .. import defaults
-from ..serve.keys import KEY_FILE
+from ..keys import KEY_FILE
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
 from ..engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER

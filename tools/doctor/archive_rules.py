@@ -23,7 +23,7 @@ import yaml
 from tsvk.common import HandlerSettings, SETTINGS_KEY, SettingsError
 from tsvk.model import REMEDY, mismatch_here, recorded_target
 
-from ..build.archive_info import MODEL_CONFIG_NAME
+from ..archive.archive_info import MODEL_CONFIG_NAME
 from ..serve.serving_config import batch_problem
 from . import torchserve as ts
 from .config_rules import Context, ServedModel, is_true

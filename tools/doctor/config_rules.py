@@ -1,7 +1,7 @@
 """Rules for a TorchServe config.properties: the ones `tsvk config` applies when it writes one.
 
 Each rule takes the parsed config (and, where it needs them, the archives it serves) and returns
-findings. The ranges come from tools/serve/limits.py, the worker and thread rule from the generator
+findings. The ranges come from tools/limits.py, the worker and thread rule from the generator
 (workers x threads never above the vCPUs), the security defaults from what `tsvk config` writes.
 """
 
@@ -15,7 +15,7 @@ from urllib.parse import urlparse
 from tsvk.common import HandlerSettings
 from tsvk.worker import THREADS_KEY_PREFIX
 
-from ..serve.limits import BOUNDS, JAVA_INT_MAX
+from ..limits import BOUNDS, JAVA_INT_MAX
 from . import torchserve as ts
 from .findings import ERROR, WARNING, Finding
 from .properties import Properties

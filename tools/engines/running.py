@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..serve.server import TorchServeRun, find_running
-from .kserve.run import find_engine
+from .kserve.engine_process import find_engine
 
 
 def find_serving(run_dir: Path) -> TorchServeRun | None:

@@ -13,7 +13,7 @@ import numpy as np
 from tsvk.request import oip
 
 from ..errors import UsageError
-from ..serve.keys import current_key
+from ..keys import current_key
 from .config import read_front_config
 from .process import front_pid, front_urls
 

@@ -16,7 +16,7 @@ from tsvk.common import labels_from_mapping, read_properties, task_kind
 from tsvk.request import oip
 
 from .. import defaults
-from ..build.archive_info import read_archive_settings
+from ..archive.archive_info import read_archive_settings
 from ..errors import UsageError
 
 KEY_PREFIX = "tsvk.oip."

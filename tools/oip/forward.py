@@ -35,7 +35,7 @@ from tsvk.common import ERROR_SOURCE, RequestError
 from tsvk.request import oip
 from tsvk.worker import ARRIVAL_HEADER
 
-from ..serve.keys import is_key_refusal
+from ..keys import is_key_refusal
 from .config import ModelTensors
 from .health import TorchServeHealth
 from .upstream import TorchServeClient, UpstreamAnswer, UpstreamError

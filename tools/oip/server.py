@@ -25,7 +25,7 @@ from tsvk.common import RequestError
 from tsvk.request import JsonLimits, check_json, limits_for_pixels, oip
 
 from ..defaults import OIP_JSON_PIXEL_IMAGES
-from ..serve.keys import current_key
+from ..keys import current_key
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
 from .upstream import TorchServeClient

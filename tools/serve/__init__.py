@@ -1,1 +1,4 @@
-"""Serving: the config.properties generator and its limits, worker plans, our own TorchServe, keys, drain, the container entry."""
+"""Our own TorchServe: the config.properties generator, worker plans, starting, finding and stopping it, its drain.
+
+Keys (tools/keys.py) and the config's limits (tools/limits.py) sit on the floor below; the commands that choose an
+engine (`tsvk serve`, the image's PID 1) on the floor above, in tools/engines."""

@@ -1,4 +1,4 @@
-"""Step 1 of a stop (tools/serve/drain.py): TorchServe stops accepting without resetting a connection the kernel
+"""Step 1 of a stop (tools/serve/torchserve_drain.py): TorchServe stops accepting without resetting a connection the kernel
 had already completed for it.
 
 Shutting a listening socket down resets every connection in its accept queue: connections whose handshake the

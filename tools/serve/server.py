@@ -28,10 +28,10 @@ from tsvk.worker import STOP_MARKER_ENV
 
 from .. import defaults
 from .allocator import allocator_env
-from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
+from .torchserve_drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
 from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
 from ..errors import PortTaken, UsageError
-from .keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
+from ..keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
 from ..oip.process import stop_front
 from ..processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ..processes import group_is_ours as _group_is_ours
@@ -141,7 +141,7 @@ class TorchServeRun:
         return "\n".join(text)
 
     def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
-        """Drain, then stop (tools/serve/drain.py): the OIP front first; then TorchServe stops accepting, answers every
+        """Drain, then stop (tools/serve/torchserve_drain.py): the OIP front first; then TorchServe stops accepting, answers every
         request it had taken in, refuses the rest with a 503 and, once it holds none (at most `drain_timeout` s
         in all), gets SIGTERM to our process session, and SIGKILL to what is still ours and running
         `kill_timeout` s later (after the drain nothing in flight depends on TorchServe's own slow shutdown).

@@ -18,11 +18,11 @@ from tsvk.common import HandlerSettings, ServingDefaults, escape_value, read_pro
 from tsvk.worker import DEADLINE_KEY_PREFIX, THREADS_KEY_PREFIX, threads_from_config
 
 from .. import defaults
-from ..build.archive_info import MODEL_VERSION, list_archives, read_archive_settings
+from ..archive.archive_info import MODEL_VERSION, list_archives, read_archive_settings
 from ..cpus import detect_vcpus
 from ..errors import UsageError
 from ..fsutil import write_text_atomic
-from .limits import BOUNDS, bound_problem, model_name_problem
+from ..limits import BOUNDS, bound_problem, model_name_problem
 from .worker_plan import cpu_workers, memory_budget_mb, worker_estimate_mb
 
 
@@ -44,7 +44,7 @@ class ServingRequest:
     core_pinning: bool = False
     max_request_mb: int = defaults.MAX_REQUEST_MB
     deadline_ms: int | None = None
-    token_expiry_min: int = defaults.TOKEN_EXPIRY_MIN  # `tsvk serve` renews the keys at half this age (tools/serve/keys.py)
+    token_expiry_min: int = defaults.TOKEN_EXPIRY_MIN  # `tsvk serve` renews the keys at half this age (tools/keys.py)
     inference_address: str = defaults.INFERENCE_ADDRESS
     management_address: str = defaults.MANAGEMENT_ADDRESS
     metrics_address: str = defaults.METRICS_ADDRESS

@@ -26,10 +26,9 @@ from typing import Callable
 import requests
 
 from .. import defaults, progress
-from ..bench.loadgen import HttpTarget, RequestRecord, run_closed_loop
-from ..bench.sampler import TreeSampler, window_stats
-from ..bench.stats import latency_summary
-from ..bench.systems.base import identity
+from ..measure.loadgen import HttpTarget, RequestRecord, identity, run_closed_loop
+from ..measure.sampler import TreeSampler, window_stats
+from ..measure.stats import latency_summary
 from ..errors import UsageError
 from ..serve.ports import serving_on_free_ports
 from ..serve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow

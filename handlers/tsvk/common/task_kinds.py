@@ -4,7 +4,7 @@ A task's transform and answer live in its own module under `tasks/` (a `Task` su
 `tsvk.tasks.TASK_CLASSES`); what the rest of the package needs to know about it (which handler module
 TorchServe loads, what the model takes, how its eager model is built) is written once here, in its
 `TaskKind`. Code asks `task_kind(name)` instead of comparing names. The build-time facts (compile backends,
-verification, calibration) live in `tsvk_tools.build.task_builds`, keyed by the same names.
+verification, calibration) live in `tsvk_tools.archive.task_builds`, keyed by the same names.
 
 This module imports nothing of the package: the settings schema validates a task's name against it, and
 the task classes, which read the settings, sit above both.

@@ -5,7 +5,7 @@ a callable taking one NCHW batch of the artifact's input dtype. Device rules: `c
 TorchServe gave this worker a GPU and CUDA works, else CPU; an artifact that needs CUDA fails the
 load on a CPU-only worker with a message saying so; an AOTInductor package compiled for the CPU
 stays on the CPU even on a GPU worker (it cannot run anywhere else), and so does an OpenVINO one.
-Build-time verification (`tsvk_tools.build.build`) and the compile benchmark load every artifact through
+Build-time verification (`tsvk_tools.archive.build`) and the compile benchmark load every artifact through
 `load_model` too, so what is verified is what is served; `_LOADERS` is the one table of formats.
 """
 

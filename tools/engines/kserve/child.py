@@ -1,6 +1,6 @@
-"""The engine as the child of a container's PID 1 (tools/serve/container.py, `--engine kserve`).
+"""The engine as the child of a container's PID 1 (tools/engines/container.py, `--engine kserve`).
 
-Unlike `tsvk serve --engine kserve` (run.py), the server's output goes to the container's own (what `kubectl logs`
+Unlike `tsvk serve --engine kserve` (engine_process.py), the server's output goes to the container's own (what `kubectl logs`
 shows), and a stop signals the server alone, never its process group: SIGTERM makes it stop accepting and answer
 what it holds (uvicorn's graceful shutdown, bounded by its --drain-timeout) while its workers still run, and only
 then does it end them. A worker signalled together with the server would die holding its batch, and those requests
@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 from ...processes import signal_group
-from .run import SERVER_MODULE
+from .engine_process import SERVER_MODULE
 
 EXIT_MARGIN_S = 3  # past the drain timeout: the workers' end and the interpreter's exit
 POLL_S = 0.1

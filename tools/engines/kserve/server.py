@@ -2,7 +2,7 @@
 API plus the Open Inference Protocol served on the config's inference address through KServe's SDK.
 
 Run as `python -m tsvk_tools.engines.kserve --config <config.properties> --run-dir <dir>`; `tsvk serve --engine
-kserve` does (run.py). The REST server is KServe's (its data plane for /v2) with the OIP front's guard in front:
+kserve` does (engine_process.py). The REST server is KServe's (its data plane for /v2) with the OIP front's guard in front:
 only the served paths, bodies no larger than max_request_size, /v2 JSON bounded before it is parsed, and the
 inference key checked on every path when token authorization is on. The gRPC Open Inference Protocol server is
 started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST server stops

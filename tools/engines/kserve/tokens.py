@@ -12,7 +12,7 @@ import os
 import secrets
 from pathlib import Path
 
-from ...serve.keys import KEY_FILE, read_key_file
+from ...keys import KEY_FILE, read_key_file
 
 API_KEY = "API"
 

@@ -1,0 +1,106 @@
+"""Start, find, wait for and stop the engine's server from the command line (`tsvk serve|stop|status|predict`).
+
+The engine runs in a process session of its own, like TorchServe under `tsvk serve` (tools/serve/server.py), its pid
+and start time in the run directory's `engine.pid`; it is stopped by signalling exactly that session, and only while
+it is still the process that was started. Its run looks like a TorchServe's to the clients (`url`, `keys`,
+`headers`), so `tsvk predict` and `tsvk keys` work unchanged.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+import time
+from pathlib import Path
+
+from ... import defaults
+from ...errors import UsageError
+from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
+from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
+from ...keys import KEY_FILE
+from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
+from .files import LOG, PID_FILE
+from .pool import WORKER_MARKER
+
+ENGINE = "kserve"
+SERVER_MODULE = "tsvk_tools.engines.kserve"
+MARKERS = (SERVER_MODULE, WORKER_MARKER)
+_REFUSAL = re.compile(r"not serving \S+: .*")
+
+
+class EngineRun(TorchServeRun):
+    """The engine started from a run directory: TorchServe's run as clients see it, started and stopped its own way."""
+
+    engine = ENGINE
+
+    def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
+        """Until /ping says Healthy (every model the engine serves has its workers), or the engine exits."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise UsageError(f"the engine exited during start-up; see {self.run_dir / 'logs' / LOG}:\n{self.log_tail()}")
+            if _ping_ok(self):
+                return
+            time.sleep(0.2)
+        raise UsageError(f"the engine was not ready after {timeout:.0f} s; see {self.run_dir / 'logs'}:\n{self.log_tail()}")
+
+    def oip_urls(self) -> tuple[str, str]:
+        """The Open Inference Protocol: REST on the inference address; gRPC where the config serves the protocol."""
+        properties = self.properties
+        if not is_oip_config(properties):
+            raise UsageError(f"{self.config} serves the Open Inference Protocol over REST only (at {self.url('inference')}); "
+                             "for gRPC too, write it with `tsvk config --protocol oip`")
+        host = properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS)
+        host = "127.0.0.1" if host in ("0.0.0.0", "::") else host
+        return self.url("inference"), f"{host}:{properties[GRPC_PORT_KEY]}"
+
+    def refusals(self) -> list[str]:
+        """The one-line refusals of this start (archives it cannot serve), as its log says them."""
+        return [m.group(0) for m in _REFUSAL.finditer(self.stdout_since_start())]
+
+    def stdout_since_start(self) -> str:
+        try:
+            with open(self.run_dir / "logs" / LOG, "rb") as out:
+                out.seek(self.stdout_offset)
+                return out.read().decode(errors="replace")
+        except OSError:
+            return ""
+
+    def log_tail(self, lines: int = 25) -> str:
+        return "\n".join(self.stdout_since_start().splitlines()[-lines:])
+
+    def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S):
+        """SIGTERM: the engine stops accepting, answers what it holds and ends its workers; SIGKILL to what is still
+        ours `drain_timeout` + `kill_timeout` s later."""
+        stop_group(self.owned_process, drain_timeout + kill_timeout, self.process)
+        for name in (PID_FILE, KEY_FILE):
+            (self.run_dir / name).unlink(missing_ok=True)
+        return None
+
+    @property
+    def owned_process(self) -> Owned:
+        return Owned(self.pid, self.started_at, MARKERS)
+
+
+def start_engine(config: Path, run_dir: Path) -> EngineRun:
+    """Start the engine on `config` in the background, in its own session; refuses if this run dir has a live one."""
+    config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
+    if not config.is_file():
+        raise UsageError(f"config {config} not found; generate it with `tsvk config`")
+    running = find_engine(run_dir)
+    if running is not None:
+        raise UsageError(f"an engine started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
+    make_private_dir(run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    child = start_detached([sys.executable, "-m", SERVER_MODULE, "--config", str(config), "--run-dir", str(run_dir)],
+                           run_dir / "logs" / LOG, cwd=run_dir, umask=PRIVATE_UMASK, markers=MARKERS)
+    write_pid_file(run_dir / PID_FILE, child.owned, str(config))
+    return EngineRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)
+
+
+def find_engine(run_dir: Path) -> EngineRun | None:
+    recorded = recorded_if_ours(Path(run_dir) / PID_FILE, notes=1, markers=MARKERS)
+    if recorded is None:
+        return None
+    owned, (config,) = recorded
+    return EngineRun(Path(run_dir).resolve(), Path(config), owned.pid, started_at=owned.started_at)

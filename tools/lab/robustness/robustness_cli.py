@@ -1,0 +1,210 @@
+"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, the drain,
+against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
+benchmarks/results. The engine's keys do not expire, so its run has no key-expiry part."""
+
+from __future__ import annotations
+
+import argparse
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from ... import defaults
+from ...arguments import add_engine_argument
+from ...cpus import detect_vcpus
+from ...engines.kserve.engine_process import ENGINE as KSERVE
+from tsvk.common import task_kind
+
+from ... import progress
+from ...archive.pack import build_archive, handler_sources
+from ...archive.archive_info import handler_differences
+from ..bench.assets import sources_digest
+from ...archive.build import BuildRequest
+from ...errors import UsageError
+from ...fsutil import atomic_path
+from ...archive.models import torchvision_builders
+from . import auth, checks, hostile, parts
+from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
+from .checks import judged
+from .drain_measure import stop_under_load
+from .result_files import RESULTS_DIR, write
+from .result_files import envelope
+from .service import ServiceSpec, running_service
+from .task_weights import decisive_weights
+
+DEFAULT_WORK_DIR = Path(".tsvk/robustness")
+KEY_EXPIRY_TEST_MIN = 0.1  # 6 s: three expiries in under half a minute
+DETECTOR = "maskrcnn_resnet50_fpn_v2"  # an R-CNN with masks: every mask is memory the worker must bound
+SEGMENTER = "lraspp_mobilenet_v3_large"
+NO_MODEL = "none"
+DRAIN_LOAD = 0.7  # share of measured capacity the drain measurement stops the server under
+# The deadline the attacked service is configured with, as a user serving an R-CNN beside fast models would:
+# under the fuzz's concurrency a detector's queue can hold many minutes of work, and a request that waited two
+# minutes is answered 503 deadline_exceeded at once instead of being computed for a client that has given up.
+# Eight 36 MP photos at once to Mask R-CNN (batches of two, ~30 s each on one thread) are all begun within it.
+QUEUED_DEADLINE_MS = 120_000
+
+
+def register(commands) -> None:
+    p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe "
+                                               "(or --engine kserve)")
+    p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)")
+    p.add_argument("--detector", default=DETECTOR, help=f"detector served beside --model and attacked too, built with decisive random "
+                   f"weights if missing (default {DETECTOR}; {NO_MODEL}: none)")
+    p.add_argument("--segmenter", default=SEGMENTER, help=f"segmenter served beside --model and attacked too (default {SEGMENTER}; {NO_MODEL}: none)")
+    p.add_argument("--large-photos", type=int, default=LARGE_BURST, help=f"large allowed photos sent at once to the detector and segmenter (default {LARGE_BURST})")
+    p.add_argument("--large-side", type=int, default=LARGE_PHOTO_SIDE, help=f"their side in pixels (default {LARGE_PHOTO_SIDE}: 36 MP)")
+    p.add_argument("--model-store", type=Path, default=DEFAULT_WORK_DIR / "store")
+    p.add_argument("--fuzz-inputs", type=int, default=defaults.FUZZ_INPUTS,
+                   help=f"Hypothesis-generated requests (default {defaults.FUZZ_INPUTS})")
+    p.add_argument("--seed", type=int, default=0, help="corpus seed: the same seed sends the same requests")
+    p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
+    p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")
+    p.add_argument("--kill-load-s", type=float, default=20.0, help="seconds of load around the worker kill")
+    add_engine_argument(p)
+    p.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
+    p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
+    p.set_defaults(func=cmd_robustness)
+
+
+def cmd_robustness(args: argparse.Namespace) -> int:
+    if args.fuzz_inputs < 1 or args.concurrency < 1 or args.overload_factor < 2 or args.large_photos < 1 or args.large_side < 16:
+        raise UsageError("--fuzz-inputs, --concurrency and --large-photos must be >= 1, --overload-factor >= 2, --large-side >= 16")
+    result = run_robustness(args)
+    written = write(result, _results_name(args.engine), args.output_dir)
+    for name, ok in result["checks"].items():
+        print(f"  {'ok  ' if ok else 'FAIL'} {name}")
+    print(f"wrote {written['json']} and {written['md']}")
+    return 0 if result["passed"] else 1
+
+
+def _results_name(engine: str) -> str:
+    """robustness-* for TorchServe (as ever), robustness-kserve-* for the engine: each engine keeps its latest."""
+    return "robustness" if engine == defaults.ENGINE else f"robustness-{engine}"
+
+
+def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
+                   drain: Callable[[ServiceSpec, float], dict] | None = None) -> dict:
+    """Every part against one server serving the classifier, the detector and the segmenter with the Open
+    Inference Protocol; key expiry (TorchServe's keys only) and the drain on servers of their own. `drain`: the
+    drain measurement (default: stop_under_load)."""
+    engine = getattr(args, "engine", defaults.ENGINE)
+    started = datetime.now(timezone.utc)
+    store = ensure_archive(args.model_store, args.model)
+    others = tuple(ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
+    vcpus = detect_vcpus()
+    served = 1 + len(others)
+    # One worker per vCPU as the config plans it; with more models than vCPUs, one worker each on a
+    # config that counts a vCPU per worker (robustness is measured here, not speed).
+    workers = max(1, min(2, vcpus // served))
+    spec = ServiceSpec(store, args.model, args.work_dir / "main", workers=workers, vcpus=max(vcpus, workers * served), env=env,
+                       other_models=others, oip=True, deadline_ms=QUEUED_DEADLINE_MS, engine=engine)
+    figures: dict[str, dict] = {}
+    with running_service(spec) as service:
+        figures["fuzz"] = _timed("fuzz", lambda: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency))
+        figures["bombs"] = _timed("bombs", lambda: parts.bombs(service))
+        figures["hostile classes"] = _timed("hostile classes", lambda: hostile.hostile(service, args.seed))
+        figures["large allowed photos"] = _timed("large allowed photos", lambda: hostile.large_photos(service, args.large_photos, args.large_side))
+        figures["oip clients"] = _timed("oip clients", lambda: hostile.oip_clients(service))
+        figures["overload"] = _timed("overload", lambda: parts.overload(service, args.overload_factor))
+        figures["worker kill"] = _timed("worker kill", lambda: parts.worker_kill(service, 8, args.kill_load_s))
+        figures["auth and surface"] = _timed("auth and surface", lambda: auth.surface(service))
+    figures["inputs"] = counted_inputs(figures)
+    if engine != KSERVE:
+        expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
+        with running_service(expiring) as service:
+            figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
+    measure = drain or stop_under_load
+    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine)
+    figures["drain"] = _timed("drain", lambda: drain_part(measure, draining))
+    return envelope(_results_name(engine), vcpus, figures, started)
+
+
+def counted_inputs(figures: dict) -> dict:
+    """Inputs sent and answered over every part that sends a corpus, counted from the answers."""
+    sent = sum(figures.get(part, {}).get("inputs", 0) for part in CORPUS_PARTS)
+    answered = sum(figures.get(part, {}).get("answered", 0) for part in CORPUS_PARTS)
+    return {"sent": sent, "answered": answered, "parts": list(CORPUS_PARTS),
+            **judged({"at least 10,000 inputs sent and answered": checks.inputs_counted(sent, answered)})}
+
+
+CORPUS_PARTS = ("fuzz", "hostile classes")
+
+
+def drain_part(measure: Callable[[ServiceSpec, float], dict] | None, spec: ServiceSpec) -> dict:
+    """The drain measurement's figures (none without a measurement) and its two checks."""
+    evidence = measure(spec, DRAIN_LOAD) if measure else None
+    return {**(evidence or {"measured": False}), **judged({
+        "0 accepted requests lost": checks.no_accepted_lost(evidence),
+        "exit within the drain timeout + 5 s": checks.exited_within_drain(evidence),
+    })}
+
+
+def _timed(name: str, part) -> dict:
+    print(f"robustness: {name} ...", flush=True)
+    began = datetime.now(timezone.utc)
+    with progress.step(name, "the checks of this part"):
+        figures = part()
+    figures["seconds_total"] = round((datetime.now(timezone.utc) - began).total_seconds(), 1)
+    failed = [check for check, ok in figures.get("checks", {}).items() if not ok]
+    print(f"robustness: {name} done in {figures['seconds_total']} s{'; FAILED: ' + ', '.join(failed) if failed else ''}", flush=True)
+    return figures
+
+
+SOURCES_SUFFIX = ".sources"  # beside an archive built here: the digest of the handler sources it packs
+
+
+TASK_BACKEND = "eager"  # the attacks aim at decoding, options and answers, not the compiled graph
+# A detector with random weights scores every box about 1/91: an archive whose score threshold (and so
+# the model's own floor) is below that answers every image with the model's cap of boxes, each with its
+# mask, the most an answer can cost. (Decisive weights, as the segmenter gets, fail the R-CNN's
+# box-matching verification: its many near-tied boxes are kept in a different order.)
+DETECTOR_SCORE_THRESHOLD = 0.005
+
+
+def ensure_task_archive(store: Path, builder: str) -> str:
+    """A detector's archive with random weights answering every box it finds (see above), or a
+    segmenter's with seeded decisive weights, on the eager backend; its name."""
+    if task_kind(torchvision_builders().get(builder, defaults.TASK)).image_list:  # a detector
+        ensure_archive(store, builder, "none", backend=TASK_BACKEND, score_threshold=DETECTOR_SCORE_THRESHOLD)
+        return builder
+    store.mkdir(parents=True, exist_ok=True)
+    weights = store / f"{builder}.weights.pt"
+    if not weights.is_file():
+        with atomic_path(weights) as partial:  # an interrupted save must not be taken for the weights next time
+            decisive_weights(builder, partial, std=1.0)
+    ensure_archive(store, builder, str(weights), backend=TASK_BACKEND)
+    return builder
+
+
+def ensure_archive(store: Path, model: str, weights: str = "none", **options) -> Path:
+    """The store holding `<model>.mar`: as given, or built here from torchvision with random weights
+    (speed and robustness do not depend on the weights' values). An archive built here earlier is
+    built again once the handler's sources have changed, so a run never measures yesterday's handler;
+    an archive the user put there is served as it is, with a warning when it packs another handler."""
+    archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
+    digest = sources_digest()
+    if archive.is_file() and not stamp.is_file():
+        _warn_if_other_handler(archive)
+        return store
+    if archive.is_file() and stamp.read_text() == digest:
+        return store
+
+    why = "the handler changed since it was built" if archive.is_file() else f"weights: {weights}"
+    print(f"robustness: building {archive} ({why})", flush=True)
+    build_archive(BuildRequest(model=model, weights=weights, **options), store, force=archive.is_file())
+    stamp.write_text(digest)
+    return store
+
+
+def served_handler_differences(store: Path, model: str) -> list[str]:
+    """Files of the handler's package that differ between the served archive and this checkout."""
+    return handler_differences(store / f"{model}.mar", handler_sources()[1])
+
+
+def _warn_if_other_handler(archive: Path) -> None:
+    differing = served_handler_differences(archive.parent, archive.stem)
+    if differing:
+        print(f"robustness: WARNING: {archive} was not built by this tool and packs a handler that differs from this "
+              f"checkout's in {len(differing)} files ({', '.join(differing[:5])}{', ...' if len(differing) > 5 else ''}); "
+              "the run measures that archive's handler. Delete it to have one built from this checkout.", flush=True)

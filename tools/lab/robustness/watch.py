@@ -1,0 +1,164 @@
+"""Watch a running TorchServe from outside: its workers' pids and readiness, memory, open files.
+
+Workers are found through the management API (pid per worker), or on tsvk's own engine, which has none, in the
+status file it rewrites whenever a worker starts or dies; so a worker that died and was replaced shows as a new pid. Memory and file descriptors are read with psutil over the process
+tree of the TorchServe we started; nothing here signals a process except `kill_worker`, which
+checks first that the pid is a worker inside our own TorchServe's process group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import time
+import urllib.request
+from dataclasses import dataclass, field
+
+import psutil
+
+from ...measure.sampler import Periodic
+from ...engines.kserve.files import STATUS_FILE
+from ...engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ...engines.kserve.engine_process import SERVER_MODULE as ENGINE_SERVER_MODULE
+from ...serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
+
+
+class WorkersUnknown(RuntimeError):
+    """The management API did not list the model's workers: what they are is not known."""
+
+
+def workers(run: TorchServeRun, model: str) -> list[dict]:
+    """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; WorkersUnknown when it does
+    not answer (an empty list would read as "no workers", and "none died" would then hold unproven)."""
+    if getattr(run, "engine", None) == "kserve":
+        return _engine_workers(run, model)
+    request = urllib.request.Request(f"{run.url('management')}/models/{model}", headers=run.headers("management"))
+    try:
+        with urllib.request.urlopen(request, timeout=5) as response:
+            return json.loads(response.read())[0].get("workers", [])
+    except (OSError, ValueError, IndexError, KeyError, AttributeError) as err:
+        raise WorkersUnknown(f"the management API did not list the workers of {model}: {err}") from err
+
+
+def _engine_workers(run: TorchServeRun, model: str) -> list[dict]:
+    """The engine's workers of `model` from its status file (engine-status.json), as the management API lists them."""
+    try:
+        listed = json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
+        return next(m for m in listed if m["name"] == model)["workers"]
+    except (OSError, ValueError, KeyError, StopIteration, TypeError) as err:
+        raise WorkersUnknown(f"the engine's {STATUS_FILE} did not list the workers of {model}: {err!r}") from err
+
+
+def worker_pids(run: TorchServeRun, model: str) -> set[int] | None:
+    """The pids of `model`'s workers; None when the management API did not answer."""
+    try:
+        return {w["pid"] for w in workers(run, model) if w.get("pid")}
+    except WorkersUnknown:
+        return None
+
+
+def ready_pids(run: TorchServeRun, model: str) -> set[int]:
+    """READY workers' pids; empty while the management API does not answer (a poll asks again)."""
+    try:
+        return {w["pid"] for w in workers(run, model) if w.get("status") == "READY" and w.get("pid")}
+    except WorkersUnknown:
+        return set()
+
+
+def wait_all_ready(run: TorchServeRun, model: str, count: int, timeout: float, avoid: set[int] = frozenset()) -> float | None:
+    """Seconds until `count` workers are READY and none of them has a pid in `avoid`; None on timeout."""
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        pids = ready_pids(run, model)
+        if len(pids) >= count and not pids & avoid:
+            return time.monotonic() - started
+        time.sleep(0.2)
+    return None
+
+
+def kill_worker(run: TorchServeRun, pid: int) -> None:
+    """SIGKILL one worker of our own TorchServe (the fault being tested); refuses any other pid."""
+    if not group_is_ours(run.pid, run.started_at) or os.getpgid(pid) != run.pid:
+        raise RuntimeError(f"pid {pid} is not a worker of the TorchServe started here; not signalled")
+    os.kill(pid, signal.SIGKILL)
+
+
+def logged_worker_starts(run: TorchServeRun, model: str) -> int:
+    """The highest worker start number the handler logged for `model` (see tsvk.worker.worker_starts)."""
+    pattern = re.compile(rf"tsvk worker start (\d+) for {re.escape(model)} ")
+    try:
+        text = (run.run_dir / "logs" / "model_log.log").read_text(errors="replace")
+    except OSError:
+        return 0
+    return max((int(m.group(1)) for m in pattern.finditer(text)), default=0)
+
+
+def tree(run: TorchServeRun) -> list[psutil.Process]:
+    try:
+        root = psutil.Process(run.pid)
+        return [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+@dataclass
+class ProcessSample:
+    at: float
+    rss_mb: dict[str, float]  # "frontend" / "worker <pid>" / other names -> RSS MiB
+    fds: dict[str, int]
+
+
+def named(run: TorchServeRun, extra: list[psutil.Process] = ()) -> dict[str, psutil.Process]:
+    """Our TorchServe's processes (and `extra`) by role: "frontend", "worker <pid>", ..."""
+    processes = {}
+    for process in [*tree(run), *extra]:
+        try:
+            processes[_role(process)] = process
+        except psutil.Error:
+            continue
+    return processes
+
+
+def sample(run: TorchServeRun, extra: list[psutil.Process] = ()) -> ProcessSample:
+    rss, fds = {}, {}
+    for name, process in named(run, extra).items():
+        try:
+            rss[name] = process.memory_info().rss / 2**20
+            fds[name] = process.num_fds()
+        except psutil.Error:
+            continue
+    return ProcessSample(time.monotonic(), rss, fds)
+
+
+def _role(process: psutil.Process) -> str:
+    words = " ".join(process.cmdline())
+    if WORKER_MARKER in words or ENGINE_WORKER_MARKER in words:
+        return f"worker {process.pid}"
+    if "org.pytorch.serve.ModelServer" in words or ENGINE_SERVER_MODULE in words:
+        return "frontend"
+    if "tsvk_tools.keys" in words:
+        return "key renewer"
+    return f"{process.name()} {process.pid}"
+
+
+@dataclass
+class PeakWorkerRss(Periodic):
+    """Samples the workers' RSS in the background; `peak_mb` is the largest single worker seen."""
+
+    run: TorchServeRun
+    interval: float = 0.1
+    peak_mb: float = 0.0
+
+    peaks_mb: dict = field(default_factory=dict)  # "worker <pid>" -> the largest RSS seen (MiB)
+
+    def tick(self) -> None:
+        for name, mb in worker_rss(self.run).items():
+            self.peaks_mb[name] = max(mb, self.peaks_mb.get(name, 0.0))
+        self.peak_mb = max([self.peak_mb, *self.peaks_mb.values()])
+
+
+def worker_rss(run: TorchServeRun) -> dict[str, float]:
+    """"worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
+    return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}
