@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 from tests.support.helm import RELEASE, config_with
-from tests.support.helm_scenarios import OIP_CONFIG, SCENARIOS
+from tests.support.helm_scenarios import SCENARIOS
 
 from tsvk_tools.engines.kserve.files import STATUS_FILE
 from tsvk_tools.engines.kserve.metrics import EngineMetrics

@@ -113,8 +113,19 @@ def test_threads_of_several_models_add_up(render):
         ({"torchserve": {"vcpus": 0}}, "vcpus"),
         ({"modelStore": {"source": "s3"}}, "source"),
         ({"gpu": {"enabeld": True}}, "enabeld"),
-        ({"modelStore": {"source": "download", "download": {"archives": [{"name": "m", "url": "https://x/m.mar", "sha256": "abc"}]}}}, "sha256"),
-        ({"modelStore": {"source": "download", "download": {"archives": [{"name": "m", "url": "file:///etc/passwd", "sha256": "a" * 64}]}}}, "url"),
+        (
+            {"modelStore": {"source": "download", "download": {"archives": [{"name": "m", "url": "https://x/m.mar", "sha256": "abc"}]}}},
+            "sha256",
+        ),
+        (
+            {
+                "modelStore": {
+                    "source": "download",
+                    "download": {"archives": [{"name": "m", "url": "file:///etc/passwd", "sha256": "a" * 64}]},
+                }
+            },
+            "url",
+        ),
         ({"grafanaDashboard": {"handlerMetricType": "summary"}}, "handlerMetricType"),
     ],
 )

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-pytestmark = pytest.mark.helm
-
 from tests.support.helm_scenarios import SCENARIOS
+
+pytestmark = pytest.mark.helm
 
 IMAGE_VALUES = SCENARIOS["model-image"]  # also rendered, linted and schema-checked with every other scenario
 DIGEST = IMAGE_VALUES["image"]["digest"]

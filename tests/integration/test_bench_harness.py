@@ -17,8 +17,18 @@ from tsvk_tools.lab.bench.bench_cli import main
 pytestmark = pytest.mark.integration
 
 MODEL = "mobilenet_v3_small"
-TINY = dict(model=MODEL, backend="eager", jobs=8, rounds=1, round_seconds=0, concurrency=4, decentralized_jobs=2, ceiling_seconds=0.3, warmup=2,
-            images=("skimage:chelsea", "skimage:coffee"))
+TINY = dict(
+    model=MODEL,
+    backend="eager",
+    jobs=8,
+    rounds=1,
+    round_seconds=0,
+    concurrency=4,
+    decentralized_jobs=2,
+    ceiling_seconds=0.3,
+    warmup=2,
+    images=("skimage:chelsea", "skimage:coffee"),
+)
 
 
 @pytest.fixture(scope="module")
@@ -39,10 +49,31 @@ def _assert_served_and_stopped(system: dict, requests: int) -> None:
 
 @pytest.mark.skipif(shutil.which("java") is None, reason="TorchServe needs Java 17")
 def test_central_figure_cli_runs_stock_defaults_and_ours(cache_dir, tmp_path):
-    status = main(["--central-figure", "--model", MODEL, "--backend", "eager", "--jobs", "8", "--rounds", "1", "--round-seconds", "0",
-                   "--concurrency", "4",
-                   "--warmup", "2", "--image", "skimage:chelsea,skimage:coffee", "--cache-dir", str(cache_dir),
-                   "--output-dir", str(tmp_path)])
+    status = main(
+        [
+            "--central-figure",
+            "--model",
+            MODEL,
+            "--backend",
+            "eager",
+            "--jobs",
+            "8",
+            "--rounds",
+            "1",
+            "--round-seconds",
+            "0",
+            "--concurrency",
+            "4",
+            "--warmup",
+            "2",
+            "--image",
+            "skimage:chelsea,skimage:coffee",
+            "--cache-dir",
+            str(cache_dir),
+            "--output-dir",
+            str(tmp_path),
+        ]
+    )
     assert status == 0
     result = json.loads((tmp_path / "latest-central.json").read_text())
     assert list(result["systems"]) == ["torchserve_default", "ours"]

@@ -183,7 +183,8 @@ def _broken_copies(store: Path, into: Path) -> Path:
     with zipfile.ZipFile(source) as mar:
         files = {name: mar.read(name) for name in mar.namelist()}
     manifest = json.loads(files["MAR-INF/MANIFEST.json"])
-    stock = {**files, "MAR-INF/MANIFEST.json": json.dumps({**manifest, "model": {**manifest["model"], "handler": "image_classifier"}}).encode()}
+    stock_manifest = {**manifest, "model": {**manifest["model"], "handler": "image_classifier"}}
+    stock = {**files, "MAR-INF/MANIFEST.json": json.dumps(stock_manifest).encode()}
     settings = files["model-config.yaml"].decode()
     artifact = next(line.split(":", 1)[1].strip() for line in settings.splitlines() if line.strip().startswith("file:"))
     missing = {name: data for name, data in files.items() if name != artifact}
@@ -198,10 +199,34 @@ def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(
     broken = _broken_copies(archive_tiny(tmp_path / "tiny_store"), tmp_path / "store")
     request = _request(broken)
     config = tmp_path / "config.properties"
-    assert tsvk(["config", "--model-store", str(broken), "--vcpus", "3", "--workers", "1", "--auth", "off", "--output", str(config),
-                 "--inference-address", request.inference_address, "--management-address", request.management_address,
-                 "--metrics-address", request.metrics_address, "--grpc-inference-port", str(request.grpc_inference_port),
-                 "--grpc-management-port", str(request.grpc_management_port)]) == 0
+    assert (
+        tsvk(
+            [
+                "config",
+                "--model-store",
+                str(broken),
+                "--vcpus",
+                "3",
+                "--workers",
+                "1",
+                "--auth",
+                "off",
+                "--output",
+                str(config),
+                "--inference-address",
+                request.inference_address,
+                "--management-address",
+                request.management_address,
+                "--metrics-address",
+                request.metrics_address,
+                "--grpc-inference-port",
+                str(request.grpc_inference_port),
+                "--grpc-management-port",
+                str(request.grpc_management_port),
+            ]
+        )
+        == 0
+    )
     run_dir = tmp_path / "run"
     try:
         assert tsvk(["serve", "--engine", "kserve", "--config", str(config), "--run-dir", str(run_dir)]) == 0
@@ -230,8 +255,12 @@ def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(
         worker = status()["workers"][0]["pid"]
         os.kill(worker, signal.SIGSTOP)  # the worker holds the next batch until it is killed
         answered: list[tuple[float, requests.Response]] = []
-        senders = [threading.Thread(target=lambda: answered.append((time.monotonic(), requests.post(url, data=encode(photo("chelsea")), timeout=60))))
-                   for _ in range(3)]
+        senders = [
+            threading.Thread(
+                target=lambda: answered.append((time.monotonic(), requests.post(url, data=encode(photo("chelsea")), timeout=60)))
+            )
+            for _ in range(3)
+        ]
         for sender in senders:
             sender.start()
         time.sleep(1.0)  # the batch is formed (300 ms) and sent to the stopped worker

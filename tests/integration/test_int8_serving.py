@@ -4,7 +4,8 @@ The OpenVINO int8 and AOTInductor int8 archives are built as `tsvk archive` buil
 real photos, verified on held-out ones) and served side by side; a real cat photograph must come back
 as a cat from both, with the eager fp32 model's top three classes (its top two are 4 points apart, a
 near tie int8 may flip), and a bad image in the same batch must fail alone. On a CPU without VNNI the
-AOTInductor int8 build must be refused by its verification instead (see REFUSED_HERE). Accuracy over many photos is `make bench-accuracy`'s job; this proves the serving path.
+AOTInductor int8 build must be refused by its verification instead (see REFUSED_HERE). Accuracy over many photos is
+`make bench-accuracy`'s job; this proves the serving path.
 """
 
 from __future__ import annotations
@@ -45,13 +46,20 @@ def int8_store(tmp_path_factory) -> Path:
     photos.mkdir()
     for name in SKIMAGE_PHOTOS:
         for i in range(4):
-            (photos / f"{name}_{i}.jpg").write_bytes(jpeg_bytes(photo_array(name)[25 * i:, 40 * i:], size=(320, 240)))
+            (photos / f"{name}_{i}.jpg").write_bytes(jpeg_bytes(photo_array(name)[25 * i :, 40 * i :], size=(320, 240)))
     labels = root / "labels.txt"
     labels.write_text("\n".join(imagenet_categories()) + "\n")
     store = root / "store"
     for model, backend in INT8.items():
-        request = replace(offline_request(labels), model=model, backend=backend, precision="int8", calibration=photos,
-                          max_batch=4, tolerance=Tolerance(atol=0.0, rtol=0.0, min_top1=0.6))  # a dozen photos: one flip is 14 points
+        request = replace(
+            offline_request(labels),
+            model=model,
+            backend=backend,
+            precision="int8",
+            calibration=photos,
+            max_batch=4,
+            tolerance=Tolerance(atol=0.0, rtol=0.0, min_top1=0.6),
+        )  # a dozen photos: one flip is 14 points
         if model in REFUSED_HERE:
             with pytest.raises(UsageError, match="verification FAIL.*judged by agreement.*no archive written"):
                 build_archive(request, store)
@@ -79,9 +87,13 @@ def test_both_int8_archives_serve_a_cat_as_the_eager_model_does(int8_store, tmp_
 
     request = serving_on_free_ports(model_store=int8_store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=300)
     with running_torchserve(request, tmp_path) as run:
-        answers = {model: post_concurrently(f"{run.url('inference')}/predictions/{model}",
-                                            [image_bytes("skimage:chelsea"), b"not an image"], run.headers("inference"))
-                   for model in INT8 if model not in REFUSED_HERE}
+        answers = {
+            model: post_concurrently(
+                f"{run.url('inference')}/predictions/{model}", [image_bytes("skimage:chelsea"), b"not an image"], run.headers("inference")
+            )
+            for model in INT8
+            if model not in REFUSED_HERE
+        }
     expected = eager_top3("chelsea")
     assert set(expected) == CATS
     for model, (cat, bad) in answers.items():

@@ -10,14 +10,13 @@ network with three labels, token authorization on.
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import numpy as np
 import pytest
 import requests
 import torch
 
-from tests.integration.test_handler_torchserve import FIXTURES, LABELS, MODEL, _batch_sizes_seen, build_mar
+from tests.integration.test_handler_torchserve import LABELS, MODEL, _batch_sizes_seen, build_mar
 from tests.support.handler_fakes import encode, noise_image
 from tests.support.oip_clients import CLIENTS, EXPECTED, CallFailed, KServeWorker
 from tsvk.preprocess.decode import probe

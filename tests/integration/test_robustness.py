@@ -58,7 +58,11 @@ def test_fuzz_answers_only_allowed_statuses_and_no_worker_dies(result):
 def test_every_hostile_class_reached_every_model_over_every_transport(result):
     per_class = result["parts"]["hostile classes"]["per_class"]
     for model in ("tiny", SEGMENTER):
-        assert {name.split(": ", 1)[1] for name in per_class if name.startswith(model + ": ")} >= {"scan bomb", "nested json", "json expansion"}
+        assert {name.split(": ", 1)[1] for name in per_class if name.startswith(model + ": ")} >= {
+            "scan bomb",
+            "nested json",
+            "json expansion",
+        }
     assert {t for c in per_class.values() for t in c["transports"]} == {"predictions", "front-rest", "front-grpc"}
     assert all(c["sent"] == c["answered"] > 0 for c in per_class.values())
     assert result["parts"]["inputs"]["sent"] == 400 + result["parts"]["hostile classes"]["inputs"]

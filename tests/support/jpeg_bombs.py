@@ -41,6 +41,8 @@ def scans(data: bytes) -> list[tuple[int, int]]:
 def scan_bomb(width: int = 2000, height: int = 2000, repeats: int = 300) -> bytes:
     """A progressive JPEG with its smallest luma AC scan repeated `repeats` more times."""
     data = gradient_jpeg(width, height)
-    luma_ac = [(end - start, start, end) for start, end in scans(data) if data[start + 5] == 1 and data[start + 6 + 2 * data[start + 4] - 1] > 0]
+    luma_ac = [
+        (end - start, start, end) for start, end in scans(data) if data[start + 5] == 1 and data[start + 6 + 2 * data[start + 4] - 1] > 0
+    ]
     _, start, end = min(luma_ac)
     return data[:end] + data[start:end] * repeats + data[end:]

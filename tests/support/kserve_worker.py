@@ -22,7 +22,11 @@ def _array(spec):
 def _encoded(values):
     if values.dtype == np.object_:
         return {"shape": list(values.shape), "items": [v.decode() if isinstance(v, bytes) else str(v) for v in values.reshape(-1)]}
-    return {"shape": list(values.shape), "b64": base64.b64encode(np.ascontiguousarray(values).tobytes()).decode(), "dtype": str(values.dtype)}
+    return {
+        "shape": list(values.shape),
+        "b64": base64.b64encode(np.ascontiguousarray(values).tobytes()).decode(),
+        "dtype": str(values.dtype),
+    }
 
 
 def _request(call):

@@ -142,7 +142,8 @@ def main() -> None:
                              "--store", str(args.store)], cwd=ROOT, check=True, capture_output=True, text=True).stdout.strip()
              for case in CASES]
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines() if line.startswith("model name")), "?")
+    lines = Path("/proc/cpuinfo").read_text().splitlines()
+    cpu = next((line.split(":", 1)[1].strip() for line in lines if line.startswith("model name")), "?")
     out = ROOT / "benchmarks" / "results" / f"memory-{stamp}.md"
     out.write_text(f"# Worker-side memory, in-process ({cpu}; handlers: {args.handlers})\n\n" + "".join(f"- {line}\n" for line in lines))
     print(out.read_text())

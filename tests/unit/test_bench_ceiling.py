@@ -48,7 +48,9 @@ def test_the_pipeline_ceiling_runs_a_workers_whole_batch_from_jpeg_bytes_to_answ
     Image.new("RGB", (64, 48), (200, 30, 30)).save(photo, "JPEG")
     answered = []
     original = ClassifyTask.answer
-    monkeypatch.setattr(ClassifyTask, "answer", lambda self, batch, options: answered.append(len(options)) or original(self, batch, options))
+    monkeypatch.setattr(
+        ClassifyTask, "answer", lambda self, batch, options: answered.append(len(options)) or original(self, batch, options)
+    )
     probe = probe_pipeline(mar, [photo], seconds=0.2, batch=3)
     assert answered and set(answered) == {3}  # every call shaped 3 answers
     assert probe["batches"]["3"]["calls"] == len(answered) - 1  # one unmeasured warm-up call

@@ -38,8 +38,12 @@ def test_torchserve_best_tries_every_backend_with_every_worker_count_and_batch()
 
 
 def test_instances_or_workers_split_the_vcpus_with_the_batch_and_half_of_it():
-    assert split_variants(4, "instances", 8)[::2] == [{"instances": 1, "threads": 4, "batch": 8}, {"instances": 2, "threads": 2, "batch": 8},
-                                                      {"instances": 3, "threads": 1, "batch": 8}, {"instances": 4, "threads": 1, "batch": 8}]
+    assert split_variants(4, "instances", 8)[::2] == [
+        {"instances": 1, "threads": 4, "batch": 8},
+        {"instances": 2, "threads": 2, "batch": 8},
+        {"instances": 3, "threads": 1, "batch": 8},
+        {"instances": 4, "threads": 1, "batch": 8},
+    ]
     assert split_variants(2, "workers", 8)[1] == {"workers": 1, "threads": 2, "batch": 4}
     assert split_variants(2, "workers", 1) == [{"workers": 1, "threads": 2, "batch": 1}, {"workers": 2, "threads": 1, "batch": 1}]
 
@@ -48,15 +52,22 @@ def test_model_arguments_carry_the_archives_preprocessing():
     args = model_arguments(FILES, 2)
     assert args[args.index("--threads") + 1] == "2"
     assert args[args.index("--resize") + 1] == "232"
-    assert args[args.index("--mean") + 1: args.index("--mean") + 4] == ["0.485", "0.456", "0.406"]
+    assert args[args.index("--mean") + 1 : args.index("--mean") + 4] == ["0.485", "0.456", "0.406"]
 
 
 def test_triton_command_runs_the_app_script_from_the_triton_venv_without_resolving_its_python():
     python = Path("/p/.venv-triton/bin/python")
     command = triton_command(python, FILES, "resnet50", (1, 2, 3), {"instances": 2, "threads": 1, "batch": 8}, 100)
     assert command[:2] == [str(python), str(APPS / "triton_app.py")]
-    for flag, value in (("--http-port", "1"), ("--grpc-port", "2"), ("--metrics-port", "3"), ("--instances", "2"),
-                        ("--max-batch-size", "8"), ("--max-queue-delay-ms", "100"), ("--model-name", "resnet50")):
+    for flag, value in (
+        ("--http-port", "1"),
+        ("--grpc-port", "2"),
+        ("--metrics-port", "3"),
+        ("--instances", "2"),
+        ("--max-batch-size", "8"),
+        ("--max-queue-delay-ms", "100"),
+        ("--model-name", "resnet50"),
+    ):
         assert command[command.index(flag) + 1] == value
 
 
@@ -79,9 +90,19 @@ def _fast_mar(path: Path) -> Path:
     with zipfile.ZipFile(ir, "w") as bundle:
         bundle.writestr("model.xml", "<net/>")
         bundle.writestr("model.bin", b"\0")
-    config = {"tsvk": {"model_name": "resnet18", "artifact": {"file": "model.ov.zip", "format": "openvino", "precision": "int8",
-                                                               "source": {"kind": "torchvision", "builder": "resnet18"}},
-                       "task": "classify", "preprocess": {"resize": 240, "crop": 200}}}
+    config = {
+        "tsvk": {
+            "model_name": "resnet18",
+            "artifact": {
+                "file": "model.ov.zip",
+                "format": "openvino",
+                "precision": "int8",
+                "source": {"kind": "torchvision", "builder": "resnet18"},
+            },
+            "task": "classify",
+            "preprocess": {"resize": 240, "crop": 200},
+        }
+    }
     mar = path / "resnet18.mar"
     with zipfile.ZipFile(mar, "w") as bundle:
         bundle.writestr("model-config.yaml", yaml.safe_dump(config))
@@ -128,12 +149,19 @@ def test_the_eager_model_file_builds_a_classifier_without_arguments(tmp_path, mo
 
     captured = {}
     monkeypatch.setattr(assets, "labels_for", lambda model: ["a"] * 10)
-    monkeypatch.setattr(assets.subprocess, "run", lambda command, **_: captured.setdefault("command", command) and
-                        type("Done", (), {"returncode": 0})())
+    monkeypatch.setattr(
+        assets.subprocess, "run", lambda command, **_: captured.setdefault("command", command) and type("Done", (), {"returncode": 0})()
+    )
     weights = tmp_path / "weights.pt"
     torch.save(torch.nn.Linear(1, 1).state_dict(), weights)
-    assets._archive_eager(BenchOptions(model="resnet18", systems=("torchserve_best",)), weights, tmp_path / "labels.json",
-                          tmp_path, "image_classifier", tmp_path / "model-config.yaml")
+    assets._archive_eager(
+        BenchOptions(model="resnet18", systems=("torchserve_best",)),
+        weights,
+        tmp_path / "labels.json",
+        tmp_path,
+        "image_classifier",
+        tmp_path / "model-config.yaml",
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
     model = importlib.import_module("model").TorchvisionModel()
     assert model.model.fc.out_features == 10
@@ -153,8 +181,12 @@ def test_a_fast_artifact_server_starts_in_its_own_folder_with_the_unpacked_ir(tm
     ctx = RunContext(BenchOptions(model="resnet18", systems=("triton",)), 2, tmp_path / "run")
     ctx.__dict__["fast_mar"] = _fast_mar(tmp_path)
     fake = Fake()
-    assert fake.variants(ctx) == [{"instances": 1, "threads": 2, "batch": 8}, {"instances": 1, "threads": 2, "batch": 4},
-                                  {"instances": 2, "threads": 1, "batch": 8}, {"instances": 2, "threads": 1, "batch": 4}]
+    assert fake.variants(ctx) == [
+        {"instances": 1, "threads": 2, "batch": 8},
+        {"instances": 1, "threads": 2, "batch": 4},
+        {"instances": 2, "threads": 1, "batch": 8},
+        {"instances": 2, "threads": 1, "batch": 4},
+    ]
     deployment = fake.start(ctx, {"instances": 2, "threads": 1, "batch": 4})
     assert fake.seen == (tmp_path / "run" / "fake-i2-b4", tmp_path / "run" / "fake-i2-b4" / "model.xml")
     assert deployment.details["extra"] == 1 and deployment.details["max_batch_size"] == 4
@@ -168,7 +200,7 @@ def test_torchserve_best_warms_up_with_a_single_image_batch_before_full_batches(
     calls = []
     from tsvk_tools.measure.loadgen import RequestRecord
 
-    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [RequestRecord(0, 1, 200)]
+    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency)) or [RequestRecord(0, 1, 200)]  # noqa: E731 - the loop's signature, in one line
     monkeypatch.setattr(peers, "run_closed_loop", fake)
     monkeypatch.setattr(base, "run_closed_loop", fake)
     deployment = base.Deployment("target", lambda: None, {"logs": "/nonexistent"})
@@ -183,7 +215,7 @@ def test_the_warm_up_ends_with_seconds_of_the_full_load(monkeypatch):
     from tsvk_tools.lab.bench.systems import base
 
     calls = []
-    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency, until)) or [RequestRecord(0, 1, 200)]
+    fake = lambda target, images, total, concurrency, until=None: calls.append((total, concurrency, until)) or [RequestRecord(0, 1, 200)]  # noqa: E731 - the loop's signature, in one line
     monkeypatch.setattr(base, "run_closed_loop", fake)
     monkeypatch.setattr(base.time, "monotonic", lambda: 1000.0)
     deployment = base.Deployment("target", lambda: None, {})
@@ -199,7 +231,7 @@ def test_no_warm_up_load_follows_warm_up_requests_that_all_failed(monkeypatch):
     from tsvk_tools.lab.bench.systems import base
 
     calls = []
-    failed = lambda target, images, total, concurrency, until=None: calls.append(total) or [RequestRecord(0, 1, 503, error="down")]
+    failed = lambda target, images, total, concurrency, until=None: calls.append(total) or [RequestRecord(0, 1, 503, error="down")]  # noqa: E731 - the loop's signature, in one line
     monkeypatch.setattr(base, "run_closed_loop", failed)
     warm = base.System().warm_up(base.Deployment("target", lambda: None, {}), [b"jpeg"], BenchOptions(concurrency=16))
     assert calls == [32] and [record.status for record in warm] == [503]
@@ -214,8 +246,9 @@ def test_a_backend_that_cannot_compile_fails_with_the_workers_error(tmp_path, mo
     (tmp_path / "model_log.log").write_text(
         "2026-11-25T20:26:05,836 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - AssertionError: sources must not be empty for symbol s7\n"
         "2026-11-25T20:26:26,246 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - AssertionError: sources must not be empty for symbol s31\n"
-        "2026-11-25T20:26:26,247 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - Backend worker process died.\n")
-    failed = lambda target, images, total, concurrency, until=None: [RequestRecord(0, 1, 503, error="{\n  \"code\": 503\n}")]
+        "2026-11-25T20:26:26,247 [INFO ] W-9000-resnet50_1.0-stdout MODEL_LOG - Backend worker process died.\n"
+    )
+    failed = lambda target, images, total, concurrency, until=None: [RequestRecord(0, 1, 503, error='{\n  "code": 503\n}')]  # noqa: E731 - the loop's signature, in one line
     monkeypatch.setattr(peers, "run_closed_loop", failed)
     monkeypatch.setattr(base, "run_closed_loop", failed)
     deployment = base.Deployment("target", lambda: None, {"logs": str(tmp_path)})

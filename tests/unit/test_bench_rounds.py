@@ -61,9 +61,15 @@ def _peer_systems():
     return {
         "ours": _spread(8.0, 2000.0, 7.5, 8.5),
         "ours_fast": {**_spread(20.0, 900.0, 19.0, 21.0), "label": "tsvk fast"},
-        "torchserve_best": {**_spread(6.0, 2500.0, 5.5, 6.5), "label": "TS best", "variant": {"backend": "inductor", "workers": 1, "threads": 2},
-                            "variants": [{"throughput_ips": 6.0}, {"error": "AssertionError: sources must not be empty\nmore",
-                                                                   "variant": {"backend": "openvino", "workers": 1}}]},
+        "torchserve_best": {
+            **_spread(6.0, 2500.0, 5.5, 6.5),
+            "label": "TS best",
+            "variant": {"backend": "inductor", "workers": 1, "threads": 2},
+            "variants": [
+                {"throughput_ips": 6.0},
+                {"error": "AssertionError: sources must not be empty\nmore", "variant": {"backend": "openvino", "workers": 1}},
+            ],
+        },
         "triton": {**_spread(16.0, 1000.0, 14.0, 19.5), "label": "Triton"},
         "litserve_fast": {**_spread(15.0, 1100.0, 14.5, 15.5), "label": "LitServe fast"},
         "ceiling_pipeline_fast": {**_spread(21.0, 400.0, 20.5, 22.0), "label": "Pipeline ceiling"},
@@ -103,8 +109,12 @@ def test_chart_error_bars_reach_from_the_median_to_min_and_max():
 
 
 def test_chart_title_names_host_date_and_commit():
-    result = {"options": {"model": "resnet50", "concurrency": 16, "rounds": 3}, "created": "2026-11-25T20:00:00+00:00",
-              "machine": {"vcpus": 2, "host": "box", "cpu": "AMD EPYC"}, "git": {"commit": "0123456789abcdef"}}
+    result = {
+        "options": {"model": "resnet50", "concurrency": 16, "rounds": 3},
+        "created": "2026-11-25T20:00:00+00:00",
+        "machine": {"vcpus": 2, "host": "box", "cpu": "AMD EPYC"},
+        "git": {"commit": "0123456789abcdef"},
+    }
     title = chart_title(result)
     assert "host box (AMD EPYC)" in title and "2026-11-25T20:00" in title and "commit 0123456789" in title
 
@@ -126,8 +136,9 @@ def test_diagnosis_splits_ours_fast_against_its_pipeline_ceiling_and_lists_peer_
     from tsvk_tools.lab.bench.diagnosis import explain
 
     systems = _peer_systems()
-    systems["ours_fast"]["profile"] = {"per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 100.0},
-                                                     "TsvkInferenceMs": {"mean": 250.0}}}
+    systems["ours_fast"]["profile"] = {
+        "per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 100.0}, "TsvkInferenceMs": {"mean": 250.0}}
+    }
     systems["ceiling_pipeline_fast"]["details"] = {"best_batch": 8}
     text = "\n".join(explain(systems))
     assert "ours_fast / its pipeline ceiling = 0.95" in text
@@ -140,8 +151,9 @@ def test_diagnosis_bounds_what_serving_alone_can_win_over_a_peer_with_the_same_g
 
     systems = _peer_systems()
     systems["ours_fast"]["details"] = {"plan": {"workers": 2}}
-    systems["ours_fast"]["profile"] = {"per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 90.0},
-                                                     "TsvkInferenceMs": {"mean": 800.0}}}
+    systems["ours_fast"]["profile"] = {
+        "per_batch": {"TsvkBatchSize": {"mean": 8.0}, "TsvkPreprocessMs": {"mean": 90.0}, "TsvkInferenceMs": {"mean": 800.0}}
+    }
     text = "\n".join(explain(systems))
     assert "would serve 20.0 img/s = 1.25x the best peer (triton, 16.0 img/s)" in text
 
@@ -156,8 +168,10 @@ def test_cpu_per_image_by_process_is_reported_and_set_against_the_best_peer():
     assert cpu_ms_per_image(systems["ours_fast"]) == {"model_service_worker.py": 88.0, "java": 6.0, "load generator": 4.0}
     assert cpu_ms_per_image({"mean_cpu_pct_by_process": {"java": 5.0}}) == {}  # no throughput: nothing per image
     text = "\n".join(explain(systems))
-    assert ("CPU per answered image, by process: ours_fast 98.0 ms (model_service_worker.py 88.0, java 6.0, load generator 4.0); "
-            "triton 118.8 ms (triton_python_backend_stub 93.8, tritonserver 25.0).") in text
+    assert (
+        "CPU per answered image, by process: ours_fast 98.0 ms (model_service_worker.py 88.0, java 6.0, load generator 4.0); "
+        "triton 118.8 ms (triton_python_backend_stub 93.8, tritonserver 25.0)."
+    ) in text
     options = BenchOptions(model="resnet50", systems=tuple(systems), rounds=2, round_seconds=20)
     when = datetime(2026, 11, 25, 20, 0, tzinfo=timezone.utc)
     markdown = render_markdown(build_result(options, 2, systems, when, when))
@@ -171,12 +185,16 @@ def test_cpu_bound_says_whether_a_goal_is_within_reach_at_the_measured_cpu_per_i
     systems["ours_fast"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 176.0, "java": 12.0, "load generator": 8.0}
     systems["ours"]["mean_cpu_pct_by_process"] = {"model_service_worker.py": 180.0, "java": 10.0}
     text = "\n".join(explain(systems, vcpus=2))
-    assert ("ours_fast spent 98.0 ms of CPU per answered image and kept the 2 vCPUs 196% busy (of 200%): with every vCPU "
-            "busy all the time it could answer at most 20.4 img/s = 1.28x triton (16.0 img/s); 1.3x is out of reach at this "
-            "CPU cost: it needs at most 96.2 ms per image.") in text
-    assert ("ours spent 237.5 ms of CPU per answered image and kept the 2 vCPUs 190% busy (of 200%): with every vCPU busy "
-            "all the time it could answer at most 8.4 img/s = 1.40x torchserve_best (6.0 img/s); 1.2x is within reach of "
-            "this CPU cost.") in text
+    assert (
+        "ours_fast spent 98.0 ms of CPU per answered image and kept the 2 vCPUs 196% busy (of 200%): with every vCPU "
+        "busy all the time it could answer at most 20.4 img/s = 1.28x triton (16.0 img/s); 1.3x is out of reach at this "
+        "CPU cost: it needs at most 96.2 ms per image."
+    ) in text
+    assert (
+        "ours spent 237.5 ms of CPU per answered image and kept the 2 vCPUs 190% busy (of 200%): with every vCPU busy "
+        "all the time it could answer at most 8.4 img/s = 1.40x torchserve_best (6.0 img/s); 1.2x is within reach of "
+        "this CPU cost."
+    ) in text
     assert "could answer at most" not in "\n".join(explain(systems))  # no vCPU count (an old result): no bound claimed
 
 

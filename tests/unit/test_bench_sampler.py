@@ -41,8 +41,14 @@ def test_sampler_splits_cpu_by_process_kind_and_keeps_the_load_generator_beside_
 
 
 def test_process_kind_names_the_script_module_or_program():
-    assert process_kind(["/venv/bin/python", "/venv/lib/ts/model_service_worker.py", "--sock-type", "unix"], "python") == "model_service_worker.py"
-    assert process_kind(["python3.11", "-u", "-m", "tsvk_tools.lab.bench.apps.litserve_openvino_app", "--port", "1"], "python3.11") == "litserve_openvino_app"
+    assert (
+        process_kind(["/venv/bin/python", "/venv/lib/ts/model_service_worker.py", "--sock-type", "unix"], "python")
+        == "model_service_worker.py"
+    )
+    assert (
+        process_kind(["python3.11", "-u", "-m", "tsvk_tools.lab.bench.apps.litserve_openvino_app", "--port", "1"], "python3.11")
+        == "litserve_openvino_app"
+    )
     assert process_kind(["/usr/lib/jvm/bin/java", "-cp", "x", "org.pytorch.serve.ModelServer"], "java") == "java"
     assert process_kind(["/opt/tritonserver/bin/tritonserver", "--model-repository", "/m"], "tritonserver") == "tritonserver"
     assert process_kind(["python3", "-c", "print(1)"], "python3") == "python3"
@@ -75,10 +81,18 @@ def test_leftover_does_not_mistake_a_reused_pid_for_the_process_it_saw():
 
 
 def test_window_stats_uses_only_samples_inside_the_window():
-    samples = [Sample(1.0, 10.0, 100.0, 1), Sample(2.0, 150.0, 300.0, 2, {"java": 30.0, "worker.py": 120.0}),
-               Sample(2.4, 90.0, 200.0, 2, {"worker.py": 90.0}), Sample(3.0, 20.0, 900.0, 1)]
-    assert window_stats(samples, 1.5, 2.5) == {"peak_cpu_pct": 150.0, "mean_cpu_pct": 120.0, "peak_rss_mb": 300.0,
-                                               "mean_cpu_pct_by_process": {"java": 15.0, "worker.py": 105.0}}
+    samples = [
+        Sample(1.0, 10.0, 100.0, 1),
+        Sample(2.0, 150.0, 300.0, 2, {"java": 30.0, "worker.py": 120.0}),
+        Sample(2.4, 90.0, 200.0, 2, {"worker.py": 90.0}),
+        Sample(3.0, 20.0, 900.0, 1),
+    ]
+    assert window_stats(samples, 1.5, 2.5) == {
+        "peak_cpu_pct": 150.0,
+        "mean_cpu_pct": 120.0,
+        "peak_rss_mb": 300.0,
+        "mean_cpu_pct_by_process": {"java": 15.0, "worker.py": 105.0},
+    }
     assert window_stats(samples)["peak_rss_mb"] == 900.0
     assert window_stats(samples, 5.0)["peak_cpu_pct"] is None
 

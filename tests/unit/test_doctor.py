@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 import zipfile
 from pathlib import Path
 
@@ -158,11 +157,16 @@ def test_foreign_archives_missing_their_handler_or_requirements(generated, store
     assert problems(generated, [no_handler]) == [
         "error: its handler 'my_handler.py' is neither packed in it nor a module this Python has"]
     handler = "import torch\nimport surely_not_installed_pkg\n\nclass Handler: pass\n"
-    needs = repacked(store / "tiny.mar", tmp_path / "tiny.mar", extra={"needs.py": handler, "requirements.txt": "surely-not-installed-pkg==1.0\n"},
-                     manifest=lambda model: model.update(handler="needs.py", requirementsFile="requirements.txt"))
+    needs = repacked(
+        store / "tiny.mar",
+        tmp_path / "tiny.mar",
+        extra={"needs.py": handler, "requirements.txt": "surely-not-installed-pkg==1.0\n"},
+        manifest=lambda model: model.update(handler="needs.py", requirementsFile="requirements.txt"),
+    )
     assert problems(generated, [needs]) == [
         "error: its handler imports surely_not_installed_pkg, which this Python lacks",
-        "error: it requires surely-not-installed-pkg, not installed here, and install_py_dep_per_model is off"]
+        "error: it requires surely-not-installed-pkg, not installed here, and install_py_dep_per_model is off",
+    ]
 
 
 def test_a_missing_config_is_a_usage_error(tmp_path, capsys):
@@ -180,8 +184,13 @@ def _aoti_package(cpu_isa: str) -> bytes:
     compiled library (model/data/aotinductor/model/<hash>.wrapper_metadata.json, as in a package built here)."""
     import io
 
-    metadata = {"AOTI_DEVICE_KEY": "cpu", "AOTI_PLATFORM": "linux", "AOTI_MACHINE": "x86_64", "AOTI_CPU_ISA": cpu_isa,
-                "AOTI_COMPUTE_CAPABILITY": ""}
+    metadata = {
+        "AOTI_DEVICE_KEY": "cpu",
+        "AOTI_PLATFORM": "linux",
+        "AOTI_MACHINE": "x86_64",
+        "AOTI_CPU_ISA": cpu_isa,
+        "AOTI_COMPUTE_CAPABILITY": "",
+    }
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w") as package:
         package.writestr("model/data/aotinductor/model/c0ffee.wrapper_metadata.json", json.dumps(metadata))
@@ -196,13 +205,16 @@ def test_an_aoti_archive_compiled_for_instructions_this_cpu_lacks_is_an_error(ge
         raw["tsvk"]["artifact"].update(format="aoti", file="model.pt2", device="cpu")
 
     (tmp_path / "a").mkdir()
-    avx512 = repacked(store / "tiny.mar", tmp_path / "a" / "tiny.mar", edit_yaml=as_aoti,
-                      extra={"model.pt2": _aoti_package("AVX512 AVX512_VNNI")})
+    avx512 = repacked(
+        store / "tiny.mar", tmp_path / "a" / "tiny.mar", edit_yaml=as_aoti, extra={"model.pt2": _aoti_package("AVX512 AVX512_VNNI")}
+    )
     avx2 = repacked(store / "tiny.mar", tmp_path / "tiny.mar", edit_yaml=as_aoti, extra={"model.pt2": _aoti_package("AVX2")})
     monkeypatch.setattr(cpu_isa.platform, "machine", lambda: "x86_64")
     found = problems(generated, [avx512])
-    assert len(found) == 1 and found[0].startswith("error: its AOTInductor package cannot run on this CPU: it was compiled for "
-                                                   "the CPU instructions AVX512 AVX512_VNNI and this CPU lacks AVX512 AVX512_VNNI")
+    assert len(found) == 1 and found[0].startswith(
+        "error: its AOTInductor package cannot run on this CPU: it was compiled for "
+        "the CPU instructions AVX512 AVX512_VNNI and this CPU lacks AVX512 AVX512_VNNI"
+    )
     assert problems(generated, [avx2]) == []
     monkeypatch.setattr(cpu_isa, "host_instructions", lambda: {"avx2", "avx512", "avx512_vnni"})
     assert problems(generated, [avx512]) == []

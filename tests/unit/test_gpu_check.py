@@ -214,8 +214,9 @@ def test_the_gpu_packages_are_the_cuda_13_builds_pinned():
 
 
 def test_make_gpu_check_needs_no_java():
-    recipe = subprocess.run(["make", "--no-print-directory", "-n", "-B", "gpu-check", "TSVK=tsvk"], cwd=ROOT, capture_output=True, text=True,
-                            check=True).stdout
+    recipe = subprocess.run(
+        ["make", "--no-print-directory", "-n", "-B", "gpu-check", "TSVK=tsvk"], cwd=ROOT, capture_output=True, text=True, check=True
+    ).stdout
     assert "java" not in recipe and recipe.rstrip().splitlines()[-1].startswith("tsvk gpu-check")
 
 
@@ -249,7 +250,8 @@ def test_a_step_whose_tests_skipped_is_incomplete_and_names_what_skipped(tmp_pat
     monkeypatch.setattr(run, "gpu_memory_used", lambda: {})
     (tmp_path / "test_skips_gpu.py").write_text(
         "import pytest\n\ndef test_runs():\n    assert True\n\n"
-        "def test_needs_trt():\n    pytest.skip('needs torch_tensorrt: ImportError')\n")
+        "def test_needs_trt():\n    pytest.skip('needs torch_tensorrt: ImportError')\n"
+    )
     (tmp_path / "test_passes_gpu.py").write_text("def test_fine():\n    assert True\n")
     planned = [steps.gpu_test_step(tmp_path, path, sys.executable) for path in steps.gpu_test_files(tmp_path)]
     results = {step["name"]: step for step in run.run_steps(planned, tmp_path, log=lambda line: None, on_step=list)}

@@ -59,7 +59,9 @@ def test_answers_are_topk_label_probability_dicts(service, context):
 
 def test_same_image_same_answer_whatever_the_encoding(service, context):
     data = _good(3)
-    answers = service.handle([{"data": data}, {"body": base64.b64encode(data).decode()}, {"body": {"image": base64.b64encode(data).decode()}}], context)
+    answers = service.handle(
+        [{"data": data}, {"body": base64.b64encode(data).decode()}, {"body": {"image": base64.b64encode(data).decode()}}], context
+    )
     assert answers[0] == answers[1] == answers[2]
 
 
@@ -79,8 +81,13 @@ def test_bad_requests_fail_alone_with_their_own_status(service, context):
     assert "cannot decode the JPEG image" in answers[1]["message"]
     assert "empty" in answers[2]["message"]
     assert "not a recognised image" in answers[3]["message"]
-    assert answers[4] == {"code": 413, "type": "ImageTooLarge", "error": "image_too_large", "source": "tsvk",
-                          "message": answers[4]["message"]}
+    assert answers[4] == {
+        "code": 413,
+        "type": "ImageTooLarge",
+        "error": "image_too_large",
+        "source": "tsvk",
+        "message": answers[4]["message"],
+    }
     assert [answers[i]["error"] for i in (1, 2, 3)] == ["bad_image"] * 3
     assert "max_pixels" in answers[4]["message"]
     assert all(label.startswith("class_") for label in answers[0]) and all(label.startswith("class_") for label in answers[5])
@@ -142,12 +149,20 @@ def test_a_broken_metrics_sink_does_not_fail_requests(service, context):
 def test_metric_definitions_match_what_is_recorded():
     definitions = tsvk_metrics.metric_definitions()
     assert set(definitions) == {
-        tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE,
-        tsvk_metrics.IMAGES_TOTAL, tsvk_metrics.REJECTED_TOTAL, tsvk_metrics.WORKER_STARTS,
+        tsvk_metrics.PREPROCESS_MS,
+        tsvk_metrics.INFERENCE_MS,
+        tsvk_metrics.BATCH_SIZE,
+        tsvk_metrics.IMAGES_TOTAL,
+        tsvk_metrics.REJECTED_TOTAL,
+        tsvk_metrics.WORKER_STARTS,
     }
     section = model_metrics_yaml_section()
     assert {entry["name"] for entry in section["gauge"]} == {
-        tsvk_metrics.PREPROCESS_MS, tsvk_metrics.INFERENCE_MS, tsvk_metrics.BATCH_SIZE, tsvk_metrics.WORKER_STARTS}
+        tsvk_metrics.PREPROCESS_MS,
+        tsvk_metrics.INFERENCE_MS,
+        tsvk_metrics.BATCH_SIZE,
+        tsvk_metrics.WORKER_STARTS,
+    }
 
 
 def test_missing_labels_give_index_strings(tmp_path):
@@ -214,8 +229,10 @@ def test_load_log_line_names_format_device_precision_backend_batch_and_threads(a
 # --- the TorchServe side of the seam -------------------------------------------------------------
 
 
-@pytest.mark.parametrize("module_name, class_name", [
-    ("image_classifier", "ImageClassifier"), ("object_detector", "ObjectDetector"), ("image_segmenter", "ImageSegmenter")])
+@pytest.mark.parametrize(
+    "module_name, class_name",
+    [("image_classifier", "ImageClassifier"), ("object_detector", "ObjectDetector"), ("image_segmenter", "ImageSegmenter")],
+)
 def test_handler_module_defines_exactly_one_class(monkeypatch, module_name, class_name):
     """TorchServe's model loader takes the one class a handler module defines; the shared base is imported."""
     import importlib

@@ -310,7 +310,8 @@ def _tools_package(module: str) -> str:
 def _tools_packages(graph: dict[str, set[str]]) -> dict[str, set[str]]:
     rooms: dict[str, set[str]] = {}
     for module, targets in graph.items():
-        rooms.setdefault(_tools_package(module), set()).update(_tools_package(t) for t in targets if _tools_package(t) != _tools_package(module) and t != "tsvk_tools")
+        home = _tools_package(module)
+        rooms.setdefault(home, set()).update(_tools_package(t) for t in targets if _tools_package(t) != home and t != "tsvk_tools")
     return rooms
 
 

@@ -54,8 +54,12 @@ class Option:
 BUILD = "archive compile"
 BENCH = "bench bench-central bench-tuned"
 OPTIONS = [
-    Option("MODEL", "--model", f"{BUILD} demo predict batch draw {BENCH} bench-compile bench-pinning bench-engines gpu-check robustness soak",
-           "resnet50"),
+    Option(
+        "MODEL",
+        "--model",
+        f"{BUILD} demo predict batch draw {BENCH} bench-compile bench-pinning bench-engines gpu-check robustness soak",
+        "resnet50",
+    ),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
     Option("BACKEND", "--backend", BUILD, "export"),
     Option("DEVICE", "--device", BUILD, "cuda"),
@@ -146,39 +150,109 @@ CLI_ONLY = {
         "--no-archive-check": "the Helm targets pass it (k8s/helm.mk)",
         "--tuned": "the Helm targets pass it (HELM_TUNED, k8s/helm.mk); `tsvk tune` writes a config `make serve` takes as it is",
     },
-    "tune": {"--model-store": _PATHS, "--results-dir": _PATHS, "--work-dir": _PATHS,
-             "--window-s": "the load window is sized from the budget; `tsvk tune --help`", "--quiet": _QUIET},
+    "tune": {
+        "--model-store": _PATHS,
+        "--results-dir": _PATHS,
+        "--work-dir": _PATHS,
+        "--window-s": "the load window is sized from the budget; `tsvk tune --help`",
+        "--quiet": _QUIET,
+    },
     "serve": {"--run-dir": _PATHS, "--timeout": "how long to wait for the models; rarely changed", "--quiet": _QUIET},
     "stop": {"--run-dir": _PATHS},
     "status": {"--run-dir": _PATHS, "--json": "for scripts, which call tsvk directly"},
-    "doctor": {"--json": "for scripts, which call tsvk directly", "--vcpus": "checks against another machine's vCPUs: "
-               "`tsvk doctor --help`", "--engine": "`make doctor` finds the engine `make serve` runs on the config; naming another "
-               "is for a config not yet served: `tsvk doctor --help`"},
+    "doctor": {
+        "--json": "for scripts, which call tsvk directly",
+        "--vcpus": "checks against another machine's vCPUs: `tsvk doctor --help`",
+        "--engine": "`make doctor` finds the engine `make serve` runs on the config; naming another "
+        "is for a config not yet served: `tsvk doctor --help`",
+    },
     "predict": {"--run-dir": _PATHS},
     "draw": {"--run-dir": _PATHS},
-    "batch": {"--archive": "an archive outside model_store/: `tsvk batch --help` (make names it by MODEL)", "--model-store": _PATHS,
-              "--option": "answer options per input (NAME=VALUE, repeated): `tsvk batch --help`", "--quiet": _QUIET},
+    "batch": {
+        "--archive": "an archive outside model_store/: `tsvk batch --help` (make names it by MODEL)",
+        "--model-store": _PATHS,
+        "--option": "answer options per input (NAME=VALUE, repeated): `tsvk batch --help`",
+        "--quiet": _QUIET,
+    },
     "demo": {"--model-store": _PATHS, "--config": _PATHS, "--run-dir": _PATHS, "--quiet": _QUIET},
-    "bench": {flag: _BENCH_TUNING for flag in (
-        "--decentralized-jobs", "--systems", "--central-figure", "--tuned-vs-generated", "--backend", "--precision", "--fast-backend", "--fast-precision",
-        "--ours-workers", "--tuned-config", "--vcpus", "--quiet",
-        "--warmup", "--warmup-seconds", "--ceiling-seconds", "--output-dir", "--cache-dir", "--tag", "--render", "--prepare-only")},
+    "bench": {
+        flag: _BENCH_TUNING
+        for flag in (
+            "--decentralized-jobs",
+            "--systems",
+            "--central-figure",
+            "--tuned-vs-generated",
+            "--backend",
+            "--precision",
+            "--fast-backend",
+            "--fast-precision",
+            "--ours-workers",
+            "--tuned-config",
+            "--vcpus",
+            "--quiet",
+            "--warmup",
+            "--warmup-seconds",
+            "--ceiling-seconds",
+            "--output-dir",
+            "--cache-dir",
+            "--tag",
+            "--render",
+            "--prepare-only",
+        )
+    },
     "bench preprocess": {flag: _BENCH_TUNING for flag in ("--batch-size", "--rounds", "--batches", "--threads", "--size")},
     "bench compile": {flag: _BENCH_TUNING for flag in ("--backends", "--weights", "--batches", "--repeats", "--output-dir")},
     "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "bench engines": {flag: _BENCH_TUNING for flag in ("--backend", "--rounds", "--shared", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
-    "robustness": {flag: _ROBUSTNESS_TUNING for flag in (
-        "--model-store", "--seed", "--concurrency", "--overload-factor", "--kill-load-s", "--output-dir", "--work-dir", "--quiet",
-        "--large-photos", "--large-side", "--detector", "--segmenter")},
-    "soak": {flag: _ROBUSTNESS_TUNING for flag in (
-        "--model-store", "--load", "--malformed", "--capacity-seconds", "--warmup-minutes", "--workers", "--seed", "--output-dir",
-        "--work-dir", "--quiet")},
+    "robustness": {
+        flag: _ROBUSTNESS_TUNING
+        for flag in (
+            "--model-store",
+            "--seed",
+            "--concurrency",
+            "--overload-factor",
+            "--kill-load-s",
+            "--output-dir",
+            "--work-dir",
+            "--quiet",
+            "--large-photos",
+            "--large-side",
+            "--detector",
+            "--segmenter",
+        )
+    },
+    "soak": {
+        flag: _ROBUSTNESS_TUNING
+        for flag in (
+            "--model-store",
+            "--load",
+            "--malformed",
+            "--capacity-seconds",
+            "--warmup-minutes",
+            "--workers",
+            "--seed",
+            "--output-dir",
+            "--work-dir",
+            "--quiet",
+        )
+    },
 }
 # Make variables that are not options of a tsvk command.
-MAKE_ONLY = {"VENV", "PYTHON", "TSVK", "SYSTEM_PYTHON", "PYTEST_ARGS", "MAKEFILE_LIST", "MAKE", "TRITON_VENV", "TRITON_SYSTEM_PYTHON",
-             "MAKELEVEL", "MAKECMDGOALS"}
+MAKE_ONLY = {
+    "VENV",
+    "PYTHON",
+    "TSVK",
+    "SYSTEM_PYTHON",
+    "PYTEST_ARGS",
+    "MAKEFILE_LIST",
+    "MAKE",
+    "TRITON_VENV",
+    "TRITON_SYSTEM_PYTHON",
+    "MAKELEVEL",
+    "MAKECMDGOALS",
+}
 SHELL_OPERATORS = {"&&", "||", ";", "|", ">"}
 
 
@@ -206,8 +280,14 @@ def make():
 def _dry_run(make: str, target: str, variables: tuple[str, ...]) -> list[list[str]]:
     """The tsvk command lines (argv after `tsvk`) that `make -n target VAR=value ...` would run."""
     env = {k: v for k, v in os.environ.items() if k not in _variables() | {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
-    done = subprocess.run([make, "--no-print-directory", "-n", target, "TSVK=tsvk", *variables],
-                          cwd=ROOT, env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [make, "--no-print-directory", "-n", target, "TSVK=tsvk", *variables],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     return [argv for line in done.stdout.splitlines() if (argv := _tsvk_argv(line))]
 
@@ -217,8 +297,8 @@ def _tsvk_argv(line: str) -> list[str] | None:
     commands = _subcommands()
     for i, token in enumerate(tokens[:-1]):
         if token == "tsvk" and tokens[i + 1] in commands:
-            rest = tokens[i + 1:]
-            return rest[:next((j for j, t in enumerate(rest) if t in SHELL_OPERATORS), len(rest))]
+            rest = tokens[i + 1 :]
+            return rest[: next((j for j, t in enumerate(rest) if t in SHELL_OPERATORS), len(rest))]
     return None
 
 
@@ -262,8 +342,9 @@ def test_each_variable_becomes_its_flag(make, target):
     for argv in _commands_of(make, target):
         for option in _rows(target):
             expected = [option.flag] if option.switch else [option.flag, option.example]
-            assert any(argv[i:i + len(expected)] == expected for i in range(len(argv))), \
+            assert any(argv[i : i + len(expected)] == expected for i in range(len(argv))), (
                 f"make {target} {option.variable}={option.example} does not pass {' '.join(expected)}: tsvk {shlex.join(argv)}"
+            )
 
 
 @pytest.mark.parametrize("target", _make_targets())
@@ -316,7 +397,9 @@ def test_the_commands_page_lists_every_target():
         if line.startswith("| `make "):
             listed |= set(re.findall(r"`make ([a-z-]+)`", line.split("|")[1]))
     targets = set(_make_targets()) | set(_help_targets(HELM_MK))
-    assert targets - {"help"} <= listed, f"targets missing from the targets table of docs/commands.md: {sorted(targets - listed - {'help'})}"
+    assert targets - {"help"} <= listed, (
+        f"targets missing from the targets table of docs/commands.md: {sorted(targets - listed - {'help'})}"
+    )
     assert listed <= targets, f"the targets table of docs/commands.md names targets that do not exist: {sorted(listed - targets)}"
 
 
@@ -349,7 +432,9 @@ def test_documented_defaults_are_tsvks(make, targets):
                 for option in (o for o in _rows(target) if o.variable == variable):
                     action = _flags(parser)[option.flag]
                     said = action.type(default.strip("`")) if action.type else default.strip("`")
-                    assert said == action.default, f"docs/commands.md: {variable} defaults to {default}; `tsvk {name} {option.flag}`: {action.default}"
+                    assert said == action.default, (
+                        f"docs/commands.md: {variable} defaults to {default}; `tsvk {name} {option.flag}`: {action.default}"
+                    )
 
 
 def test_the_quick_benchmark_takes_as_long_everywhere():
@@ -367,8 +452,9 @@ def _taken(target: str) -> set[str]:
 
 def _refusal(make: str, *words: str, dry_run: bool = True) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k not in _variables() | {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
-    return subprocess.run([make, "--no-print-directory", *(["-n"] if dry_run else []), *words], cwd=ROOT, env=env,
-                          capture_output=True, text=True, check=False)
+    return subprocess.run(
+        [make, "--no-print-directory", *(["-n"] if dry_run else []), *words], cwd=ROOT, env=env, capture_output=True, text=True, check=False
+    )
 
 
 def _said(stderr: str) -> tuple[set[str], set[str]]:
@@ -383,8 +469,12 @@ def _said(stderr: str) -> tuple[set[str], set[str]]:
 def test_a_variable_the_target_does_not_take_stops_make_naming_what_it_takes(make, target):
     """Every Make variable of the table but the target's own, on one command line: each is named, and so is
     every variable the target takes (the check covers every target with a help line: none is left out)."""
-    foreign = sorted((_variables() | MAKE_ONLY | {h for t in TAKEN_BESIDES_OPTIONS.values() for h in t})
-                     - _taken(target) - TAKEN_BY_ALL - {"MAKEFILE_LIST", "MAKE", "MAKELEVEL", "MAKECMDGOALS"})
+    foreign = sorted(
+        (_variables() | MAKE_ONLY | {h for t in TAKEN_BESIDES_OPTIONS.values() for h in t})
+        - _taken(target)
+        - TAKEN_BY_ALL
+        - {"MAKEFILE_LIST", "MAKE", "MAKELEVEL", "MAKECMDGOALS"}
+    )
     done = _refusal(make, target, "TSVK=tsvk", *(f"{name}=1" for name in foreign))
     assert done.returncode != 0 and not done.stdout, f"make -n {target} ran with variables it does not take: {done.stdout}"
     assert _said(done.stderr) == (set(foreign), _taken(target))
@@ -402,22 +492,36 @@ def test_the_misspelt_models_of_make_config_is_refused_before_anything_runs(make
 def test_goals_together_take_what_each_takes_and_environment_variables_are_left_alone(make):
     assert _refusal(make, "archive", "config", "TSVK=tsvk", "MODEL=resnet18", "MODELS=resnet18").returncode == 0
     env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
-    done = subprocess.run([make, "--no-print-directory", "-n", "config", "TSVK=tsvk"], cwd=ROOT, env={**env, "MODEL": "resnet18"},
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [make, "--no-print-directory", "-n", "config", "TSVK=tsvk"],
+        cwd=ROOT,
+        env={**env, "MODEL": "resnet18"},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
 
 
 def test_the_listening_addresses_reach_the_config_make_serve_starts(make, tmp_path):
     """`make config` with other ports writes them, where `make serve` (the same CONFIG) reads them."""
     config = tmp_path / "ports.properties"
-    words = ["INFERENCE_ADDRESS=http://127.0.0.1:18380", "MANAGEMENT_ADDRESS=http://127.0.0.1:18381",
-             "METRICS_ADDRESS=http://127.0.0.1:18382", "GRPC_INFERENCE_PORT=18383", "GRPC_MANAGEMENT_PORT=18384"]
+    words = [
+        "INFERENCE_ADDRESS=http://127.0.0.1:18380",
+        "MANAGEMENT_ADDRESS=http://127.0.0.1:18381",
+        "METRICS_ADDRESS=http://127.0.0.1:18382",
+        "GRPC_INFERENCE_PORT=18383",
+        "GRPC_MANAGEMENT_PORT=18384",
+    ]
     argv = _dry_run(make, "config", ("AUTH=off", f"CONFIG={config}", *words))[0]
     name, parser, arguments = _command(argv)
     args = parser.parse_args([*arguments, "--no-archive-check", "--models", "resnet18"])  # no archive needed
     assert args.func(args) == 0
     written = dict(line.split("=", 1) for line in config.read_text().splitlines() if "=" in line and not line.startswith("#"))
     assert (written["inference_address"], written["management_address"], written["metrics_address"]) == (
-        "http://127.0.0.1:18380", "http://127.0.0.1:18381", "http://127.0.0.1:18382")
+        "http://127.0.0.1:18380",
+        "http://127.0.0.1:18381",
+        "http://127.0.0.1:18382",
+    )
     assert (written["grpc_inference_port"], written["grpc_management_port"]) == ("18383", "18384")
     assert _dry_run(make, "serve", (f"CONFIG={config}",))[0] == ["serve", "--config", str(config)]

@@ -128,7 +128,9 @@ def test_split_spreads_both_halves_over_the_directory():
 
 @pytest.mark.parametrize("backend", ["export", "torchscript", "eager"])
 def test_int8_is_refused_by_other_backends_pointing_to_openvino(backend):
-    with pytest.raises(UsageError, match=r"does not support --precision int8.*use --backend aoti --device cpu or --backend openvino --device cpu"):
+    with pytest.raises(
+        UsageError, match=r"does not support --precision int8.*use --backend aoti --device cpu or --backend openvino --device cpu"
+    ):
         check_target(get_backend(backend), "cpu", "int8")
 
 

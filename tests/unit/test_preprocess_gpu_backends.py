@@ -41,7 +41,11 @@ def fake_cvcuda(monkeypatch, cuda):
 
 
 def _images():
-    payloads = [encode(photo("chelsea", (640, 480)), "JPEG"), encode(photo("coffee"), "PNG"), encode(photo("astronaut", (300, 500)), "JPEG")]
+    payloads = [
+        encode(photo("chelsea", (640, 480)), "JPEG"),
+        encode(photo("coffee"), "PNG"),
+        encode(photo("astronaut", (300, 500)), "JPEG"),
+    ]
     return [probe(p, LIMIT) for p in payloads]
 
 
@@ -78,8 +82,9 @@ def test_cvcuda_cache_is_limited_once_per_process_to_the_setting(fake_cvcuda, mo
     assert 0 < fake_cvcuda.current_cache_size_inbytes() <= 128 * 2**20
 
 
-@pytest.mark.parametrize("shape, dtype, layout", [((3, 4), torch.int32, "NHWC"), ((3, 1, 1, 4), torch.int64, "NHWC"),
-                                                  ((3, 1, 1, 4), torch.int32, "NCHW")])
+@pytest.mark.parametrize(
+    "shape, dtype, layout", [((3, 4), torch.int32, "NHWC"), ((3, 1, 1, 4), torch.int64, "NHWC"), ((3, 1, 1, 4), torch.int32, "NCHW")]
+)
 def test_fake_cvcuda_refuses_rects_other_than_int32_n_1_1_4_nhwc(cuda, shape, dtype, layout):
     """The fake itself: crop_flip_normalize_reformat_into's arguments as CV-CUDA 0.19's docstring states them."""
     fake = FakeCvcuda(cuda, SimulatedDeviceMemory())
@@ -87,9 +92,13 @@ def test_fake_cvcuda_refuses_rects_other_than_int32_n_1_1_4_nhwc(cuda, shape, dt
     images = [torch.zeros(3, 8, 8, dtype=torch.uint8)] * 3
     with pytest.raises(ValueError, match="rect must be torch.int32"):
         fake.crop_flip_normalize_reformat_into(
-            wrap(torch.empty(3, 3, 4, 4), "NCHW"), images, wrap(torch.zeros(shape, dtype=dtype), layout),
-            wrap(torch.full((3,), 2, dtype=torch.int32), "N"), wrap(torch.zeros(1, 1, 1, 3), "NHWC"),
-            wrap(torch.ones(1, 1, 1, 3), "NHWC"))
+            wrap(torch.empty(3, 3, 4, 4), "NCHW"),
+            images,
+            wrap(torch.zeros(shape, dtype=dtype), layout),
+            wrap(torch.full((3,), 2, dtype=torch.int32), "N"),
+            wrap(torch.zeros(1, 1, 1, 3), "NHWC"),
+            wrap(torch.ones(1, 1, 1, 3), "NHWC"),
+        )
 
 
 def test_cvcuda_backend_makes_one_call_per_step_for_the_whole_batch(fake_cvcuda):
@@ -168,8 +177,11 @@ def without_quantization_tables(jpeg: bytes) -> bytes:
 
 def test_jpegs_nvjpeg_refuses_are_decoded_on_the_cpu_not_refused(nvjpeg):
     """Chroma subsampling nvJPEG has no name for, and arithmetic coding: libjpeg-turbo decodes both."""
-    payloads = [encode(noise_image(64, 48), "JPEG"), (FIXTURES / "jpeg_chroma_2x2_2x1_1x1.jpg").read_bytes(),
-                (FIXTURES / "jpeg_arithmetic.jpg").read_bytes()]
+    payloads = [
+        encode(noise_image(64, 48), "JPEG"),
+        (FIXTURES / "jpeg_chroma_2x2_2x1_1x1.jpg").read_bytes(),
+        (FIXTURES / "jpeg_arithmetic.jpg").read_bytes(),
+    ]
     images = [probe(p, LIMIT) for p in payloads]
     decoded, failed = torch_cuda.decode_on_gpu(images, GPU0, nvjpeg=True)
     assert failed == {} and sorted(decoded) == [0, 1, 2]
@@ -200,6 +212,7 @@ def test_truncated_jpeg_is_a_400_whatever_nvjpeg_does_with_it(monkeypatch, nvjpe
     """nvJPEG may return grey pixels for a truncated JPEG instead of raising: torchvision 0.29
     `torchvision/io/image.py` `decode_jpeg(list, device="cuda")` (-> `decode_jpegs_cuda`) only says it
     returns no partial results *on an error*. This stand-in takes the undocumented case: no error."""
+
     def lenient(images, mode, device):
         nvjpeg.calls.append(len(images))
         return [torch.full((3, 150, 200), 128, dtype=torch.uint8) for _ in images]

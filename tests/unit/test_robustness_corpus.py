@@ -84,7 +84,9 @@ def test_oip_documents_carry_each_wrong_type():
 def test_grpc_attacks_are_model_infer_requests():
     for attack in attacks.oip_wrong_types(PHOTO):
         if attack.transport == FRONT_GRPC:
-            request = service_pb2.ModelInferRequest.FromString(service_pb2.ModelInferRequest(model_name="m").SerializeToString() + attack.payload)
+            request = service_pb2.ModelInferRequest.FromString(
+                service_pb2.ModelInferRequest(model_name="m").SerializeToString() + attack.payload
+            )
             assert request.model_name == "m" and len(request.inputs) == 1
 
 
@@ -93,14 +95,20 @@ def test_binary_headers_lie_about_their_lengths():
     assert {"abc", "-1", "99999999999999999999"} <= set(lengths)
 
 
-@pytest.mark.parametrize("task,option,values", [
-    ("detect", "score_threshold", {"0", "NaN", "-1", "abc"}), ("detect", "max_detections", {"1000000000", "-5"}),
-    ("classify", "topk", {"1000000", "-1"}), ("segment", "label_map_max_side", {"70000", "-1", "NaN"}),
-])
+@pytest.mark.parametrize(
+    "task,option,values",
+    [
+        ("detect", "score_threshold", {"0", "NaN", "-1", "abc"}),
+        ("detect", "max_detections", {"1000000000", "-5"}),
+        ("classify", "topk", {"1000000", "-1"}),
+        ("segment", "label_map_max_side", {"70000", "-1", "NaN"}),
+    ],
+)
 def test_options_of_each_task_are_pushed_to_their_extremes(task, option, values):
     bodies = [a.payload for a in attacks.option_fields(task, PHOTO)]
-    form_values = {b.split(f'name="{option}"\r\n\r\n'.encode())[1].split(b"\r\n")[0].decode() for b in bodies
-                   if f'name="{option}"'.encode() in b}
+    form_values = {
+        b.split(f'name="{option}"\r\n\r\n'.encode())[1].split(b"\r\n")[0].decode() for b in bodies if f'name="{option}"'.encode() in b
+    }
     assert values <= form_values
 
 
@@ -134,8 +142,9 @@ def test_a_run_without_a_drain_measurement_fails_its_drain_checks():
 def test_an_undocumented_503_is_counted_apart_from_overload_and_deadline():
     failed_batch = Answer(503, 0.1, "InternalServerException", "torchserve", b'{"code": 503, "type": "InternalServerException"}')
     deadline = Answer(503, 0.1, "deadline_exceeded", "tsvk", b'{"error": "deadline_exceeded", "source": "tsvk"}')
-    queue_full = Answer(503, 0.1, "ServiceUnavailableException", "torchserve",
-                        b'{"message": "Model \\"m\\" has no worker to serve inference request."}')
+    queue_full = Answer(
+        503, 0.1, "ServiceUnavailableException", "torchserve", b'{"message": "Model \\"m\\" has no worker to serve inference request."}'
+    )
     assert histogram([failed_batch, deadline, queue_full]) == {"503": 2, "503 InternalServerException": 1}
 
 
@@ -153,8 +162,12 @@ def test_per_class_figures_count_what_was_sent_and_answered(monkeypatch):
     monkeypatch.setattr(hostile, "send", lambda target, body, *a, **k: Answer(200, 0.1, None, "tsvk", b'{"cat": 0.9}'))
     monkeypatch.setattr(hostile, "WorkerMeter", _FakeMeter)
     monkeypatch.setattr(hostile.watch, "worker_pids", lambda run, model: {7})
-    figures = hostile.attack_class(service, "m", [attacks.Attack("k", PREDICTIONS, body=b"x")] * 3,
-                                   {"signature": (200, ("cat",)), "worker_s_per_request": 0.05, "growth_mb": 3.0})
+    figures = hostile.attack_class(
+        service,
+        "m",
+        [attacks.Attack("k", PREDICTIONS, body=b"x")] * 3,
+        {"signature": (200, ("cat",)), "worker_s_per_request": 0.05, "growth_mb": 3.0},
+    )
     assert (figures["sent"], figures["answered"]) == (3, 2) and figures["statuses"] == {"0": 1, "400": 1, "413": 1}
     assert figures["good_beside"] == [(200, True)] and figures["worst_worker_growth_mb"] == 12.0
     assert figures["extra_worker_growth_mb"] == 9.0  # beyond the 3 MiB one good request costs
@@ -181,8 +194,12 @@ def test_a_hostile_option_answered_200_is_charged_as_an_ordinary_answer(monkeypa
     monkeypatch.setattr(hostile, "WorkerMeter", _FakeMeter)
     monkeypatch.setattr(hostile.watch, "worker_pids", lambda run, model: {7})
     # one burst of two attacks and a good request; 0.5 s of worker time against 0.1 s per ordinary answer
-    figures = hostile.attack_class(service, "m", [attacks.Attack("k", PREDICTIONS, body=b"x")] * 2,
-                                   {"signature": (200, ("cat",)), "worker_s_per_request": 0.1, "growth_mb": 3.0})
+    figures = hostile.attack_class(
+        service,
+        "m",
+        [attacks.Attack("k", PREDICTIONS, body=b"x")] * 2,
+        {"signature": (200, ("cat",)), "worker_s_per_request": 0.1, "growth_mb": 3.0},
+    )
     assert figures["extra_worker_s_per_input"] == pytest.approx((0.5 - 3 * 0.1) / 2, abs=1e-3)
 
 

@@ -80,8 +80,13 @@ def test_a_truncated_or_corrupt_walk_leaves_the_refusal_to_the_decoder():
 
 
 def test_the_limits_are_settings_of_the_archive():
-    settings = HandlerSettings.from_dict({"model_name": "m", "artifact": {"file": "m.pt", "format": "aoti", "source": {"builder": "resnet18"}},
-                                          "preprocess": {"max_jpeg_scans": 12, "max_jpeg_scan_blocks": 1000}})
+    settings = HandlerSettings.from_dict(
+        {
+            "model_name": "m",
+            "artifact": {"file": "m.pt", "format": "aoti", "source": {"builder": "resnet18"}},
+            "preprocess": {"max_jpeg_scans": 12, "max_jpeg_scan_blocks": 1000},
+        }
+    )
     assert (settings.preprocess.max_jpeg_scans, settings.preprocess.max_jpeg_scan_blocks) == (12, 1000)
 
 

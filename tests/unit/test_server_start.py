@@ -33,7 +33,9 @@ def test_a_launcher_that_cannot_run_java_says_why(tmp_path):
     config.write_text(f"inference_address=http://127.0.0.1:0\nmodel_store={tmp_path}\nmodels={{}}\n")
     started = start_torchserve(config, tmp_path / "run", env={"JAVA_HOME": str(tmp_path / "no-java-here")})
     try:
-        with pytest.raises(UsageError, match=r"(?s)exited during start-up.*--- stdout\.log\njava not found, please make sure JAVA_HOME is set"):
+        with pytest.raises(
+            UsageError, match=r"(?s)exited during start-up.*--- stdout\.log\njava not found, please make sure JAVA_HOME is set"
+        ):
             started.wait_ready(models=[], timeout=60)
     finally:
         started.stop(drain_timeout=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -91,7 +92,9 @@ def test_gpus_get_one_worker_each_by_default(tmp_path):
 
 
 def test_core_pinning_uses_the_cpu_launcher(tmp_path):
-    props = properties(render_properties(plan_serving(ServingRequest(vcpus=4, workers=2, core_pinning=True, model_store=fake_store(tmp_path, m=8)))))
+    props = properties(
+        render_properties(plan_serving(ServingRequest(vcpus=4, workers=2, core_pinning=True, model_store=fake_store(tmp_path, m=8))))
+    )
     assert props["cpu_launcher_enable"] == "true" and "--ncores-per-instance 2" in props["cpu_launcher_args"]
 
 
@@ -100,23 +103,26 @@ def test_output_is_deterministic(tmp_path):
     assert render_properties(plan_serving(request)) == render_properties(plan_serving(request))
 
 
-@pytest.mark.parametrize("fields, message", [
-    (dict(vcpus=2, workers=3), "--workers (3) must not exceed --vcpus (2)"),
-    (dict(vcpus=0), "--vcpus must be a whole number from 1 to 4096, got 0"),
-    (dict(vcpus=2, workers=-1), "--workers must be a whole number from 1 to 1024, got -1"),
-    (dict(vcpus=4, batch=16), "--batch 16 is above what m.mar was compiled for (max batch 8)"),
-    (dict(vcpus=4, models=("n",)), "unknown model 'n'"),
-    (dict(vcpus=4, models=("mm",)), "did you mean m?"),
-    (dict(vcpus=4, inference_address="0.0.0.0:8080"), "--inference-address must look like http://HOST:PORT"),
-    (dict(vcpus=4, inference_address="http://0.0.0.0:700000"), "with a port from 1 to 65535"),
-    (dict(vcpus=4, concurrency=10**12), "--concurrency must be a whole number from 1 to 1000000"),
-    (dict(vcpus=4, max_request_mb=4096), "--max-request-mb must be a whole number from 1 to 1024"),
-    (dict(vcpus=4, grpc_inference_port=700000), "--grpc-inference-port must be a whole number from 1 to 65535"),
-    (dict(vcpus=4, token_expiry_min=0), "--token-expiry-min must be a whole number from 1"),
-    (dict(vcpus=4, max_batch_delay_ms=-1), "--max-batch-delay must be a whole number from 0 to 60000, got -1"),
-    (dict(vcpus=4, response_timeout_s=0), "--response-timeout must be a whole number from 1 to 86400, got 0"),
-    (dict(vcpus=4, models=("m\nenable_model_api=true",)), "model name 'm\\nenable_model_api=true' is not allowed"),
-])
+@pytest.mark.parametrize(
+    "fields, message",
+    [
+        (dict(vcpus=2, workers=3), "--workers (3) must not exceed --vcpus (2)"),
+        (dict(vcpus=0), "--vcpus must be a whole number from 1 to 4096, got 0"),
+        (dict(vcpus=2, workers=-1), "--workers must be a whole number from 1 to 1024, got -1"),
+        (dict(vcpus=4, batch=16), "--batch 16 is above what m.mar was compiled for (max batch 8)"),
+        (dict(vcpus=4, models=("n",)), "unknown model 'n'"),
+        (dict(vcpus=4, models=("mm",)), "did you mean m?"),
+        (dict(vcpus=4, inference_address="0.0.0.0:8080"), "--inference-address must look like http://HOST:PORT"),
+        (dict(vcpus=4, inference_address="http://0.0.0.0:700000"), "with a port from 1 to 65535"),
+        (dict(vcpus=4, concurrency=10**12), "--concurrency must be a whole number from 1 to 1000000"),
+        (dict(vcpus=4, max_request_mb=4096), "--max-request-mb must be a whole number from 1 to 1024"),
+        (dict(vcpus=4, grpc_inference_port=700000), "--grpc-inference-port must be a whole number from 1 to 65535"),
+        (dict(vcpus=4, token_expiry_min=0), "--token-expiry-min must be a whole number from 1"),
+        (dict(vcpus=4, max_batch_delay_ms=-1), "--max-batch-delay must be a whole number from 0 to 60000, got -1"),
+        (dict(vcpus=4, response_timeout_s=0), "--response-timeout must be a whole number from 1 to 86400, got 0"),
+        (dict(vcpus=4, models=("m\nenable_model_api=true",)), "model name 'm\\nenable_model_api=true' is not allowed"),
+    ],
+)
 def test_bad_values_are_refused_and_nothing_is_written(tmp_path, fields, message):
     store = fake_store(tmp_path, m=8)
     output = tmp_path / "out.properties"
@@ -142,11 +148,14 @@ def test_no_archive_check_needs_model_names():
     assert plan.models[0].batch == 8
 
 
-@pytest.mark.parametrize("argv, message", [
-    (["--vcpus", "abc"], "argument --vcpus: must be a whole number >= 1, got 'abc'"),
-    (["--workers", "0"], "argument --workers: must be a whole number >= 1, got 0"),
-    (["--auth", "maybe"], "argument --auth: must be on or off"),
-])
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--vcpus", "abc"], "argument --vcpus: must be a whole number >= 1, got 'abc'"),
+        (["--workers", "0"], "argument --workers: must be a whole number >= 1, got 0"),
+        (["--auth", "maybe"], "argument --auth: must be on or off"),
+    ],
+)
 def test_cli_rejects_non_numbers_with_what_is_allowed(tmp_path, capsys, argv, message):
     with pytest.raises(SystemExit) as exit_info:
         main(["config", "--output", str(tmp_path / "c.properties"), *argv])
@@ -176,15 +185,19 @@ def test_tuned_numbers_replace_the_rule_and_say_which_measurement_chose_them(tmp
     assert text.startswith("# Generated by `tsvk tune`")
     assert "# tuned: 1 worker, 9.0 img/s" in text and "# tuned: a: 1 worker, 9.0 img/s; b: 2 workers, 30.0 img/s" in text
     rule = properties(render_properties(plan_serving(request)))
-    assert {k: v for k, v in values.items() if not k.startswith(("models", "tsvk.threads", "netty_client", "default_workers"))} == \
-           {k: v for k, v in rule.items() if not k.startswith(("models", "tsvk.threads", "netty_client", "default_workers"))}
+    assert {k: v for k, v in values.items() if not k.startswith(("models", "tsvk.threads", "netty_client", "default_workers"))} == {
+        k: v for k, v in rule.items() if not k.startswith(("models", "tsvk.threads", "netty_client", "default_workers"))
+    }
 
 
-@pytest.mark.parametrize("choice, message", [
-    (dict(workers=3, intra_op_threads=2), "is 6: more than the 4 vCPUs"),
-    (dict(batch=16), "above what a.mar was compiled for (max batch 8)"),
-    (dict(intra_op_threads=0), "at least 1"),
-])
+@pytest.mark.parametrize(
+    "choice, message",
+    [
+        (dict(workers=3, intra_op_threads=2), "is 6: more than the 4 vCPUs"),
+        (dict(batch=16), "above what a.mar was compiled for (max batch 8)"),
+        (dict(intra_op_threads=0), "at least 1"),
+    ],
+)
 def test_tuned_numbers_keep_the_generators_limits(tmp_path, choice, message):
     from tsvk_tools.serve.serving_config import ModelChoice, plan_with_choices
 
@@ -217,9 +230,15 @@ def _detector_archive(tmp_path, name: str, preprocess: dict, batch: int = 8) -> 
 
     import yaml
 
-    settings = HandlerSettings.from_dict({
-        "model_name": name, "task": "detect", "preprocess": preprocess, "serving": {"batch_size": batch, "workers": 1},
-        "artifact": {"file": "model_state.pt", "format": "eager", "max_batch": 8, "source": {"builder": name}}})
+    settings = HandlerSettings.from_dict(
+        {
+            "model_name": name,
+            "task": "detect",
+            "preprocess": preprocess,
+            "serving": {"batch_size": batch, "workers": 1},
+            "artifact": {"file": "model_state.pt", "format": "eager", "max_batch": 8, "source": {"builder": name}},
+        }
+    )
     with zipfile.ZipFile(tmp_path / f"{name}.mar", "w") as archive:
         archive.writestr("model-config.yaml", yaml.safe_dump({"tsvk": settings.to_dict()}))
 

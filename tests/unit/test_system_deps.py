@@ -1,7 +1,8 @@
 """scripts/system-deps.sh: the one list of system packages, and what a user without root is told.
 
 `make setup` runs the script for the packages building and serving need; `make test` and .ci/run run it
-with --test, adding the tests' own, so what CI needs is what the README's two commands install. Without root (and without sudo) it must stop at once with the single line to run.
+with --test, adding the tests' own, so what CI needs is what the README's two commands install. Without root (and
+without sudo) it must stop at once with the single line to run.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ def bare_dir():
         path.chmod(0o777)
         yield path
 
+
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "system-deps.sh"
 TOOLS = ("bash", "env", "id", "grep", "sed", "cat")  # what the script itself runs; nothing it checks for
@@ -36,7 +38,7 @@ def _bare_path(tmp_path: Path) -> Path:
     for tool in TOOLS:
         (bin_dir / tool).symlink_to(shutil.which(tool))
     apt_get = bin_dir / "apt-get"  # present, as on Debian, and records any call
-    apt_get.write_text(f"#!{shutil.which('bash')}\necho \"$@\" >> {tmp_path}/apt-get-calls\n")
+    apt_get.write_text(f'#!{shutil.which("bash")}\necho "$@" >> {tmp_path}/apt-get-calls\n')
     apt_get.chmod(0o755)
     return bin_dir
 

@@ -11,7 +11,6 @@ import multiprocessing
 import types
 import weakref
 
-import numpy as np
 import pytest
 import torch
 from PIL import Image

@@ -4,6 +4,7 @@ memory holds; an archive built with --workers, --workers itself and GPUs still d
 from __future__ import annotations
 
 import zipfile
+from pathlib import Path
 
 import pytest
 import yaml

@@ -75,33 +75,63 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tolerance", type=tolerance, help="verification tolerance atol,rtol,min_top1 (default by precision; "
                    "int8: only min_top1, the top-1 agreement with fp32 needed on held-out photos: it decides where the "
                    f"photos carry no labels (default {defaults.INT8_MIN_TOP1_AGREEMENT}) and, given, with labels too)")
-    p.add_argument("--max-accuracy-drop", type=fraction, default=defaults.INT8_MAX_ACCURACY_DROP, help="--precision int8 with labelled held-out photos: how much "
-                   "top-1 and top-5 accuracy may each fall against eager fp32, as a fraction "
-                   f"(default {defaults.INT8_MAX_ACCURACY_DROP}: one point); accuracy decides, agreement is reported")
-    p.add_argument("--calibration", type=Path, help="--precision int8: a directory of real photos (a few hundred); "
-                   f"{defaults.CALIBRATION_SHARE:.0%}% calibrate, the rest verify accuracy")
-    p.add_argument("--batch", type=positive_int, help="suggested serving batch size, at most --max-batch "
-                   f"(default: min({defaults.BATCH}, max batch); tsvk config decides)")
-    p.add_argument("--max-batch-delay", type=non_negative_int, default=defaults.MAX_BATCH_DELAY_MS, dest="max_batch_delay_ms",
-                   help=f"suggested ms to wait for a batch to fill (default {defaults.MAX_BATCH_DELAY_MS})")
-    p.add_argument("--workers", type=positive_int, help="suggested workers per model (default: tsvk config plans them: "
-                   "on the CPU, one single-threaded worker per vCPU, as many as memory holds)")
+    p.add_argument(
+        "--max-accuracy-drop",
+        type=fraction,
+        default=defaults.INT8_MAX_ACCURACY_DROP,
+        help="--precision int8 with labelled held-out photos: how much "
+        "top-1 and top-5 accuracy may each fall against eager fp32, as a fraction "
+        f"(default {defaults.INT8_MAX_ACCURACY_DROP}: one point); accuracy decides, agreement is reported",
+    )
+    p.add_argument(
+        "--calibration",
+        type=Path,
+        help="--precision int8: a directory of real photos (a few hundred); "
+        f"{defaults.CALIBRATION_SHARE:.0%}% calibrate, the rest verify accuracy",
+    )
+    p.add_argument(
+        "--batch",
+        type=positive_int,
+        help=f"suggested serving batch size, at most --max-batch (default: min({defaults.BATCH}, max batch); tsvk config decides)",
+    )
+    p.add_argument(
+        "--max-batch-delay",
+        type=non_negative_int,
+        default=defaults.MAX_BATCH_DELAY_MS,
+        dest="max_batch_delay_ms",
+        help=f"suggested ms to wait for a batch to fill (default {defaults.MAX_BATCH_DELAY_MS})",
+    )
+    p.add_argument(
+        "--workers",
+        type=positive_int,
+        help="suggested workers per model (default: tsvk config plans them: "
+        "on the CPU, one single-threaded worker per vCPU, as many as memory holds)",
+    )
     p.add_argument("--topk", type=positive_int, default=defaults.TOPK, help=f"classes in each answer (default {defaults.TOPK})")
-    p.add_argument("--exact-jpeg-decode", action="store_true",
-                   help="decode large JPEGs at full size instead of a reduced DCT scale (slower; see docs/handler.md)")
+    p.add_argument(
+        "--exact-jpeg-decode",
+        action="store_true",
+        help="decode large JPEGs at full size instead of a reduced DCT scale (slower; see docs/handler.md)",
+    )
 
 
 def build_request(args: argparse.Namespace):
     _, build, models = _build_modules()
     custom_only = [n for n in ("model_factory", "resize", "crop", "mean", "std") if getattr(args, n) is not None]
     if args.model_file is None and custom_only:
-        raise UsageError(f"--{custom_only[0].replace('_', '-')} applies to your own model code only: add --model-file "
-                         "path/to/model.py (and --model-factory); a torchvision builder's preprocessing comes with its weights")
+        raise UsageError(
+            f"--{custom_only[0].replace('_', '-')} applies to your own model code only: add --model-file "
+            "path/to/model.py (and --model-factory); a torchvision builder's preprocessing comes with its weights"
+        )
     custom = None
     if args.model_file is not None:
-        custom = request_from(models.CustomModel, args, file=args.model_file, factory=args.model_factory or "", task=args.task or defaults.TASK)
+        custom = request_from(
+            models.CustomModel, args, file=args.model_file, factory=args.model_factory or "", task=args.task or defaults.TASK
+        )
     if args.batch is not None and args.batch > args.max_batch:
-        raise UsageError(f"--batch {args.batch} exceeds --max-batch {args.max_batch}: the artifact only accepts batches up to its max batch")
+        raise UsageError(
+            f"--batch {args.batch} exceeds --max-batch {args.max_batch}: the artifact only accepts batches up to its max batch"
+        )
     batch = args.batch or min(defaults.BATCH, args.max_batch)
     serving = ServingDefaults(batch_size=batch, max_batch_delay_ms=args.max_batch_delay_ms, workers=args.workers)
     return request_from(build.BuildRequest, args, custom=custom, serving=serving, jpeg_dct_scaling=not args.exact_jpeg_decode)

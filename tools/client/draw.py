@@ -10,11 +10,15 @@ from __future__ import annotations
 import base64
 import io
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import defaults
 from ..errors import UsageError
 from ..fsutil import atomic_path
 from .predict import ask
+
+if TYPE_CHECKING:
+    from PIL import Image
 
 COLOURS = ((230, 25, 75), (60, 180, 75), (255, 225, 25), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240),
            (240, 50, 230), (210, 245, 60), (250, 190, 212), (0, 128, 128), (220, 190, 255))

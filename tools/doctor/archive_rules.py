@@ -178,7 +178,8 @@ def check_served(ctx: Context, model: ServedModel, archive: Archive) -> list[Fin
     queue = int(props.get("job_queue_size", ts.DEFAULT_JOB_QUEUE_SIZE) or 0) if str(props.get("job_queue_size", "0")).isdigit() else None
     if queue is not None and batch > queue:
         findings.append(Finding(WARNING, props.where("job_queue_size"), f"{model.name}: batchSize {batch} is above job_queue_size {queue}",
-                                "a batch can never fill: TorchServe refuses requests before it has enough", f"job_queue_size >= {2 * batch}"))
+                                "a batch can never fill: TorchServe refuses requests before it has enough",
+                                f"job_queue_size >= {2 * batch}"))
     findings += _load_time(ctx, model, forced)
     return findings
 
@@ -198,10 +199,15 @@ def _load_time(ctx: Context, model: ServedModel, forced: dict) -> list[Finding]:
     if timeout >= LOAD_TIME_MARGIN * load_s:
         return []
     severity = ERROR if timeout < load_s else WARNING
-    return [Finding(severity, ctx.props.where("models" if "startupTimeout" in model.entry else "default_startup_timeout"),
-                    f"{model.name}: startupTimeout {timeout:g} s, and its artifact took {load_s:g} s to load when built",
-                    "TorchServe kills a worker still loading at the timeout and starts it again, forever",
-                    f"startupTimeout (or default_startup_timeout) >= {int(LOAD_TIME_MARGIN * load_s) + 1}")]
+    return [
+        Finding(
+            severity,
+            ctx.props.where("models" if "startupTimeout" in model.entry else "default_startup_timeout"),
+            f"{model.name}: startupTimeout {timeout:g} s, and its artifact took {load_s:g} s to load when built",
+            "TorchServe kills a worker still loading at the timeout and starts it again, forever",
+            f"startupTimeout (or default_startup_timeout) >= {int(LOAD_TIME_MARGIN * load_s) + 1}",
+        )
+    ]
 
 
 def _pairs(values: dict) -> str:

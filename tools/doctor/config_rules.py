@@ -108,15 +108,28 @@ def limits(ctx: Context) -> list[Finding]:
     for key, bound, scale in checks:
         findings += _number_problems(props, key, props.get(key), bound, scale)
     for model in ctx.models:
-        for field_name, bound in (("batchSize", "batch"), ("maxBatchDelay", "max_batch_delay_ms"), ("responseTimeout", "response_timeout_s"),
-                                  ("startupTimeout", "response_timeout_s"), ("minWorkers", "workers"), ("maxWorkers", "workers")):
+        for field_name, bound in (
+            ("batchSize", "batch"),
+            ("maxBatchDelay", "max_batch_delay_ms"),
+            ("responseTimeout", "response_timeout_s"),
+            ("startupTimeout", "response_timeout_s"),
+            ("minWorkers", "workers"),
+            ("maxWorkers", "workers"),
+        ):
             value = model.entry.get(field_name)
             if value is not None:
                 findings += _number_problems(props, f"models[{model.name}].{field_name}", value, bound, 1, key="models")
         unknown = set(model.entry) - ts.MODEL_FIELDS
         if unknown:
-            findings.append(Finding(WARNING, props.where("models"), f"{model.name}: TorchServe 0.12 ignores {', '.join(sorted(unknown))}",
-                                    "fields it does not know have no effect", f"use {', '.join(sorted(ts.MODEL_FIELDS))}"))
+            findings.append(
+                Finding(
+                    WARNING,
+                    props.where("models"),
+                    f"{model.name}: TorchServe 0.12 ignores {', '.join(sorted(unknown))}",
+                    "fields it does not know have no effect",
+                    f"use {', '.join(sorted(ts.MODEL_FIELDS))}",
+                )
+            )
     return findings
 
 
@@ -130,13 +143,24 @@ def threads(ctx: Context) -> list[Finding]:
     if total <= ctx.vcpus or not ctx.models:
         return []
     unset = [m.name for m in ctx.models if _intra_threads(ctx, m) == ctx.cores_torch_sees and not _threads_key(ctx, m)]
-    why = (f"{total} torch threads on {ctx.vcpus} vCPUs (the cgroup CPU quota and affinity mask) wait on each other at every "
-           "operator: throughput falls and p99 climbs")
+    why = (
+        f"{total} torch threads on {ctx.vcpus} vCPUs (the cgroup CPU quota and affinity mask) wait on each other at every "
+        "operator: throughput falls and p99 climbs"
+    )
     if unset:
-        why += f"; {', '.join(unset)} set no thread count, so each worker takes torch's default, every core it sees ({ctx.cores_torch_sees})"
-    return [Finding(WARNING, ctx.props.where("models"), f"workers x threads = {' + '.join(parts)} = {total} on {ctx.vcpus} vCPUs",
-                    why, f"`{ctx.fix_command}` (single-threaded workers, at most one per vCPU); for other handlers, "
-                    "torch.set_num_threads(1) in initialize and minWorkers = maxWorkers <= vCPUs")]
+        why += (
+            f"; {', '.join(unset)} set no thread count, so each worker takes torch's default, every core it sees ({ctx.cores_torch_sees})"
+        )
+    return [
+        Finding(
+            WARNING,
+            ctx.props.where("models"),
+            f"workers x threads = {' + '.join(parts)} = {total} on {ctx.vcpus} vCPUs",
+            why,
+            f"`{ctx.fix_command}` (single-threaded workers, at most one per vCPU); for other handlers, "
+            "torch.set_num_threads(1) in initialize and minWorkers = maxWorkers <= vCPUs",
+        )
+    ]
 
 
 def _intra_threads(ctx: Context, model: ServedModel) -> int:
@@ -160,16 +184,25 @@ def _number_problems(props: Properties, name: str, raw, bound: str, scale: float
     try:
         value = int(raw)
     except (TypeError, ValueError):
-        return [Finding(ERROR, props.where(key), f"{name}={raw!r} is not a whole number", "TorchServe stops at start "
-                        "with a NumberFormatException", "write a whole number")]
+        return [
+            Finding(
+                ERROR,
+                props.where(key),
+                f"{name}={raw!r} is not a whole number",
+                "TorchServe stops at start with a NumberFormatException",
+                "write a whole number",
+            )
+        ]
     low, high = BOUNDS[bound]
     low, high = int(low * scale), min(JAVA_INT_MAX, int(high * scale))
     if value > JAVA_INT_MAX:
-        return [Finding(ERROR, props.where(key), f"{name}={value} does not fit a Java int", "TorchServe cannot parse it",
-                        f"at most {high}")]
+        return [
+            Finding(ERROR, props.where(key), f"{name}={value} does not fit a Java int", "TorchServe cannot parse it", f"at most {high}")
+        ]
     if value < low or value > high:
-        why = ("a bound this large lets one request or queue take memory without limit" if value > high
-               else "below this nothing can be served")
+        why = (
+            "a bound this large lets one request or queue take memory without limit" if value > high else "below this nothing can be served"
+        )
         return [Finding(WARNING, props.where(key), f"{name}={value} is outside {low}..{high}", why, f"a value from {low} to {high}")]
     return []
 
@@ -203,13 +236,21 @@ def parse_models(props: Properties) -> tuple[dict[str, dict], list[Finding]]:
     try:
         data = json.loads(raw)
     except ValueError as err:
-        return {}, [Finding(ERROR, props.where(key), f"{key} is not valid JSON ({err})", "TorchServe refuses to start",
-                            'models={"<name>": {"1.0": {"marName": "<name>.mar", "minWorkers": 1, ...}}}')]
+        return {}, [
+            Finding(
+                ERROR,
+                props.where(key),
+                f"{key} is not valid JSON ({err})",
+                "TorchServe refuses to start",
+                'models={"<name>": {"1.0": {"marName": "<name>.mar", "minWorkers": 1, ...}}}',
+            )
+        ]
     data = data.get("models", {}) if key == "model_snapshot" else data
     models = {}
     for name, versions in data.items() if isinstance(data, dict) else ():
-        chosen = [v for v in versions.values() if isinstance(v, dict) and v.get("defaultVersion")] or \
-                 [v for v in versions.values() if isinstance(v, dict)]
+        chosen = [v for v in versions.values() if isinstance(v, dict) and v.get("defaultVersion")] or [
+            v for v in versions.values() if isinstance(v, dict)
+        ]
         models[name] = chosen[0] if chosen else {}
     return models, []
 

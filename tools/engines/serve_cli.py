@@ -42,39 +42,86 @@ def _register_config(commands) -> None:
     p.add_argument("--memory-mb", type=positive_int, help="memory TorchServe may use, MiB: bounds the planned workers, each "
                    "estimated from its archive's size (256-16777216; default: the cgroup limit, else this machine's memory)")
     p.add_argument("--gpus", type=non_negative_int, help="GPUs to use (default: all CUDA devices visible)")
-    p.add_argument("--batch", type=positive_int, help="batch size per model (default: the archive's suggestion; at most its compiled max batch)")
-    p.add_argument("--max-batch-delay", type=non_negative_int, dest="max_batch_delay_ms",
-                   help=f"ms to wait for a batch to fill (default: the archive's suggestion; without archives {defaults.MAX_BATCH_DELAY_MS})")
-    p.add_argument("--response-timeout", type=positive_int, dest="response_timeout_s",
-                   help=f"seconds before a request times out (default: the archive's suggestion; without archives {defaults.RESPONSE_TIMEOUT_S})")
+    p.add_argument(
+        "--batch", type=positive_int, help="batch size per model (default: the archive's suggestion; at most its compiled max batch)"
+    )
+    p.add_argument(
+        "--max-batch-delay",
+        type=non_negative_int,
+        dest="max_batch_delay_ms",
+        help=f"ms to wait for a batch to fill (default: the archive's suggestion; without archives {defaults.MAX_BATCH_DELAY_MS})",
+    )
+    p.add_argument(
+        "--response-timeout",
+        type=positive_int,
+        dest="response_timeout_s",
+        help=f"seconds before a request times out (default: the archive's suggestion; without archives {defaults.RESPONSE_TIMEOUT_S})",
+    )
     p.add_argument("--models", type=name_list, help="comma-separated model names (default: every archive in the model store)")
     p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
-    p.add_argument("--no-archive-check", dest="archive_check", action="store_false", help="do not open the archives (Helm: they arrive at deploy time)")
+    p.add_argument(
+        "--no-archive-check", dest="archive_check", action="store_false", help="do not open the archives (Helm: they arrive at deploy time)"
+    )
     p.add_argument("--auth", type=on_off, default=True, help="TorchServe token authorization: on (default) or off")
-    p.add_argument("--concurrency", type=positive_int, default=defaults.CONCURRENCY,
-                   help=f"expected concurrent clients (sizes the job queue; default {defaults.CONCURRENCY})")
+    p.add_argument(
+        "--concurrency",
+        type=positive_int,
+        default=defaults.CONCURRENCY,
+        help=f"expected concurrent clients (sizes the job queue; default {defaults.CONCURRENCY})",
+    )
     p.add_argument("--core-pinning", action="store_true", help="pin each worker to its own cores with TorchServe's CPU launcher")
-    p.add_argument("--max-request-mb", type=positive_int, default=defaults.MAX_REQUEST_MB,
-                   help=f"largest request body TorchServe accepts, MiB (1-1024; default {defaults.MAX_REQUEST_MB})")
-    p.add_argument("--deadline-ms", type=positive_int, help="refuse (503 deadline_exceeded) requests that waited longer than this "
-                   "before reaching a worker; needs an X-Request-Start header (default: no deadline)")
-    p.add_argument("--token-expiry-min", type=positive_int, default=defaults.TOKEN_EXPIRY_MIN,
-                   help=f"minutes before token-auth keys expire; `tsvk serve` renews them at half that age (default {defaults.TOKEN_EXPIRY_MIN})")
+    p.add_argument(
+        "--max-request-mb",
+        type=positive_int,
+        default=defaults.MAX_REQUEST_MB,
+        help=f"largest request body TorchServe accepts, MiB (1-1024; default {defaults.MAX_REQUEST_MB})",
+    )
+    p.add_argument(
+        "--deadline-ms",
+        type=positive_int,
+        help="refuse (503 deadline_exceeded) requests that waited longer than this "
+        "before reaching a worker; needs an X-Request-Start header (default: no deadline)",
+    )
+    p.add_argument(
+        "--token-expiry-min",
+        type=positive_int,
+        default=defaults.TOKEN_EXPIRY_MIN,
+        help=f"minutes before token-auth keys expire; `tsvk serve` renews them at half that age (default {defaults.TOKEN_EXPIRY_MIN})",
+    )
     p.add_argument("--inference-address", default=defaults.INFERENCE_ADDRESS)
     p.add_argument("--management-address", default=defaults.MANAGEMENT_ADDRESS)
     p.add_argument("--metrics-address", default=defaults.METRICS_ADDRESS)
-    p.add_argument("--grpc-inference-port", type=positive_int, default=defaults.GRPC_INFERENCE_PORT,
-                   help="gRPC ports: TorchServe always opens them, on localhost")
+    p.add_argument(
+        "--grpc-inference-port",
+        type=positive_int,
+        default=defaults.GRPC_INFERENCE_PORT,
+        help="gRPC ports: TorchServe always opens them, on localhost",
+    )
     p.add_argument("--grpc-management-port", type=positive_int, default=defaults.GRPC_MANAGEMENT_PORT)
-    p.add_argument("--tuned", type=Path, help="take each model's workers, threads, batch and delay from a config `tsvk tune` wrote "
-                   "(everything else from these flags: a tuned config for another address, model store or the Helm chart)")
+    p.add_argument(
+        "--tuned",
+        type=Path,
+        help="take each model's workers, threads, batch and delay from a config `tsvk tune` wrote "
+        "(everything else from these flags: a tuned config for another address, model store or the Helm chart)",
+    )
     add_protocol_argument(p)
-    p.add_argument("--oip-address", default=defaults.OIP_ADDRESS,
-                   help=f"--protocol oip: where the front listens (default {defaults.OIP_ADDRESS}; 0.0.0.0 exposes it)")
-    p.add_argument("--oip-rest-port", type=positive_int, default=defaults.OIP_REST_PORT,
-                   help=f"--protocol oip: the front's REST port (default {defaults.OIP_REST_PORT})")
-    p.add_argument("--oip-grpc-port", type=positive_int, default=defaults.OIP_GRPC_PORT,
-                   help=f"--protocol oip: the front's gRPC port (default {defaults.OIP_GRPC_PORT})")
+    p.add_argument(
+        "--oip-address",
+        default=defaults.OIP_ADDRESS,
+        help=f"--protocol oip: where the front listens (default {defaults.OIP_ADDRESS}; 0.0.0.0 exposes it)",
+    )
+    p.add_argument(
+        "--oip-rest-port",
+        type=positive_int,
+        default=defaults.OIP_REST_PORT,
+        help=f"--protocol oip: the front's REST port (default {defaults.OIP_REST_PORT})",
+    )
+    p.add_argument(
+        "--oip-grpc-port",
+        type=positive_int,
+        default=defaults.OIP_GRPC_PORT,
+        help=f"--protocol oip: the front's gRPC port (default {defaults.OIP_GRPC_PORT})",
+    )
     p.add_argument("--output", "-o", type=Path, default=Path(defaults.CONFIG))
     p.set_defaults(func=cmd_config)
 
@@ -83,16 +130,21 @@ def cmd_config(args: argparse.Namespace) -> int:
     request = request_from(ServingRequest, args)
     plan = _tuned_config(request, args) if args.tuned else write_config(request, args.output)
     for model in plan.models:
-        print(f"{model.name}: {model.workers} worker(s) x {model.intra_op_threads} thread(s), batch {model.batch}, "
-              f"max delay {model.max_batch_delay_ms} ms")
+        print(
+            f"{model.name}: {model.workers} worker(s) x {model.intra_op_threads} thread(s), batch {model.batch}, "
+            f"max delay {model.max_batch_delay_ms} ms"
+        )
     print(f"wrote {args.output} for {plan.vcpus} vCPUs, {plan.gpus} GPU(s)")
     return 0
 
 
 def _tuned_config(request, args: argparse.Namespace):
     """The generator's config with the numbers of a tuned one; flags that would set those numbers are refused."""
-    clashing = [flag for flag, dest in (("--workers", "workers"), ("--batch", "batch"), ("--max-batch-delay", "max_batch_delay_ms"))
-                if getattr(args, dest) is not None]
+    clashing = [
+        flag
+        for flag, dest in (("--workers", "workers"), ("--batch", "batch"), ("--max-batch-delay", "max_batch_delay_ms"))
+        if getattr(args, dest) is not None
+    ]
     if clashing:
         raise UsageError(f"{', '.join(clashing)} cannot be combined with --tuned, which sets workers, threads, batch and delay")
     choices = tuned_choices(args.tuned)
@@ -105,14 +157,22 @@ def _tuned_config(request, args: argparse.Namespace):
 
 
 def _register_serve(commands) -> None:
-    p = commands.add_parser("serve", help="start TorchServe (or tsvk's own engine: --engine kserve) on a generated config and wait "
-                                          "until every model is ready")
+    p = commands.add_parser(
+        "serve", help="start TorchServe (or tsvk's own engine: --engine kserve) on a generated config and wait until every model is ready"
+    )
     p.add_argument("--config", type=Path, default=Path(defaults.CONFIG))
     p.add_argument("--run-dir", type=Path, default=DEFAULT_RUN_DIR, help="working dir, logs and key file of this TorchServe")
-    p.add_argument("--timeout", type=positive_int, default=defaults.READY_TIMEOUT_S,
-                   help=f"seconds to wait for the models (default {defaults.READY_TIMEOUT_S})")
-    add_protocol_argument(p, "oip: require the config to serve the Open Inference Protocol (default: whatever the config "
-                              "says; a config from `tsvk config --protocol oip` starts the front too)")
+    p.add_argument(
+        "--timeout",
+        type=positive_int,
+        default=defaults.READY_TIMEOUT_S,
+        help=f"seconds to wait for the models (default {defaults.READY_TIMEOUT_S})",
+    )
+    add_protocol_argument(
+        p,
+        "oip: require the config to serve the Open Inference Protocol (default: whatever the config "
+        "says; a config from `tsvk config --protocol oip` starts the front too)",
+    )
     add_allocator_argument(p)
     add_engine_argument(p)
     p.set_defaults(func=cmd_serve)
@@ -142,8 +202,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         rest, grpc = _front_addresses(run)
         print(f"Open Inference Protocol: REST {rest}/v2/models/<model>/infer, gRPC {grpc}")
     if run.keys():
-        print("token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
-              "while TorchServe runs: on a 400 InvalidKeyException, read it again)")
+        print(
+            "token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
+            "while TorchServe runs: on a 400 InvalidKeyException, read it again)"
+        )
     return 0
 
 
@@ -160,8 +222,10 @@ def _serve_on_engine(args: argparse.Namespace, oip: bool) -> int:
         raise
     for line in run.refusals():
         print(line)
-    print(f"engine kserve ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>, "
-          f"Open Inference Protocol REST at {run.url('inference')}/v2/models/<model>/infer")
+    print(
+        f"engine kserve ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>, "
+        f"Open Inference Protocol REST at {run.url('inference')}/v2/models/<model>/infer"
+    )
     if oip:
         print(f"Open Inference Protocol gRPC: {_front_addresses(run)[1]}")
     if run.keys():

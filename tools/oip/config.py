@@ -82,7 +82,9 @@ def model_tensors(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
     for name, versions in entries.items():
         entry = next(iter(versions.values()))
         archive = store / entry.get("marName", f"{name}.mar")
-        tensors = tensors_of(name, archive, read_archive_settings(archive), float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)))
+        tensors = tensors_of(
+            name, archive, read_archive_settings(archive), float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))
+        )
         if tensors is not None:
             models.append(tensors)
     return tuple(models)

@@ -129,7 +129,9 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
     vCPUs."""
     base = plan_serving(replace(request, workers=None, batch=None, max_batch_delay_ms=None, models=tuple(choices)))
     models = tuple(_chosen(m, choices[m.name]) for m in base.models)
-    problems = [p for c in choices.values() for name in ("workers", "batch", "max_batch_delay_ms") if (p := bound_problem(name, getattr(c, name)))]
+    problems = [
+        p for c in choices.values() for name in ("workers", "batch", "max_batch_delay_ms") if (p := bound_problem(name, getattr(c, name)))
+    ]
     problems += [p for m in models if (p := batch_problem(m.name, m.batch, _archive_settings(request, m.name)))]
     threads = sum(m.workers * m.intra_op_threads for m in models)
     if threads > base.vcpus:
@@ -153,11 +155,13 @@ def tuned_choices(config: Path) -> dict[str, ModelChoice]:
         entry, threads = versions.get(MODEL_VERSION, {}), threads_from_config(properties, name)
         note = re.search(rf"^# tuned: (.*)\n{re.escape(THREADS_KEY_PREFIX + name)}=", text, re.M)
         if threads is not None and note is not None:
-            choices[name] = ModelChoice(entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"],
-                                        note.group(1))
+            choices[name] = ModelChoice(
+                entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"], note.group(1)
+            )
     if not choices:
-        raise UsageError(f"--tuned {config} holds no tuned model (no `# tuned:` line above a tsvk.threads.<model> line); "
-                         "write it with `tsvk tune`")
+        raise UsageError(
+            f"--tuned {config} holds no tuned model (no `# tuned:` line above a tsvk.threads.<model> line); write it with `tsvk tune`"
+        )
     return choices
 
 
@@ -167,8 +171,15 @@ def write_plan(plan: ServingPlan, output: Path) -> ServingPlan:
 
 
 def _chosen(model: ModelPlan, choice: ModelChoice) -> ModelPlan:
-    return replace(model, workers=choice.workers, batch=choice.batch, max_batch_delay_ms=choice.max_batch_delay_ms,
-                   intra_op_threads=choice.intra_op_threads, inter_op_threads=choice.inter_op_threads, measured=choice.measured)
+    return replace(
+        model,
+        workers=choice.workers,
+        batch=choice.batch,
+        max_batch_delay_ms=choice.max_batch_delay_ms,
+        intra_op_threads=choice.intra_op_threads,
+        inter_op_threads=choice.inter_op_threads,
+        measured=choice.measured,
+    )
 
 
 def _archive_settings(request: ServingRequest, name: str) -> HandlerSettings | None:
@@ -202,8 +213,11 @@ def _workers(request: ServingRequest, gpus: int, names: list[str], archives: dic
     `defaults.WORKERS`, since nothing tells how much memory a worker takes."""
     if request.workers or gpus:
         return {name: request.workers or gpus for name in names}
-    fixed = {name: _suggested(archives.get(name)).workers or defaults.WORKERS for name in names
-             if name not in archives or archives[name].serving.workers is not None}
+    fixed = {
+        name: _suggested(archives.get(name)).workers or defaults.WORKERS
+        for name in names
+        if name not in archives or archives[name].serving.workers is not None
+    }
     planned = [name for name in names if name not in fixed]
     if not planned:
         return fixed
@@ -266,19 +280,22 @@ def batch_problem(name: str, batch: int, settings: HandlerSettings | None) -> st
     """Why `batch` cannot be served from `name`'s archive (above its compiled max batch), or None."""
     if settings is None or batch <= settings.artifact.max_batch:
         return None
-    return (f"--batch {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "
-            f"use --batch <= {settings.artifact.max_batch} or rebuild it with --max-batch {batch}")
+    return (
+        f"--batch {batch} is above what {name}.mar was compiled for (max batch {settings.artifact.max_batch}); "
+        f"use --batch <= {settings.artifact.max_batch} or rebuild it with --max-batch {batch}"
+    )
 
 
 def _vcpu_problems(total_workers: int, vcpus: int, models: int) -> list[str]:
     if total_workers <= vcpus:
         return []
-    return [f"--workers x models = {total_workers} exceeds --vcpus = {vcpus}; each worker needs at least one vCPU, "
-            f"so use --workers <= {max(1, vcpus // max(1, models))}"]
+    return [
+        f"--workers x models = {total_workers} exceeds --vcpus = {vcpus}; each worker needs at least one vCPU, "
+        f"so use --workers <= {max(1, vcpus // max(1, models))}"
+    ]
 
 
-def _plan_model(name: str, request: ServingRequest, settings: HandlerSettings | None, workers: int, batch: int,
-                threads: int) -> ModelPlan:
+def _plan_model(name: str, request: ServingRequest, settings: HandlerSettings | None, workers: int, batch: int, threads: int) -> ModelPlan:
     suggested = _suggested(settings)
     return ModelPlan(
         name=name,
@@ -318,8 +335,16 @@ def _summary(plan: ServingPlan) -> str:
 
 
 def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
-    return (_network(plan) + _security(plan) + _capacity(plan) + _models(plan) + _threads(plan) + _deadlines(plan) + _pinning(plan)
-            + _open_inference_protocol(plan))
+    return (
+        _network(plan)
+        + _security(plan)
+        + _capacity(plan)
+        + _models(plan)
+        + _threads(plan)
+        + _deadlines(plan)
+        + _pinning(plan)
+        + _open_inference_protocol(plan)
+    )
 
 
 def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
@@ -334,21 +359,38 @@ def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
         ("gRPC management port (TorchServe's default 7071)", "grpc_management_port", str(r.grpc_management_port)),
         ("Prometheus text format on /metrics, including the handler's own metrics", "metrics_mode", "prometheus"),
         ("handler metrics (preprocess/inference ms, batch size) are published without a metrics yaml", "model_metrics_auto_detect", "true"),
-        (f"photos up to {r.max_request_mb} MiB (TorchServe's default 6.5 MiB rejects large phone JPEGs)", "max_request_size", str(r.max_request_mb * 1024 * 1024)),
+        (
+            f"photos up to {r.max_request_mb} MiB (TorchServe's default 6.5 MiB rejects large phone JPEGs)",
+            "max_request_size",
+            str(r.max_request_mb * 1024 * 1024),
+        ),
     ]
 
 
 def _security(plan: ServingPlan) -> list[tuple[str, str, str]]:
     r = plan.request
     store = Path(r.model_store).resolve() if r.archive_check else Path(r.model_store)
-    auth = [("token authorization on: TorchServe writes key_file.json at start; send 'Authorization: Bearer <inference key>'",
-             "disable_token_authorization", "false"),
-            (f"keys expire after {r.token_expiry_min} min (TorchServe's default, 60, is implicit); `tsvk serve` renews them at "
-             "half that age and clients re-read key_file.json when refused (docs/robustness.md)",
-             "token_expiration_min", str(r.token_expiry_min))]
+    auth = [
+        (
+            "token authorization on: TorchServe writes key_file.json at start; send 'Authorization: Bearer <inference key>'",
+            "disable_token_authorization",
+            "false",
+        ),
+        (
+            f"keys expire after {r.token_expiry_min} min (TorchServe's default, 60, is implicit); `tsvk serve` renews them at "
+            "half that age and clients re-read key_file.json when refused (docs/robustness.md)",
+            "token_expiration_min",
+            str(r.token_expiry_min),
+        ),
+    ]
     if not r.auth:
-        auth = [("token authorization off (--auth off): protect the ports another way (network policy, private network)",
-                 "disable_token_authorization", "true")]
+        auth = [
+            (
+                "token authorization off (--auth off): protect the ports another way (network policy, private network)",
+                "disable_token_authorization",
+                "true",
+            )
+        ]
     return auth + [
         ("the model-registration API is off: only the archives named below are ever served", "enable_model_api", "false"),
         ("archives may only come from the model store, never from a URL", "allowed_urls", f"file://{re.escape(str(store))}/.*"),
@@ -366,28 +408,46 @@ def _capacity(plan: ServingPlan) -> list[tuple[str, str, str]]:
         ("HTTP I/O threads: request parsing is cheap, so few threads leave the cores to torch", "number_of_netty_threads", str(netty)),
         ("frontend-to-worker I/O threads: one per worker, at most 4", "netty_client_threads", str(client)),
         (f"room for {r.concurrency} concurrent clients twice over before TorchServe answers 503", "job_queue_size", str(queue)),
-        ("workers for any model registered without its own entry below", "default_workers_per_model", str(plan.models[0].workers if plan.models else 1)),
+        (
+            "workers for any model registered without its own entry below",
+            "default_workers_per_model",
+            str(plan.models[0].workers if plan.models else 1),
+        ),
         ("seconds a request may wait for its worker", "default_response_timeout", str(max(m.response_timeout_s for m in plan.models))),
     ]
     gpus = plan.gpus
-    gpu_why = "no GPU: workers run on the CPU" if gpus == 0 else (
-        f"{gpus} GPU(s); TorchServe assigns each model's workers round-robin, "
-        f"{', '.join(f'{m.name} {m.workers / gpus:g} per GPU' for m in plan.models)}")
+    gpu_why = (
+        "no GPU: workers run on the CPU"
+        if gpus == 0
+        else (
+            f"{gpus} GPU(s); TorchServe assigns each model's workers round-robin, "
+            f"{', '.join(f'{m.name} {m.workers / gpus:g} per GPU' for m in plan.models)}"
+        )
+    )
     lines.append((gpu_why, "number_of_gpu", str(gpus)))
     return lines
 
 
 def _models(plan: ServingPlan) -> list[tuple[str, str, str]]:
     entries = {
-        m.name: {MODEL_VERSION: {
-            "defaultVersion": True, "marName": f"{m.name}.mar", "minWorkers": m.workers, "maxWorkers": m.workers,
-            "batchSize": m.batch, "maxBatchDelay": m.max_batch_delay_ms, "responseTimeout": m.response_timeout_s,
-        }}
+        m.name: {
+            MODEL_VERSION: {
+                "defaultVersion": True,
+                "marName": f"{m.name}.mar",
+                "minWorkers": m.workers,
+                "maxWorkers": m.workers,
+                "batchSize": m.batch,
+                "maxBatchDelay": m.max_batch_delay_ms,
+                "responseTimeout": m.response_timeout_s,
+            }
+        }
         for m in plan.models
     }
-    why = ("fixed worker counts (min = max: no scaling surprises): as asked, one per GPU or the archive's suggestion, else on the "
-           "CPU\n# one single-threaded worker per vCPU, as many as memory holds; batch size within each archive's compiled max batch"
-           "\n# and, for a detector on CPU workers, within one forward slice of its largest inputs")
+    why = (
+        "fixed worker counts (min = max: no scaling surprises): as asked, one per GPU or the archive's suggestion, else on the "
+        "CPU\n# one single-threaded worker per vCPU, as many as memory holds; batch size within each archive's compiled max batch"
+        "\n# and, for a detector on CPU workers, within one forward slice of its largest inputs"
+    )
     tuned = "; ".join(f"{m.name}: {m.measured}" for m in plan.models if m.measured)
     return [
         ("serve exactly these archives at start", "load_models", ",".join(f"{m.name}.mar" for m in plan.models)),
@@ -400,8 +460,12 @@ def _deadlines(plan: ServingPlan) -> list[tuple[str, str, str]]:
     if deadline is None:
         return []
     return [
-        (f"{m.name}: a request that waited over {deadline} ms before reaching a worker is answered 503 deadline_exceeded "
-         "without being computed (arrival from the X-Request-Start header)", f"{DEADLINE_KEY_PREFIX}{m.name}", str(deadline))
+        (
+            f"{m.name}: a request that waited over {deadline} ms before reaching a worker is answered 503 deadline_exceeded "
+            "without being computed (arrival from the X-Request-Start header)",
+            f"{DEADLINE_KEY_PREFIX}{m.name}",
+            str(deadline),
+        )
         for m in plan.models
     ]
 
@@ -412,10 +476,14 @@ def _threads(plan: ServingPlan) -> list[tuple[str, str, str]]:
 
 def _threads_why(plan: ServingPlan, model: ModelPlan) -> str:
     if model.measured:
-        return (f"{model.name}: {model.intra_op_threads} intra-op, {model.inter_op_threads} inter-op torch thread(s) per worker, "
-                f"read by the tsvk handler at load\n# tuned: {model.measured}")
-    return (f"{model.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {model.intra_op_threads} torch thread(s) per worker, "
-            "read by the tsvk handler at load")
+        return (
+            f"{model.name}: {model.intra_op_threads} intra-op, {model.inter_op_threads} inter-op torch thread(s) per worker, "
+            f"read by the tsvk handler at load\n# tuned: {model.measured}"
+        )
+    return (
+        f"{model.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {model.intra_op_threads} torch thread(s) per worker, "
+        "read by the tsvk handler at load"
+    )
 
 
 def _pinning(plan: ServingPlan) -> list[tuple[str, str, str]]:
@@ -424,8 +492,11 @@ def _pinning(plan: ServingPlan) -> list[tuple[str, str, str]]:
     threads = plan.models[0].intra_op_threads
     return [
         ("pin each worker to its own cores with torch.backends.xeon.run_cpu (one instance per worker)", "cpu_launcher_enable", "true"),
-        (f"{threads} core(s) per instance; taskset instead of numactl, which slim images lack",
-         "cpu_launcher_args", f"--ncores-per-instance {threads} --disable-numactl"),
+        (
+            f"{threads} core(s) per instance; taskset instead of numactl, which slim images lack",
+            "cpu_launcher_args",
+            f"--ncores-per-instance {threads} --disable-numactl",
+        ),
     ]
 
 
@@ -436,11 +507,17 @@ def _open_inference_protocol(plan: ServingPlan) -> list[tuple[str, str, str]]:
         return []
     where = "localhost only" if r.oip_address in ("127.0.0.1", "::1", "localhost") else "as asked (--oip-address)"
     return [
-        (f"Open Inference Protocol (KServe v2) front, started by `tsvk serve` or the Helm chart (protocol=oip): "
-         f"listens on {r.oip_address} ({where})",
-         "tsvk.oip.address", r.oip_address),
+        (
+            f"Open Inference Protocol (KServe v2) front, started by `tsvk serve` or the Helm chart (protocol=oip): "
+            f"listens on {r.oip_address} ({where})",
+            "tsvk.oip.address",
+            r.oip_address,
+        ),
         ("its REST port (/v2/...; inference requests need the same token as /predictions)", "tsvk.oip.rest_port", str(r.oip_rest_port)),
         ("its gRPC port (inference.GRPCInferenceService)", "tsvk.oip.grpc_port", str(r.oip_grpc_port)),
-        ("images one request may hold; each becomes one TorchServe request, batched with all others", "tsvk.oip.max_images",
-         str(defaults.OIP_MAX_IMAGES)),
+        (
+            "images one request may hold; each becomes one TorchServe request, batched with all others",
+            "tsvk.oip.max_images",
+            str(defaults.OIP_MAX_IMAGES),
+        ),
     ]

@@ -270,7 +270,8 @@ class Search:
             self.progress(f"tune: candidate {contender.number} against the rule's plan (#{rule.number}): "
                           f"{'chosen' if decision.verdict.departs else 'the rule is kept'}: {decision.verdict.reason}")
             if decision.verdict.departs:
-                return contender, f"it won against the rule's plan (#{rule.number}) in alternating windows: {decision.verdict.reason}", decisions
+                why = f"it won against the rule's plan (#{rule.number}) in alternating windows: {decision.verdict.reason}"
+                return contender, why, decisions
         return rule, "the rule's plan is kept: " + "; ".join(f"#{d.contender}: {d.verdict.reason}" for d in decisions), decisions
 
     def _judge(self, rule: Trial, contender: Trial) -> Decision:
@@ -278,9 +279,16 @@ class Search:
         if self.compare is None:
             return Decision(contender.number, rule.number, None, Verdict(False, "no comparison could be run"))
         if cap is not None and both is not None and both > cap:
-            return Decision(contender.number, rule.number, None, Verdict(
-                False, f"both served at once would need an estimated {both:,.0f} MiB, over the cap of {cap:,.0f} MiB, so they "
-                       "could not be compared"))
+            return Decision(
+                contender.number,
+                rule.number,
+                None,
+                Verdict(
+                    False,
+                    f"both served at once would need an estimated {both:,.0f} MiB, over the cap of {cap:,.0f} MiB, so they "
+                    "could not be compared",
+                ),
+            )
         if self.deadline - self.clock() < self.decision_cost_s():
             return Decision(contender.number, rule.number, None, Verdict(False, "no time was left to compare it with the rule's plan"))
 
@@ -289,9 +297,10 @@ class Search:
 
         compared = self.compare(rule.candidate, contender.candidate, settled, self.deadline)
         if compared.error:
-            return Decision(contender.number, rule.number, compared, Verdict(False, f"the comparison failed: {compared.error.splitlines()[0]}"))
-        return Decision(contender.number, rule.number, compared,
-                        verdict(compared.rule, compared.contender, self.goal, self.decision_pairs))
+            return Decision(
+                contender.number, rule.number, compared, Verdict(False, f"the comparison failed: {compared.error.splitlines()[0]}")
+            )
+        return Decision(contender.number, rule.number, compared, verdict(compared.rule, compared.contender, self.goal, self.decision_pairs))
 
     def _unmeasured_rule(self) -> Trial:
         trial = Trial(len(self.trials) + 1, "rule", self.space.coarse()[-1], Measurement(error=UNMEASURED_RULE))
@@ -357,8 +366,7 @@ class Search:
             if self.goal.p99_ms is not None and first.p99_ms is not None and first.p99_ms > 2 * self.goal.p99_ms:
                 return f"p99 {first.p99_ms:,.0f} ms in the first window, over twice the goal"
             if (first.img_s or 0) < self.early_stop_share * bar[1]:
-                return (f"{first.img_s or 0:.1f} img/s in the first window, under {self.early_stop_share:.0%} of the "
-                        f"best ({bar[1]:.1f})")
+                return f"{first.img_s or 0:.1f} img/s in the first window, under {self.early_stop_share:.0%} of the best ({bar[1]:.1f})"
             return ""
 
         return rule
@@ -375,14 +383,23 @@ class Search:
         if m.error:
             outcome = f"failed: {m.error.splitlines()[0]}"
         else:
-            outcome = (f"{m.img_s or 0:.1f} img/s, p99 {m.p99_ms or 0:,.0f} ms, {m.peak_rss_mb or 0:,.0f} MiB"
-                       + (f" (stopped early: {m.stopped_early})" if m.stopped_early else ""))
+            outcome = f"{m.img_s or 0:.1f} img/s, p99 {m.p99_ms or 0:,.0f} ms, {m.peak_rss_mb or 0:,.0f} MiB" + (
+                f" (stopped early: {m.stopped_early})" if m.stopped_early else ""
+            )
         best = self.best()
-        best_text = (f"best so far: #{best.number} {best.measurement.img_s:.1f} img/s"
-                     + ("" if score(best, self.goal)[0] else " (misses the goal)")) if best else "no best yet"
-        return (f"tune: candidate {trial.number} of at most {self.at_most()} ({trial.phase}, {m.seconds:.0f} s): "
-                f"{trial.candidate.describe()} -> {outcome}; {best_text}; {self.clock() - self.started:.0f} of "
-                f"{self.budget_s:.0f} s used")
+        best_text = (
+            (
+                f"best so far: #{best.number} {best.measurement.img_s:.1f} img/s"
+                + ("" if score(best, self.goal)[0] else " (misses the goal)")
+            )
+            if best
+            else "no best yet"
+        )
+        return (
+            f"tune: candidate {trial.number} of at most {self.at_most()} ({trial.phase}, {m.seconds:.0f} s): "
+            f"{trial.candidate.describe()} -> {outcome}; {best_text}; {self.clock() - self.started:.0f} of "
+            f"{self.budget_s:.0f} s used"
+        )
 
 
 def _together(trials: list[Trial]) -> Trial:
@@ -392,14 +409,26 @@ def _together(trials: list[Trial]) -> Trial:
         return trials[0]
     measurements = [t.measurement for t in trials]
     latest = measurements[-1]
-    per_model = {name: dict(model, img_s=statistics.mean(m.per_model[name].get("img_s") or 0 for m in measurements),
-                            p99_ms=max(m.per_model[name].get("p99_ms") or 0 for m in measurements))
-                 for name, model in latest.per_model.items()}
-    merged = replace(latest, img_s=statistics.mean(m.img_s for m in measurements),
-                     p50_ms=_largest(m.p50_ms for m in measurements), p99_ms=_largest(m.p99_ms for m in measurements),
-                     peak_rss_mb=_largest(m.peak_rss_mb for m in measurements), requests=sum(m.requests for m in measurements),
-                     errors=sum(m.errors for m in measurements), per_model=per_model,
-                     windows=[w for m in measurements for w in m.windows], load_s=sum(m.load_s for m in measurements))
+    per_model = {
+        name: dict(
+            model,
+            img_s=statistics.mean(m.per_model[name].get("img_s") or 0 for m in measurements),
+            p99_ms=max(m.per_model[name].get("p99_ms") or 0 for m in measurements),
+        )
+        for name, model in latest.per_model.items()
+    }
+    merged = replace(
+        latest,
+        img_s=statistics.mean(m.img_s for m in measurements),
+        p50_ms=_largest(m.p50_ms for m in measurements),
+        p99_ms=_largest(m.p99_ms for m in measurements),
+        peak_rss_mb=_largest(m.peak_rss_mb for m in measurements),
+        requests=sum(m.requests for m in measurements),
+        errors=sum(m.errors for m in measurements),
+        per_model=per_model,
+        windows=[w for m in measurements for w in m.windows],
+        load_s=sum(m.load_s for m in measurements),
+    )
     return replace(trials[-1], measurement=merged)
 
 

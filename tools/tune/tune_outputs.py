@@ -143,9 +143,14 @@ def _chosen_lines(document: dict) -> list[str]:
         return [f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: {m['error']}. Written to `{document['output']}`.",
                 "", f"Why: {document.get('chosen_because')}."]
     verdict = "meets every goal" if document["goal_met"] else "MISSES the goals: " + "; ".join(document["problems"])
-    return [f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: {_spread_text(chosen.get('windows_img_s'), m.get('img_s'))} img/s, "
-            f"p99 {_spread_text(chosen.get('windows_p99_ms'), m.get('p99_ms'), 0)} ms, peak RSS {_num(m.get('peak_rss_mb'))} MiB; {verdict}. "
-            f"Written to `{document['output']}`.", "", f"Why: {document.get('chosen_because') or 'the best measured'}."]
+    return [
+        f"**Chosen: candidate {chosen['number']}**{rule}, {chosen['describe']}: "
+        f"{_spread_text(chosen.get('windows_img_s'), m.get('img_s'))} img/s, "
+        f"p99 {_spread_text(chosen.get('windows_p99_ms'), m.get('p99_ms'), 0)} ms, peak RSS {_num(m.get('peak_rss_mb'))} MiB; {verdict}. "
+        f"Written to `{document['output']}`.",
+        "",
+        f"Why: {document.get('chosen_because') or 'the best measured'}.",
+    ]
 
 
 def _decision_lines(document: dict) -> list[str]:
@@ -156,19 +161,27 @@ def _decision_lines(document: dict) -> list[str]:
         lines += ["", f"### Candidate {decision['contender']} against the rule's plan (candidate {decision['rule']})", ""]
         if compared and (compared["rule"] or compared["contender"]):
             clients = ", ".join(f"{n} {c}" for n, c in compared["clients"].items())
-            lines += [f"Both served at once, loaded in turn ({' '.join(compared['order'])}) with the same clients ({clients}), "
-                      f"{compared['window_s']:.0f} s a window{_stopped_text(compared, document)}.", "",
-                      "| side | config | img/s per window | median (min-max) | p99 ms median (min-max) |", "|---|---|---|---|---|"]
+            lines += [
+                f"Both served at once, loaded in turn ({' '.join(compared['order'])}) with the same clients ({clients}), "
+                f"{compared['window_s']:.0f} s a window{_stopped_text(compared, document)}.",
+                "",
+                "| side | config | img/s per window | median (min-max) | p99 ms median (min-max) |",
+                "|---|---|---|---|---|",
+            ]
             for side, number in (("rule", decision["rule"]), ("contender", decision["contender"])):
                 windows = compared[side]
                 described = next((r["describe"] for r in document["candidates"] if r["number"] == number), "")
                 label = "rule's plan" if side == "rule" else f"candidate {number}"
                 per_window = ", ".join(f"{w['img_s']:.1f}" for w in windows)
-                lines.append(f"| {label} | {described} | {per_window} | "
-                             f"{_spread_text(_spread_dict([w['img_s'] for w in windows]), None)} | "
-                             f"{_spread_text(_spread_dict([w['p99_ms'] for w in windows]), None, 0)} |")
+                lines.append(
+                    f"| {label} | {described} | {per_window} | "
+                    f"{_spread_text(_spread_dict([w['img_s'] for w in windows]), None)} | "
+                    f"{_spread_text(_spread_dict([w['p99_ms'] for w in windows]), None, 0)} |"
+                )
             lines.append("")
-        lines.append(f"Verdict: {'**the candidate replaces the rule**' if verdict['departs'] else 'the rule is kept'}: {verdict['reason']}.")
+        lines.append(
+            f"Verdict: {'**the candidate replaces the rule**' if verdict['departs'] else 'the rule is kept'}: {verdict['reason']}."
+        )
     return lines
 
 
@@ -200,9 +213,11 @@ def _table_row(row: dict, chosen: int | None, rule_plan: int | None = None) -> s
     if row.get("on_pareto_front"):
         note = (note + " (Pareto front)").strip()
     clients = ", ".join(str(p.get("concurrency")) for p in (m.get("per_model") or {}).values())
-    return (f"| {row['number']} | {row['phase']} | {row['describe']} | {_spread_text(row.get('windows_img_s'), m.get('img_s'))} | "
-            f"{_num(m.get('p50_ms'))} | {_spread_text(row.get('windows_p99_ms'), m.get('p99_ms'), 0)} | {_num(m.get('peak_rss_mb'))} | "
-            f"{_num(m.get('mean_cpu_pct'))} | {clients} | {note.replace('|', '/')} |")
+    return (
+        f"| {row['number']} | {row['phase']} | {row['describe']} | {_spread_text(row.get('windows_img_s'), m.get('img_s'))} | "
+        f"{_num(m.get('p50_ms'))} | {_spread_text(row.get('windows_p99_ms'), m.get('p99_ms'), 0)} | {_num(m.get('peak_rss_mb'))} | "
+        f"{_num(m.get('mean_cpu_pct'))} | {clients} | {note.replace('|', '/')} |"
+    )
 
 
 def _num(value, digits: int = 0) -> str:
@@ -246,16 +261,38 @@ def _pareto_axis(axis, document: dict, rows: list[dict]) -> None:
     high = [max(0.0, (r.get("windows_img_s") or {}).get("max", v) - v) for v, r in zip(y, rows)]
     left = [max(0.0, v - (r.get("windows_p99_ms") or {}).get("min", v)) for v, r in zip(x, rows)]
     right = [max(0.0, (r.get("windows_p99_ms") or {}).get("max", v) - v) for v, r in zip(x, rows)]
-    axis.errorbar(x, y, yerr=[low, high], xerr=[left, right], fmt="o", color="tab:blue", ms=4, elinewidth=1, capsize=2,
-                  label="candidate: whole load, bars: min-max of its windows")
+    axis.errorbar(
+        x,
+        y,
+        yerr=[low, high],
+        xerr=[left, right],
+        fmt="o",
+        color="tab:blue",
+        ms=4,
+        elinewidth=1,
+        capsize=2,
+        label="candidate: whole load, bars: min-max of its windows",
+    )
     for r in rows:
-        axis.annotate(f"#{r['number']}", (r["measurement"]["p99_ms"], r["measurement"]["img_s"]), fontsize=7,
-                      xytext=(3, 3), textcoords="offset points")
+        axis.annotate(
+            f"#{r['number']}",
+            (r["measurement"]["p99_ms"], r["measurement"]["img_s"]),
+            fontsize=7,
+            xytext=(3, 3),
+            textcoords="offset points",
+        )
     front = [r for r in rows if r["on_pareto_front"]]
-    axis.plot([r["measurement"]["p99_ms"] for r in front], [r["measurement"]["img_s"] for r in front], color="tab:green",
-              drawstyle="steps-post", label="Pareto front")
-    for number, style in ((document.get("rule_plan"), dict(marker="s", s=90, facecolors="none", edgecolors="tab:gray")),
-                          (document["chosen"], dict(marker="o", s=160, facecolors="none", edgecolors="tab:red"))):
+    axis.plot(
+        [r["measurement"]["p99_ms"] for r in front],
+        [r["measurement"]["img_s"] for r in front],
+        color="tab:green",
+        drawstyle="steps-post",
+        label="Pareto front",
+    )
+    for number, style in (
+        (document.get("rule_plan"), dict(marker="s", s=90, facecolors="none", edgecolors="tab:gray")),
+        (document["chosen"], dict(marker="o", s=160, facecolors="none", edgecolors="tab:red")),
+    ):
         marked = [r for r in rows if r["number"] == number]
         if marked:
             label = "rule's plan" if number == document.get("rule_plan") and style["marker"] == "s" else "chosen"
@@ -278,11 +315,21 @@ def _windows_axis(axis, decisions: list[dict]) -> None:
             seen[side] += 1
             at += 1
             rule = side == "rule"
-            axis.scatter([at], [window["img_s"]], marker="s" if rule else "o", color="tab:gray" if rule else "tab:red", s=30,
-                         label=("rule's plan" if rule else "contender") if at <= 2 else None)
-        axis.annotate(f"#{decision['contender']}: {'replaces the rule' if decision['verdict']['departs'] else 'rule kept'}",
-                      (at, compared["contender"][-1]["img_s"] if compared["contender"] else compared["rule"][-1]["img_s"]),
-                      fontsize=7, xytext=(-40, 8), textcoords="offset points")
+            axis.scatter(
+                [at],
+                [window["img_s"]],
+                marker="s" if rule else "o",
+                color="tab:gray" if rule else "tab:red",
+                s=30,
+                label=("rule's plan" if rule else "contender") if at <= 2 else None,
+            )
+        axis.annotate(
+            f"#{decision['contender']}: {'replaces the rule' if decision['verdict']['departs'] else 'rule kept'}",
+            (at, compared["contender"][-1]["img_s"] if compared["contender"] else compared["rule"][-1]["img_s"]),
+            fontsize=7,
+            xytext=(-40, 8),
+            textcoords="offset points",
+        )
         at += 1
     axis.set_xlabel("window, in the order measured")
     axis.set_ylabel("images / s")

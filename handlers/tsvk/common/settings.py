@@ -12,9 +12,30 @@ import difflib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from .defaults import (BATCH, CPU_FORWARD_PIXELS, CVCUDA_CACHE_MB, DEVICE, HEAP_TRIM_INTERVAL_MS, LABEL_MAP, LABEL_MAP_MAX_SIDE, MASK_THRESHOLD, MAX_BATCH,
-                       MAX_BATCH_DELAY_MS, MAX_BATCH_PIXELS, MAX_DETECTIONS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS, MAX_MASK_PIXELS,
-                       MAX_PIXELS, PRECISION, RESPONSE_TIMEOUT_S, SCORE_FLOOR, SCORE_THRESHOLD, TASK, TOPK)
+from .defaults import (
+    BATCH,
+    CPU_FORWARD_PIXELS,
+    CVCUDA_CACHE_MB,
+    DEVICE,
+    HEAP_TRIM_INTERVAL_MS,
+    LABEL_MAP,
+    LABEL_MAP_MAX_SIDE,
+    MASK_THRESHOLD,
+    MAX_BATCH,
+    MAX_BATCH_DELAY_MS,
+    MAX_BATCH_PIXELS,
+    MAX_DETECTIONS,
+    MAX_JPEG_SCAN_BLOCKS,
+    MAX_JPEG_SCANS,
+    MAX_MASK_PIXELS,
+    MAX_PIXELS,
+    PRECISION,
+    RESPONSE_TIMEOUT_S,
+    SCORE_FLOOR,
+    SCORE_THRESHOLD,
+    TASK,
+    TOPK,
+)
 from .task_kinds import TASKS as TASK_KINDS, task_kind
 
 SCHEMA_VERSION = 1
@@ -183,8 +204,9 @@ def _build_handler_settings(reader: "_Reader", problems: list[str]) -> HandlerSe
         problems.append(f"{SETTINGS_KEY}.preprocess.crop must be an integer >= 1 for task {task}, got {preprocess.crop}")
     detect = _build_detect(reader.section("detect"))
     if detect.score_floor > detect.score_threshold:
-        problems.append(f"{SETTINGS_KEY}.detect.score_floor ({detect.score_floor}) must not exceed detect.score_threshold "
-                        f"({detect.score_threshold})")
+        problems.append(
+            f"{SETTINGS_KEY}.detect.score_floor ({detect.score_floor}) must not exceed detect.score_threshold ({detect.score_threshold})"
+        )
     return HandlerSettings(
         model_name=reader.text("model_name"),
         artifact=_build_artifact(reader.section("artifact", required=True)),
@@ -397,8 +419,11 @@ class _Reader:
         value = self._get(key, default)
         if isinstance(value, (list, tuple)) and len(value) == 0:
             return ()
-        pair = isinstance(value, (list, tuple)) and len(value) == 2 and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        pair = (
+            isinstance(value, (list, tuple))
+            and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value)
+        )
         if not pair:
             self._bad(key, "[width, height] (two positive integers) or []", value)
             return default
@@ -406,8 +431,10 @@ class _Reader:
 
     def triple(self, key: str, default: tuple[float, float, float], positive: bool = False) -> tuple[float, float, float]:
         value = self._get(key, default)
-        numbers = isinstance(value, (list, tuple)) and len(value) == 3 and all(
-            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value
+        numbers = (
+            isinstance(value, (list, tuple))
+            and len(value) == 3
+            and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
         )
         if not numbers or (positive and min(value) <= 0):
             self._bad(key, "three " + ("positive " if positive else "") + "numbers (r, g, b)", value)

@@ -201,7 +201,8 @@ class VisionService:
         finished = time.perf_counter()
         outcome = record.outcome(requests, self.settings.model_name)
         if self.metrics is not None:
-            self.metrics.record(len(data), len(prepared.positions), (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3, outcome.statuses)
+            preprocess_ms, inference_ms = (preprocessed - started) * 1e3, (finished - preprocessed) * 1e3
+            self.metrics.record(len(data), len(prepared.positions), preprocess_ms, inference_ms, outcome.statuses)
         return outcome
 
     def _admit(self, requests: Sequence[Request], arrivals: Sequence[float | None] | None) -> StageResult:
@@ -238,8 +239,10 @@ class VisionService:
         age = request_age_ms(arrival_s) if deadline else None
         if age is None or age <= deadline:
             return None
-        return DeadlineExceeded(f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
-                                "(the server is overloaded: retry later or with fewer concurrent requests)")
+        return DeadlineExceeded(
+            f"request waited {age:.0f} ms before reaching a worker; the deadline is {deadline} ms "
+            "(the server is overloaded: retry later or with fewer concurrent requests)"
+        )
 
     def _preprocess(self, items: Mapping[int, Admitted]) -> Prepared:
         """Input positions that made it into the batch, the batch, and the requests that did not."""
@@ -297,35 +300,60 @@ class VisionService:
             return StageResult()
         budget = self.worker.batch_budget_s
         try:
-            answers = self.task.answer_within(prepared.batch, [read[p].options for p in prepared.positions],
-                                              started + budget if budget else None)
+            answers = self.task.answer_within(
+                prepared.batch, [read[p].options for p in prepared.positions], started + budget if budget else None
+            )
         except Exception as err:  # noqa: BLE001 - the model failing fails this batch, not the worker
             log.exception("inference failed for a batch of %d", len(prepared.positions))
             error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
             return StageResult(failed={p: error for p in prepared.positions})
-        unanswered = prepared.positions[len(answers):]
+        unanswered = prepared.positions[len(answers) :]
         if unanswered:
-            log.warning("batch of %d out of time after %d answers (%.0f s of the response timeout's share)",
-                        len(prepared.positions), len(answers), budget)
-        late = DeadlineExceeded(f"the worker's batch ran out of time before this image ({budget:.0f} s of its response timeout); "
-                                "retry later, or send fewer large photos at once") if unanswered else None
+            log.warning(
+                "batch of %d out of time after %d answers (%.0f s of the response timeout's share)",
+                len(prepared.positions),
+                len(answers),
+                budget,
+            )
+        late = (
+            DeadlineExceeded(
+                f"the worker's batch ran out of time before this image ({budget:.0f} s of its response timeout); "
+                "retry later, or send fewer large photos at once"
+            )
+            if unanswered
+            else None
+        )
         return StageResult(dict(zip(prepared.positions, answers)), {p: late for p in unanswered})
 
 
-def _log_loaded(settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str,
-                worker: WorkerInfo) -> None:
+def _log_loaded(
+    settings: HandlerSettings, model: LoadedModel, choice: BackendChoice, batch_size: Any, threads_from: str, worker: WorkerInfo
+) -> None:
     """The one line an operator reads to know what this worker runs, and on what."""
     log.info(
         "tsvk loaded %s (task %s): artifact format=%s file=%s device=%s precision=%s preprocess=%s (%s) "
         "batch_size=%s threads=intra %d, inter %d (%s)%s; deadline %s; features %s",
-        settings.model_name, settings.task, settings.artifact.format, settings.artifact.file, model.device,
-        settings.artifact.precision, choice.name, choice.reason, batch_size,
-        torch.get_num_threads(), torch.get_num_interop_threads(), threads_from,
-        f"; {model.note}" if model.note else "", f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
+        settings.model_name,
+        settings.task,
+        settings.artifact.format,
+        settings.artifact.file,
+        model.device,
+        settings.artifact.precision,
+        choice.name,
+        choice.reason,
+        batch_size,
+        torch.get_num_threads(),
+        torch.get_num_interop_threads(),
+        threads_from,
+        f"; {model.note}" if model.note else "",
+        f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
         features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
     )
-    log.info("tsvk worker start %d for %s since the model was loaded (more starts than workers: workers died and "
-             "TorchServe restarted them)", worker.start_number, settings.model_name)
+    log.info(
+        "tsvk worker start %d for %s since the model was loaded (more starts than workers: workers died and TorchServe restarted them)",
+        worker.start_number,
+        settings.model_name,
+    )
 
 
 def report_statuses(context: Any, statuses: list[int]) -> None:

@@ -22,7 +22,10 @@ from tsvk.common import HandlerSettings, SettingsError
 from ... import defaults
 
 MANIFEST = "MAR-INF/MANIFEST.json"
-TSVK_SERVICES = ("tsvk/worker/service.py", "tsvk/service.py")  # the run-time package every tsvk archive carries (the second: packed before it had rooms)
+TSVK_SERVICES = (
+    "tsvk/worker/service.py",
+    "tsvk/service.py",
+)  # the run-time package every tsvk archive carries (the second: packed before it had rooms)
 TSVK_HANDLER = "tsvk/handler.py"
 DEFAULT_QUEUE_SIZE = 100  # TorchServe 0.12's job_queue_size when the config has none
 
@@ -95,9 +98,21 @@ def refusal_reason(archive: Path) -> str | None:
 def _open(archive: Path, name: str, version: str, entry: dict, directory: Path, queue_size: int, gpus: tuple[int, ...]) -> ServedModel:
     handler, settings_file, settings = _servable(archive)
     _unpack(archive, directory)
-    return ServedModel(name, version, archive, directory, handler, settings_file, settings, int(entry.get("minWorkers", 1)),
-                       int(entry.get("batchSize", 1)), int(entry.get("maxBatchDelay", 100)),
-                       int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)), queue_size, gpus)
+    return ServedModel(
+        name,
+        version,
+        archive,
+        directory,
+        handler,
+        settings_file,
+        settings,
+        int(entry.get("minWorkers", 1)),
+        int(entry.get("batchSize", 1)),
+        int(entry.get("maxBatchDelay", 100)),
+        int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)),
+        queue_size,
+        gpus,
+    )
 
 
 def _servable(archive: Path) -> tuple[str, str, HandlerSettings]:
@@ -106,11 +121,15 @@ def _servable(archive: Path) -> tuple[str, str, HandlerSettings]:
     model = manifest.get("model", {})
     handler, settings_file = model.get("handler", ""), model.get("configFile") or "model-config.yaml"
     if handler not in names:
-        raise ArchiveRefused(f"its handler {handler!r} is TorchServe's own (stock) handler, not a file in the archive; "
-                             "this engine serves tsvk handlers: build the archive with `tsvk archive`")
+        raise ArchiveRefused(
+            f"its handler {handler!r} is TorchServe's own (stock) handler, not a file in the archive; "
+            "this engine serves tsvk handlers: build the archive with `tsvk archive`"
+        )
     if not any(service in names for service in TSVK_SERVICES) or TSVK_HANDLER not in names:
-        raise ArchiveRefused(f"its handler {handler} is not a tsvk handler (the archive holds no tsvk package); "
-                             "serve it with TorchServe, or build it with `tsvk archive`")
+        raise ArchiveRefused(
+            f"its handler {handler} is not a tsvk handler (the archive holds no tsvk package); "
+            "serve it with TorchServe, or build it with `tsvk archive`"
+        )
     settings = _settings(archive, settings_file)
     if settings.artifact.file not in names:
         raise ArchiveRefused(f"its artifact {settings.artifact.file} is missing from the archive")

@@ -55,13 +55,23 @@ class EngineChild:
         signal_group(self.pid, signal.SIGKILL)  # whatever of its session is left (a worker it could not end)
         code = self.process.wait()
         if killed:
-            return f"the engine was killed ({'at once' if drain_timeout <= 0 else f'not exited {drain_timeout + EXIT_MARGIN_S:g} s after SIGTERM'})"
+            when = 'at once' if drain_timeout <= 0 else f'not exited {drain_timeout + EXIT_MARGIN_S:g} s after SIGTERM'
+            return f"the engine was killed ({when})"
         return f"the engine answered the requests it held and exited with status {code}"
 
 
 def start_engine_child(config: Path, run_dir: Path, drain_timeout: float) -> EngineChild:
     """The engine's server on `config`, its unpacked archives, status and workers' log under `run_dir`."""
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    command = [sys.executable, "-m", SERVER_MODULE, "--config", str(config), "--run-dir", str(run_dir),
-               "--drain-timeout", f"{drain_timeout:g}"]
+    command = [
+        sys.executable,
+        "-m",
+        SERVER_MODULE,
+        "--config",
+        str(config),
+        "--run-dir",
+        str(run_dir),
+        "--drain-timeout",
+        f"{drain_timeout:g}",
+    ]
     return EngineChild(subprocess.Popen(command, cwd=run_dir, start_new_session=True))

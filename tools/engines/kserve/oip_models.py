@@ -8,7 +8,6 @@ its status and the handler's code. The inference key is checked here too, for gR
 
 from __future__ import annotations
 
-import secrets
 from typing import Any
 
 import orjson

@@ -81,8 +81,11 @@ class PredictionsApi:
         if version is not None and version != pool.model.version:
             return torchserve_error(404, "ModelVersionNotFoundException", f"Model version: {version} does not exist for model: {model}")
         if pool.ready_workers <= 0:
-            return torchserve_error(503, "ServiceUnavailableException",
-                                    f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.')
+            return torchserve_error(
+                503,
+                "ServiceUnavailableException",
+                f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.',
+            )
         if pool.batcher.full():  # refused before its body is read: under a burst the refusals stay fast
             return _queue_full(model)
         inputs = await self._inputs(request)
@@ -104,8 +107,11 @@ class PredictionsApi:
 
 def _queue_full(model: str) -> Response:
     """TorchServe's answer when the model's queue (job_queue_size) is full."""
-    return torchserve_error(503, "ServiceUnavailableException", f'Model "{model}" has no worker to serve inference request. '
-                            "Please use scale workers API to add workers.")
+    return torchserve_error(
+        503,
+        "ServiceUnavailableException",
+        f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.',
+    )
 
 
 async def _bytes(value: Any) -> bytes:

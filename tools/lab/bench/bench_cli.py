@@ -81,40 +81,84 @@ def build_parser() -> argparse.ArgumentParser:
                         "warm-up load, a hand-tuned system at its first variant only; it shows each part works, and its "
                         "figures are not for comparison")
     p.add_argument("--model", help=f"torchvision classification model (default {FULL.model}; --quick: {QUICK.model})")
-    p.add_argument("--jobs", type=_positive, help=f"measured requests per served system and round with --round-seconds 0 (default {FULL.jobs}; --quick: {QUICK.jobs})")
-    p.add_argument("--rounds", type=_positive, help=f"alternating rounds per system (default {ROUNDS}; --quick: {QUICK.rounds}); "
-                   "the report gives medians with min-max")
-    p.add_argument("--round-seconds", type=_seconds, help=f"seconds of load per system and round (default {ROUND_SECONDS:g}; "
-                   f"--quick: {QUICK.round_seconds:g}; 0: --jobs requests per round)")
+    p.add_argument(
+        "--jobs",
+        type=_positive,
+        help=f"measured requests per served system and round with --round-seconds 0 (default {FULL.jobs}; --quick: {QUICK.jobs})",
+    )
+    p.add_argument(
+        "--rounds",
+        type=_positive,
+        help=f"alternating rounds per system (default {ROUNDS}; --quick: {QUICK.rounds}); the report gives medians with min-max",
+    )
+    p.add_argument(
+        "--round-seconds",
+        type=_seconds,
+        help=f"seconds of load per system and round (default {ROUND_SECONDS:g}; "
+        f"--quick: {QUICK.round_seconds:g}; 0: --jobs requests per round)",
+    )
     p.add_argument("--concurrency", type=_positive, help=f"closed-loop clients (default {FULL.concurrency})")
-    p.add_argument("--decentralized-jobs", type=_positive, help="jobs for the process-per-job system (default: "
-                   f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)")
+    p.add_argument(
+        "--decentralized-jobs",
+        type=_positive,
+        help="jobs for the process-per-job system (default: "
+        f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)",
+    )
     p.add_argument("--image", help=f"comma-separated photos: skimage:{'|'.join(SKIMAGE_PHOTOS)} or JPEG files (default: all of them)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
-    p.add_argument("--central-figure", action="store_true", help="the central figure: only torchserve_default and ours at "
-                   f"concurrency {CENTRAL_FIGURE_CONCURRENCY}")
-    p.add_argument("--tuned-vs-generated", action="store_true", help="only ours with the generated config and ours with the "
-                   "tuned one (--tuned-config), in alternating rounds; results tagged tuned-<model>")
-    p.add_argument("--gpu", action="store_true", help=f"every system on the GPU (CUDA): ours with TensorRT fp16 (AOTInductor "
-                   f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}")
+    p.add_argument(
+        "--central-figure",
+        action="store_true",
+        help=f"the central figure: only torchserve_default and ours at concurrency {CENTRAL_FIGURE_CONCURRENCY}",
+    )
+    p.add_argument(
+        "--tuned-vs-generated",
+        action="store_true",
+        help="only ours with the generated config and ours with the "
+        "tuned one (--tuned-config), in alternating rounds; results tagged tuned-<model>",
+    )
+    p.add_argument(
+        "--gpu",
+        action="store_true",
+        help=f"every system on the GPU (CUDA): ours with TensorRT fp16 (AOTInductor "
+        f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}",
+    )
     p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
     p.add_argument("--precision", choices=PRECISIONS, help="our archive's precision (default fp32; --gpu: fp16)")
-    p.add_argument("--fast-backend", choices=BACKENDS, help=f"the ours_fast and ceiling_fast rows' backend (default {defaults.FAST_BACKEND})")
+    p.add_argument(
+        "--fast-backend", choices=BACKENDS, help=f"the ours_fast and ceiling_fast rows' backend (default {defaults.FAST_BACKEND})"
+    )
     p.add_argument("--fast-precision", choices=PRECISIONS, help=f"their precision (default {defaults.FAST_PRECISION})")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
-    p.add_argument("--tuned-config", type=Path, help="the config whose tuned numbers the ours_tuned system serves (default "
-                   f"{defaults.TUNE_OUTPUT}; left out of the run when it has no entry for the model)")
+    p.add_argument(
+        "--tuned-config",
+        type=Path,
+        help="the config whose tuned numbers the ours_tuned system serves (default "
+        f"{defaults.TUNE_OUTPUT}; left out of the run when it has no entry for the model)",
+    )
     p.add_argument("--vcpus", type=_positive, help="vCPUs to plan for (default: detected)")
-    p.add_argument("--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))")
-    p.add_argument("--warmup-seconds", type=_seconds, help="seconds of unmeasured full load after those, before each round's "
-                   f"measured load (default {WARMUP_SECONDS:g} with --round-seconds above 0, else 0)")
+    p.add_argument(
+        "--warmup", type=int, help="unmeasured requests before each served system's load (default 2 x min(concurrency, 2 x batch))"
+    )
+    p.add_argument(
+        "--warmup-seconds",
+        type=_seconds,
+        help="seconds of unmeasured full load after those, before each round's "
+        f"measured load (default {WARMUP_SECONDS:g} with --round-seconds above 0, else 0)",
+    )
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
     p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
-    p.add_argument("--tag", help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'quick' with --quick, "
-                   "'central' with --central-figure)")
-    p.add_argument("--render", type=Path, metavar="RESULT_JSON",
-                   help="measure nothing: rewrite RESULT_JSON's report (ratios, goals, Markdown, chart) from its measurements")
+    p.add_argument(
+        "--tag",
+        help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'quick' with --quick, 'central' with --central-figure)",
+    )
+    p.add_argument(
+        "--render",
+        type=Path,
+        metavar="RESULT_JSON",
+        help="measure nothing: rewrite RESULT_JSON's report (ratios, goals, Markdown, chart) from its measurements",
+    )
     p.add_argument("--prepare-only", action="store_true", help="build the weights, archives and photos the systems need, measure nothing")
     return p
 
@@ -134,13 +178,28 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         tag = "-".join(name for name, on in ((other_model, other_model), ("gpu", args.gpu), ("quick", args.quick)) if on)
     images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     return with_preset(
-        preset, **_gpu_overrides(args), model=args.model, jobs=args.jobs, concurrency=concurrency, rounds=args.rounds,
+        preset,
+        **_gpu_overrides(args),
+        model=args.model,
+        jobs=args.jobs,
+        concurrency=concurrency,
+        rounds=args.rounds,
         round_seconds=args.round_seconds,
-        decentralized_jobs=args.decentralized_jobs, images=images, systems=systems,
-        vcpus=args.vcpus, ours_workers=args.ours_workers, tuned_config=args.tuned_config, fast_backend=args.fast_backend,
-        fast_precision=args.fast_precision, warmup=args.warmup, warmup_seconds=args.warmup_seconds,
-        ceiling_seconds=args.ceiling_seconds, output_dir=args.output_dir,
-        cache_dir=args.cache_dir, tag=tag or "", quick=args.quick,
+        decentralized_jobs=args.decentralized_jobs,
+        images=images,
+        systems=systems,
+        vcpus=args.vcpus,
+        ours_workers=args.ours_workers,
+        tuned_config=args.tuned_config,
+        fast_backend=args.fast_backend,
+        fast_precision=args.fast_precision,
+        warmup=args.warmup,
+        warmup_seconds=args.warmup_seconds,
+        ceiling_seconds=args.ceiling_seconds,
+        output_dir=args.output_dir,
+        cache_dir=args.cache_dir,
+        tag=tag or "",
+        quick=args.quick,
         command=("tsvk bench " + shlex.join(argv)).strip(),
     )
 
@@ -171,6 +230,7 @@ def render_existing(path: Path, tag: str) -> int:
 
 def _interrupt_on_sigterm() -> None:
     """`kill <pid>` then unwinds like Ctrl+C, so every started server is stopped on the way out."""
+
     def handler(signum, frame):
         raise KeyboardInterrupt(f"signal {signum}")
 
@@ -213,9 +273,13 @@ def main(argv: list[str] | None = None) -> int:
 def register(commands) -> None:
     """`tsvk bench`: every word after it goes to the benchmark's own parser (`build_parser`, or a narrower
     benchmark's), so its options and help are the same as `python -m tsvk_tools.lab.bench.bench_cli`'s."""
-    p = commands.add_parser("bench", add_help=False, prefix_chars=_NO_OPTIONS,
-                            help="benchmark every way of serving the model, side by side, and the preprocessing, "
-                                 "compile and pinning benchmarks (`tsvk bench --help`)")
+    p = commands.add_parser(
+        "bench",
+        add_help=False,
+        prefix_chars=_NO_OPTIONS,
+        help="benchmark every way of serving the model, side by side, and the preprocessing, "
+        "compile and pinning benchmarks (`tsvk bench --help`)",
+    )
     p.add_argument("bench_argv", nargs=argparse.REMAINDER)
     p.set_defaults(func=cmd_bench)
 

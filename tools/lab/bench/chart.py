@@ -34,7 +34,6 @@ def write_chart(result: dict, path: Path) -> Path | None:
     for axis in (left, right):
         axis.invert_yaxis()
         axis.tick_params(labelsize=7)
-    options = result["options"]
     figure.suptitle(chart_title(result), fontsize=9)
     figure.tight_layout()
     figure.savefig(path)

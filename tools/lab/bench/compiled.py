@@ -123,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     print(table)
     args.output_dir.mkdir(parents=True, exist_ok=True)
     (args.output_dir / f"compile-{args.model}.md").write_text(table)
-    (args.output_dir / f"compile-{args.model}.json").write_text(json.dumps({"model": args.model, "command": command, "rows": rows}, indent=2))
+    (args.output_dir / f"compile-{args.model}.json").write_text(
+        json.dumps({"model": args.model, "command": command, "rows": rows}, indent=2)
+    )
     return 0
 
 

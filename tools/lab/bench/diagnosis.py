@@ -129,7 +129,7 @@ def _preprocess_split(ceiling: dict) -> list[str]:
 
 
 def _stock_handler(tuned: dict) -> list[str]:
-    handler, prediction = _per_batch(tuned, "HandlerTime"), _per_batch(tuned, "PredictionTime")
+    handler = _per_batch(tuned, "HandlerTime")
     queue = (((tuned.get("profile") or {}).get("per_request") or {}).get("QueueTime") or {}).get("mean")
     if handler is None:
         return []
@@ -146,14 +146,19 @@ def _fast_pipeline(fast: dict, pipeline: dict) -> list[str]:
     batch, prep, infer = (_per_batch(fast, n) for n in ("TsvkBatchSize", "TsvkPreprocessMs", "TsvkInferenceMs"))
     size = (pipeline.get("details") or {}).get("best_batch")
     call = (pipeline.get("latency_ms") or {}).get("p50")
-    lines = [f"ours_fast / its pipeline ceiling = {rate / bound:.2f}: one process decoding, preprocessing, running the int8 "
-             f"model and shaping the answers back to back served {bound:.1f} img/s" + (f" ({call:.0f} ms per batch of {size}, median)." if call and size else ".")]
+    lines = [
+        f"ours_fast / its pipeline ceiling = {rate / bound:.2f}: one process decoding, preprocessing, running the int8 "
+        f"model and shaping the answers back to back served {bound:.1f} img/s"
+        + (f" ({call:.0f} ms per batch of {size}, median)." if call and size else ".")
+    ]
     lines += _worker_split(fast, "ours_fast")
     workers = ((fast.get("details") or {}).get("plan") or {}).get("workers") or 1
     if batch and infer and prep is not None:
         busy = rate / batch * (prep + infer) / 1e3 / workers
-        lines.append(f"ours_fast's worker(s) were busy with batches {100 * min(busy, 1):.0f}% of the measured time; the rest is "
-                     "batch forming, TorchServe's frontend passing requests and answers, and the other processes on the cores.")
+        lines.append(
+            f"ours_fast's worker(s) were busy with batches {100 * min(busy, 1):.0f}% of the measured time; the rest is "
+            "batch forming, TorchServe's frontend passing requests and answers, and the other processes on the cores."
+        )
     return lines
 
 
@@ -187,9 +192,11 @@ def _inference_bound(systems: dict) -> list[str]:
         return []
     bound = workers * batch / (infer / 1e3)
     peer_rate = systems[peer]["throughput_ips"]
-    return [f"ours_fast with no preprocessing and no idle time (its workers only running the model, {infer:.0f} ms per batch of "
-            f"{batch:.1f}) would serve {bound:.1f} img/s = {bound / peer_rate:.2f}x the best peer ({peer}, {peer_rate:.1f} img/s), "
-            "which runs the same int8 graph: beyond that, only a faster model run (not serving) can add."]
+    return [
+        f"ours_fast with no preprocessing and no idle time (its workers only running the model, {infer:.0f} ms per batch of "
+        f"{batch:.1f}) would serve {bound:.1f} img/s = {bound / peer_rate:.2f}x the best peer ({peer}, {peer_rate:.1f} img/s), "
+        "which runs the same int8 graph: beyond that, only a faster model run (not serving) can add."
+    ]
 
 
 def _cpu_against_peer(systems: dict) -> list[str]:
@@ -213,11 +220,16 @@ def _cpu_bound(systems: dict, name: str, peer: str | None, goal: float, vcpus: i
     bound = vcpus * 1e3 / spent
     busy = sum(systems[name]["mean_cpu_pct_by_process"].values())  # the mean CPU the sampler measured, in % of one vCPU
     needed = vcpus * 1e3 / (goal * peer_rate)
-    verdict = ("within reach of this CPU cost" if bound >= goal * peer_rate
-               else f"out of reach at this CPU cost: it needs at most {needed:.1f} ms per image")
-    return [f"{name} spent {spent:.1f} ms of CPU per answered image and kept the {vcpus} vCPUs {busy:.0f}% busy (of "
-            f"{vcpus * 100}%): with every vCPU busy all the time it could answer at most {bound:.1f} img/s = "
-            f"{bound / peer_rate:.2f}x {peer} ({peer_rate:.1f} img/s); {goal:g}x is {verdict}."]
+    verdict = (
+        "within reach of this CPU cost"
+        if bound >= goal * peer_rate
+        else f"out of reach at this CPU cost: it needs at most {needed:.1f} ms per image"
+    )
+    return [
+        f"{name} spent {spent:.1f} ms of CPU per answered image and kept the {vcpus} vCPUs {busy:.0f}% busy (of "
+        f"{vcpus * 100}%): with every vCPU busy all the time it could answer at most {bound:.1f} img/s = "
+        f"{bound / peer_rate:.2f}x {peer} ({peer_rate:.1f} img/s); {goal:g}x is {verdict}."
+    ]
 
 
 def _split(costs: dict[str, float]) -> str:

@@ -113,30 +113,46 @@ def summarize(rounds: list[dict]) -> dict:
 
 def render(result: dict) -> str:
     s, m = result["summary"], result["machine"]
-    lines = [f"# Engines side by side: {result['model']}, {result['workers']} worker(s), {result['rounds']} rounds", "",
-             f"`{result['command']}`, {result['finished']}; {m['cpu']}, {m['vcpus']} vCPUs visible, load average at the end "
-             f"{', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" + (" (the machine was shared with other work)" if result["shared"] else ""), "",
-             "| engine | cold start s, median (min-max) | whole server PSS MiB, median (min-max) | RSS MiB, median | processes |",
-             "|---|---|---|---|---|"]
+    lines = [
+        f"# Engines side by side: {result['model']}, {result['workers']} worker(s), {result['rounds']} rounds",
+        "",
+        f"`{result['command']}`, {result['finished']}; {m['cpu']}, {m['vcpus']} vCPUs visible, load average at the end "
+        f"{', '.join(f'{x:.1f}' for x in m['loadavg_end'])}" + (" (the machine was shared with other work)" if result["shared"] else ""),
+        "",
+        "| engine | cold start s, median (min-max) | whole server PSS MiB, median (min-max) | RSS MiB, median | processes |",
+        "|---|---|---|---|---|",
+    ]
     for engine in ENGINES:
         e = s[engine]
-        lines.append(f"| {engine} | {e['cold_start_s']['median']:.2f} ({e['cold_start_s']['min']:.2f}-{e['cold_start_s']['max']:.2f}) | "
-                     f"{e['pss_mib']['median']:,.0f} ({e['pss_mib']['min']:,.0f}-{e['pss_mib']['max']:,.0f}) | {e['rss_mib']['median']:,.0f} | "
-                     f"{e['processes']} |")
+        lines.append(
+            f"| {engine} | {e['cold_start_s']['median']:.2f} ({e['cold_start_s']['min']:.2f}-{e['cold_start_s']['max']:.2f}) | "
+            f"{e['pss_mib']['median']:,.0f} ({e['pss_mib']['min']:,.0f}-{e['pss_mib']['max']:,.0f}) | {e['rss_mib']['median']:,.0f} | "
+            f"{e['processes']} |"
+        )
     r = s["ratios"]
-    lines += ["", f"kserve / torchserve: cold start **{r['cold_start_s']:.2f}x**, memory (PSS) **{r['pss_mib']:.2f}x**, RSS {r['rss_mib']:.2f}x", "",
-              "Cold start: from starting the server process to the first 200 answer of /predictions (polled every 50 ms). "
-              "Memory: the sum over every process of the server's process group (TorchServe: its Java frontend and "
-              "Python workers; kserve: the server and its workers), after 20 warm-up requests.", "",
-              "| round | engine | cold start s | PSS MiB | RSS MiB |", "|---|---|---|---|---|"]
-    lines += [f"| {r['round']} | {r['engine']} | {r['cold_start_s']:.2f} | {r['pss_mib']:,.0f} | {r['rss_mib']:,.0f} |" for r in result["rounds_raw"]]
+    lines += [
+        "",
+        f"kserve / torchserve: cold start **{r['cold_start_s']:.2f}x**, memory (PSS) **{r['pss_mib']:.2f}x**, RSS {r['rss_mib']:.2f}x",
+        "",
+        "Cold start: from starting the server process to the first 200 answer of /predictions (polled every 50 ms). "
+        "Memory: the sum over every process of the server's process group (TorchServe: its Java frontend and "
+        "Python workers; kserve: the server and its workers), after 20 warm-up requests.",
+        "",
+        "| round | engine | cold start s | PSS MiB | RSS MiB |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['round']} | {r['engine']} | {r['cold_start_s']:.2f} | {r['pss_mib']:,.0f} | {r['rss_mib']:,.0f} |"
+        for r in result["rounds_raw"]
+    ]
     return "\n".join(lines) + "\n"
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="tsvk bench engines", description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18", help="a torchvision classification builder, archived with random "
-                                                               "weights (default resnet18)")
+    parser.add_argument(
+        "--model", default="resnet18", help="a torchvision classification builder, archived with random weights (default resnet18)"
+    )
     parser.add_argument("--backend", default="eager", help="the archive's backend (default eager: it builds in seconds)")
     parser.add_argument("--workers", type=int, default=2, help="workers of the model on both engines (default 2)")
     parser.add_argument("--rounds", type=int, default=3)
@@ -158,10 +174,18 @@ def main(argv: list[str] | None = None) -> int:
                 rounds.append({"round": index, **measure(engine, store, args.model, args.workers, workdir)})
                 print(json.dumps(rounds[-1]), flush=True)
     stamp = datetime.now(timezone.utc)
-    result = {"model": args.model, "backend": args.backend, "workers": args.workers, "rounds": args.rounds, "shared": args.shared,
-              "command": "tsvk bench engines " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "finished": stamp.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(os.cpu_count() or 0),
-              "rounds_raw": rounds, "summary": summarize(rounds)}
+    result = {
+        "model": args.model,
+        "backend": args.backend,
+        "workers": args.workers,
+        "rounds": args.rounds,
+        "shared": args.shared,
+        "command": "tsvk bench engines " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "finished": stamp.strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": machine_info(os.cpu_count() or 0),
+        "rounds_raw": rounds,
+        "summary": summarize(rounds),
+    }
     args.output_dir.mkdir(parents=True, exist_ok=True)
     base = args.output_dir / f"{stamp.strftime('%Y%m%dT%H%M%SZ')}-engines"
     base.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")

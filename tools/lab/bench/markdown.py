@@ -42,7 +42,7 @@ def with_range(value, spread: list | None, digits: int) -> str:
 
 def peer_lines(result: dict) -> list[str]:
     """The lead table: ours against the strongest peers on the same machine and run, medians (min-max of the rounds)."""
-    systems, ratios = result["systems"], result["ratios"]
+    systems = result["systems"]
     present = [name for name in PEER_TABLE if name in systems]
     if not any(name in systems for name in PEER_SYSTEMS):
         return []

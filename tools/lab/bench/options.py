@@ -21,7 +21,11 @@ SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "o
 # The fastest verified CPU artifact (OpenVINO int8 by default), and the peers serving that same artifact: CPU runs only
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast", "batch_fast", "batch_ray_fast",
                 "ours_kserve_fast")
-PEER_SYSTEMS = ("torchserve_best", "triton", "litserve_fast")  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
+PEER_SYSTEMS = (
+    "torchserve_best",
+    "triton",
+    "litserve_fast",
+)  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 TUNED_VS_GENERATED_SYSTEMS = ("ours", "ours_tuned")  # what `tsvk tune` wrote against the rule's config, same archive
 # Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the
@@ -59,8 +63,18 @@ FULL = Preset(model="resnet152", jobs=160, concurrency=16, decentralized_jobs=12
 # A smoke run: every row of the full table starts, answers and is stopped once (one round of 3 s after 1 s of
 # warm-up load, each hand-tuned system at its first variant only). It proves each part works; its figures have no
 # spread and a cold JIT behind them, so they are not for comparison.
-QUICK = Preset(model="resnet18", jobs=96, concurrency=16, decentralized_jobs=4, ceiling_seconds=1.0, minutes=10, rounds=1,
-               round_seconds=3.0, warmup_seconds=1.0, max_variants=1)
+QUICK = Preset(
+    model="resnet18",
+    jobs=96,
+    concurrency=16,
+    decentralized_jobs=4,
+    ceiling_seconds=1.0,
+    minutes=10,
+    rounds=1,
+    round_seconds=3.0,
+    warmup_seconds=1.0,
+    max_variants=1,
+)
 # A GPU answers hundreds of images a second: more requests and clients, or the run measures its start.
 GPU = Preset(model="resnet152", jobs=1600, concurrency=64, decentralized_jobs=32, ceiling_seconds=8.0)
 
@@ -151,8 +165,7 @@ def validation_problems(options: BenchOptions) -> list[str]:
         allowed = TASK_SYSTEMS[options.task]
         others = [s for s in options.systems if s not in allowed]
         if others:
-            problems.append(f"{', '.join(others)} cannot serve the {options.task} model {options.model}; choose "
-                            f"from {', '.join(allowed)}")
+            problems.append(f"{', '.join(others)} cannot serve the {options.task} model {options.model}; choose from {', '.join(allowed)}")
     if options.batch > options.max_batch:
         problems.append(f"batch ({options.batch}) must not exceed max_batch ({options.max_batch})")
     if options.backend not in BACKENDS:
@@ -205,15 +218,25 @@ def require_device(options: BenchOptions) -> None:
     import torch
 
     if not torch.cuda.is_available():
-        raise UsageError(f"the GPU mode (--gpu) needs a CUDA GPU, and torch {torch.__version__} sees none here "
-                         "(torch.cuda.is_available() is False); run without --gpu for the CPU table")
+        raise UsageError(
+            f"the GPU mode (--gpu) needs a CUDA GPU, and torch {torch.__version__} sees none here "
+            "(torch.cuda.is_available() is False); run without --gpu for the CPU table"
+        )
 
 
 def with_preset(preset: Preset, **overrides) -> BenchOptions:
     """The preset's sizes, then every override that is not None."""
-    base = dict(model=preset.model, jobs=preset.jobs, concurrency=preset.concurrency,
-                decentralized_jobs=preset.decentralized_jobs, ceiling_seconds=preset.ceiling_seconds, rounds=preset.rounds,
-                round_seconds=preset.round_seconds, warmup_seconds=preset.warmup_seconds, max_variants=preset.max_variants)
+    base = dict(
+        model=preset.model,
+        jobs=preset.jobs,
+        concurrency=preset.concurrency,
+        decentralized_jobs=preset.decentralized_jobs,
+        ceiling_seconds=preset.ceiling_seconds,
+        rounds=preset.rounds,
+        round_seconds=preset.round_seconds,
+        warmup_seconds=preset.warmup_seconds,
+        max_variants=preset.max_variants,
+    )
     base.update({k: v for k, v in overrides.items() if v is not None})
     return BenchOptions(**base)
 

@@ -75,7 +75,11 @@ GOALS = (  # (ratio key, minimum, wording)
     ("ours_vs_compute_ceiling", 0.9, "ours >= 0.9x the in-process compute ceiling"),
     ("fast_vs_ours", 1.12, "ours with the fastest CPU artifact >= 1.12x ours fp32"),
     ("fast_vs_torchserve_tuned", 1.25, "ours with the fastest CPU artifact >= 1.25x best hand-tuned stock TorchServe"),
-    ("fast_vs_best_peer", FAST_VS_BEST_PEER_GOAL, f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast"),
+    (
+        "fast_vs_best_peer",
+        FAST_VS_BEST_PEER_GOAL,
+        f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast",
+    ),
     ("ours_vs_torchserve_best", FP32_VS_TORCHSERVE_BEST_GOAL, f"ours (fp32) >= {FP32_VS_TORCHSERVE_BEST_GOAL:g}x torchserve_best"),
     ("fast_vs_pipeline_fast_ceiling", 0.9, "ours_fast >= 0.9x its in-process pipeline ceiling (decode + preprocess + model)"),
     ("batch_vs_pipeline_ceiling", 0.95, "tsvk batch >= 0.95x the in-process pipeline ceiling (fp32)"),
@@ -85,15 +89,19 @@ GOALS = (  # (ratio key, minimum, wording)
     ("batch_fast_vs_ours_fast", 1.2, "tsvk batch >= 1.2x serving the same archive through TorchServe (fastest CPU artifact)"),
     ("batch_ray_fast_vs_batch_fast", 0.85, "tsvk batch on Ray (one machine) >= 0.85x local (fastest CPU artifact)"),
     ("kserve_fast_vs_ours_fast", 1.05, "the kserve engine >= 1.05x TorchServe on the same archive (fastest CPU artifact)"),
-    ("kserve_fast_vs_best_peer", FAST_VS_BEST_PEER_GOAL,
-     f"the kserve engine (fastest CPU artifact) >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast"),
+    (
+        "kserve_fast_vs_best_peer",
+        FAST_VS_BEST_PEER_GOAL,
+        f"the kserve engine (fastest CPU artifact) >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast",
+    ),
     ("ours_kserve_oip_rest_vs_ours_kserve", OIP_MIN_THROUGHPUT, "the kserve engine's OIP REST within 5% of its /predictions"),
     ("ours_kserve_oip_grpc_vs_ours_kserve", OIP_MIN_THROUGHPUT, "the kserve engine's OIP gRPC within 5% of its /predictions"),
 )
 
 
-def build_result(options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime,
-                 removed_env: dict | None = None) -> dict:
+def build_result(
+    options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime, removed_env: dict | None = None
+) -> dict:
     ratios = compute_ratios(systems)
     compute = compute_inputs(options.model, vcpus, options.task)
     return {
@@ -127,9 +135,16 @@ def compute_inputs(model: str, vcpus: int, task: str = "classify") -> dict:
 def _options_dict(options: BenchOptions) -> dict:
     raw = asdict(options)
     raw["task"] = options.task
-    raw.update(output_dir=str(options.output_dir), cache_dir=str(options.cache_dir), tuned_config=str(options.tuned_config),
-               images=list(options.images), systems=list(options.systems), image_size=list(options.image_size),
-               warmup=options.warmup_requests, warmup_seconds=options.warmup_load_seconds)
+    raw.update(
+        output_dir=str(options.output_dir),
+        cache_dir=str(options.cache_dir),
+        tuned_config=str(options.tuned_config),
+        images=list(options.images),
+        systems=list(options.systems),
+        image_size=list(options.image_size),
+        warmup=options.warmup_requests,
+        warmup_seconds=options.warmup_load_seconds,
+    )
     return raw
 
 
@@ -163,8 +178,14 @@ def ratio_pair(key: str, systems: dict) -> tuple[str, str | None] | None:
         return "ours_fast", best_peer(systems)
     if key == "kserve_fast_vs_best_peer":
         return "ours_kserve_fast", best_peer(systems)
-    pairs = {**{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()}, **FAST_RATIOS, **PEER_RATIOS, **BATCH_RATIOS, **ENGINE_RATIOS,
-             "ours_tuned_vs_ours": ("ours_tuned", "ours")}
+    pairs = {
+        **{k: ("ours", v) for k, v in RATIO_SYSTEMS.items()},
+        **FAST_RATIOS,
+        **PEER_RATIOS,
+        **BATCH_RATIOS,
+        **ENGINE_RATIOS,
+        "ours_tuned_vs_ours": ("ours_tuned", "ours"),
+    }
     return pairs.get(key)
 
 
@@ -194,22 +215,49 @@ def _p99(systems: dict, name: str) -> float | None:
 
 # A detector or segmenter is served fast through its OpenVINO artifact (eager fp32 runs the same heads as
 # stock), so the task goal is judged on ours with the fastest verified CPU artifact.
-TASK_GOALS = (("fast_vs_torchserve_tuned", 2.0,
-               "ours (fastest CPU artifact) >= 2x hand-tuned stock TorchServe with its own detection / segmentation handler"),)
+TASK_GOALS = (
+    (
+        "fast_vs_torchserve_tuned",
+        2.0,
+        "ours (fastest CPU artifact) >= 2x hand-tuned stock TorchServe with its own detection / segmentation handler",
+    ),
+)
 
 
 def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[dict]:
     chosen = GOALS if task_kind(task).top_k else TASK_GOALS
-    goals = [{"goal": text, "ratio": key, "target": minimum, "measured": ratios.get(key),
-              "met": None if ratios.get(key) is None else ratios[key] >= minimum} for key, minimum, text in chosen]
+    goals = [
+        {
+            "goal": text,
+            "ratio": key,
+            "target": minimum,
+            "measured": ratios.get(key),
+            "met": None if ratios.get(key) is None else ratios[key] >= minimum,
+        }
+        for key, minimum, text in chosen
+    ]
     if task_kind(task).top_k:
         for fast, key in (("ours_fast", "p99_fast_vs_best_peer"), ("ours_kserve_fast", "p99_kserve_fast_vs_best_peer")):
             tail = ratios.get(key)
-            goals.append({"goal": f"{fast} p99 no worse than the best peer's", "ratio": key, "target": 1.0,
-                          "measured": tail, "met": None if tail is None else tail <= 1.0})
+            goals.append(
+                {
+                    "goal": f"{fast} p99 no worse than the best peer's",
+                    "ratio": key,
+                    "target": 1.0,
+                    "measured": tail,
+                    "met": None if tail is None else tail <= 1.0,
+                }
+            )
     p99 = ratios.get("p99_ours_vs_torchserve_tuned")
-    goals.append({"goal": "ours p99 no worse than hand-tuned stock TorchServe", "ratio": "p99_ours_vs_torchserve_tuned",
-                  "target": 1.0, "measured": p99, "met": None if p99 is None else p99 <= 1.0})
+    goals.append(
+        {
+            "goal": "ours p99 no worse than hand-tuned stock TorchServe",
+            "ratio": "p99_ours_vs_torchserve_tuned",
+            "target": 1.0,
+            "measured": p99,
+            "met": None if p99 is None else p99 <= 1.0,
+        }
+    )
     if "ours_tuned" in systems:
         goals += _tuned_goals(ratios)
     for goal in goals:
@@ -220,22 +268,46 @@ def evaluate_goals(systems: dict, ratios: dict, task: str = "classify") -> list[
         if protocol not in systems:
             continue
         speed, tail = ratios.get(f"{protocol}_vs_ours"), ratios.get(f"p99_{protocol}_vs_ours")
-        goals.append({"goal": f"{protocol} throughput within 5% of ours (/predictions)", "ratio": f"{protocol}_vs_ours",
-                      "target": OIP_MIN_THROUGHPUT, "measured": speed, "met": None if speed is None else speed >= OIP_MIN_THROUGHPUT})
-        goals.append({"goal": f"{protocol} p99 within 5% of ours (/predictions)", "ratio": f"p99_{protocol}_vs_ours",
-                      "target": OIP_MAX_P99, "measured": tail, "met": None if tail is None else tail <= OIP_MAX_P99})
+        goals.append(
+            {
+                "goal": f"{protocol} throughput within 5% of ours (/predictions)",
+                "ratio": f"{protocol}_vs_ours",
+                "target": OIP_MIN_THROUGHPUT,
+                "measured": speed,
+                "met": None if speed is None else speed >= OIP_MIN_THROUGHPUT,
+            }
+        )
+        goals.append(
+            {
+                "goal": f"{protocol} p99 within 5% of ours (/predictions)",
+                "ratio": f"p99_{protocol}_vs_ours",
+                "target": OIP_MAX_P99,
+                "measured": tail,
+                "met": None if tail is None else tail <= OIP_MAX_P99,
+            }
+        )
     return goals
 
 
 def _tuned_goals(ratios: dict) -> list[dict]:
     """A tune must never serve worse than the rule it set out to beat."""
     speed, tail = ratios.get("ours_tuned_vs_ours"), ratios.get("p99_ours_tuned_vs_ours")
-    return [{"goal": f"ours_tuned >= {TUNED_MIN_THROUGHPUT:g}x ours (the tuned config against the generated one)",
-             "ratio": "ours_tuned_vs_ours", "target": TUNED_MIN_THROUGHPUT, "measured": speed,
-             "met": None if speed is None else speed >= TUNED_MIN_THROUGHPUT},
-            {"goal": "ours_tuned p99 no worse than ours (lower, or within the spread of the rounds)", "ratio": TUNED_P99_RATIO,
-             "target": TUNED_MAX_P99,
-             "measured": tail, "met": None if tail is None else tail <= TUNED_MAX_P99}]
+    return [
+        {
+            "goal": f"ours_tuned >= {TUNED_MIN_THROUGHPUT:g}x ours (the tuned config against the generated one)",
+            "ratio": "ours_tuned_vs_ours",
+            "target": TUNED_MIN_THROUGHPUT,
+            "measured": speed,
+            "met": None if speed is None else speed >= TUNED_MIN_THROUGHPUT,
+        },
+        {
+            "goal": "ours_tuned p99 no worse than ours (lower, or within the spread of the rounds)",
+            "ratio": TUNED_P99_RATIO,
+            "target": TUNED_MAX_P99,
+            "measured": tail,
+            "met": None if tail is None else tail <= TUNED_MAX_P99,
+        },
+    ]
 
 
 def diagnose(systems: dict, vcpus: int | None = None) -> list[str]:
@@ -246,8 +318,16 @@ def diagnose(systems: dict, vcpus: int | None = None) -> list[str]:
 def machine_info(vcpus: int, device: str = "cpu") -> dict:
     import psutil
 
-    info = {"vcpus": vcpus, "cpu": _cpu_model(), "host": platform.node(), "loadavg_end": list(os.getloadavg()), "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
-            "platform": platform.platform(), "python": platform.python_version(), "device": device}
+    info = {
+        "vcpus": vcpus,
+        "cpu": _cpu_model(),
+        "host": platform.node(),
+        "loadavg_end": list(os.getloadavg()),
+        "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "device": device,
+    }
     if device == "cuda":
         info["gpus"] = gpu_names()
     return info
@@ -294,6 +374,7 @@ def _java_version() -> str | None:
 
 def git_state() -> dict:
     """Commit and whether the tree had changes: read-only git queries."""
+
     def git(*args: str) -> str:
         try:
             return subprocess.run(["git", *args], capture_output=True, text=True, timeout=20).stdout.strip()
@@ -309,8 +390,13 @@ def refresh(result: dict) -> dict:
     task = result.get("options", {}).get("task", "classify")
     compute = result.get("compute") or compute_inputs(result["options"]["model"], result["machine"]["vcpus"], task)
     compute = {**compute, "systems": compute_use(result["systems"], compute["gflop_per_image"], compute["fp32_peak"])}
-    return {**result, "ratios": ratios, "goals": evaluate_goals(result["systems"], ratios, task), "compute": compute,
-            "diagnosis": diagnose(result["systems"], result["machine"]["vcpus"])}
+    return {
+        **result,
+        "ratios": ratios,
+        "goals": evaluate_goals(result["systems"], ratios, task),
+        "compute": compute,
+        "diagnosis": diagnose(result["systems"], result["machine"]["vcpus"]),
+    }
 
 
 def result_stem(result: dict, tag: str) -> str:

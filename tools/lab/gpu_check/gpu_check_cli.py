@@ -13,7 +13,12 @@ from .steps import DEFAULT_MODEL, DEFAULT_WEIGHTS
 def register(commands) -> None:
     p = commands.add_parser("gpu-check", help="on a CUDA machine: every GPU test and measurement, one report (make gpu-check)")
     p.add_argument("--model", default=DEFAULT_MODEL, help=f"the model of the two archives built (default {DEFAULT_MODEL})")
-    p.add_argument("--weights", default=DEFAULT_WEIGHTS, help=f"their weights: seeded (seeded decisive weights, no download), DEFAULT, none or a state_dict path (default {DEFAULT_WEIGHTS})")
+    p.add_argument(
+        "--weights",
+        default=DEFAULT_WEIGHTS,
+        help="their weights: seeded (seeded decisive weights, no download), DEFAULT, none or a state_dict path "
+        f"(default {DEFAULT_WEIGHTS})",
+    )
     p.add_argument("--steps", type=_step_names, default=(), help="comma-separated subset of the steps to run (default: all)")
     p.add_argument("--output-dir", type=Path, default=OUTPUT_DIR, help="where gpu-check-<UTC time>.json and .md go")
     p.set_defaults(func=cmd_gpu_check)

@@ -156,9 +156,16 @@ def bench_figures(output: str, work_dir: Path) -> dict:
                for name, s in result.get("systems", {}).items()}
     ratios = result.get("ratios", {})
     ours = systems.get("ours", {}).get("throughput_ips")
-    headline = f"ours {ours} img/s, {ratios.get('ours_vs_torchserve_default')}x stock defaults, {ratios.get('ours_vs_torchserve_tuned')}x hand-tuned"
-    return {"headline": headline, "result": wrote["json"].rstrip(","), "systems": systems, "ratios": ratios,
-            "backend": result.get("options", {}).get("backend"), "gpus": result.get("machine", {}).get("gpus")}
+    headline = (f"ours {ours} img/s, {ratios.get('ours_vs_torchserve_default')}x stock defaults, "
+                f"{ratios.get('ours_vs_torchserve_tuned')}x hand-tuned")
+    return {
+        "headline": headline,
+        "result": wrote["json"].rstrip(","),
+        "systems": systems,
+        "ratios": ratios,
+        "backend": result.get("options", {}).get("backend"),
+        "gpus": result.get("machine", {}).get("gpus"),
+    }
 
 
 def _first_line(text: str | None) -> str:

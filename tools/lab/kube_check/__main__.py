@@ -23,7 +23,7 @@ from ...images import image_bytes
 from ... import defaults
 from ...engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ...serve.server import WORKER_MARKER, workers_below
-from . import checks, pod_drain as drain, load, pod as podlib
+from . import pod_drain as drain, load, pod as podlib
 from .chart import REPO, render
 from .check import check_variant, image_values, podman_gateway, serve_directory, start_host_baseline, variants
 from .results import write_results

@@ -23,12 +23,11 @@ from pathlib import Path
 import yaml
 
 from ...errors import UsageError
-from ...images import image_bytes
 from ...serve.ports import free_ports
 from ...engines.kserve.engine_process import start_engine
 from ...serve.server import start_torchserve
-from . import checks, pod_drain as drain, load, pod as podlib
-from .chart import REPO, Rendered, Variant, render
+from . import checks, pod as podlib
+from .chart import REPO, Rendered, Variant
 from .probes import wait_ready
 
 TEST_POD_TIMEOUT_S = 300

@@ -167,7 +167,7 @@ def missing_archive_check(rendered: Rendered, build_dir: Path, model: str) -> di
         time.sleep(2)  # let it exit (and be restarted) at least once more
         inspected = pod.inspect("torchserve")
         state, restarts = inspected["State"], inspected.get("RestartCount", 0)
-        line = next((l for l in logs.splitlines() if "archive missing" in l), "")
+        line = next((text for text in logs.splitlines() if "archive missing" in text), "")
         stopped = state["Status"] in ("exited", "stopped") and state.get("ExitCode") == 1 or restarts > 0
         ok = f"{model}.mar" in line and stopped and "TorchServe started" not in logs
         return {"image": rendered.pod_spec["containers"][0]["image"], "line_after_s": seconds, "state": state["Status"],

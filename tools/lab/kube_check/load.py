@@ -87,7 +87,9 @@ def send_fresh(url: str, photo: bytes, timeout_s: float) -> Sent:
         return Sent(started, time.monotonic(), 0, "refused" if refused else "lost", text[:200])
     except requests.RequestException as err:
         return Sent(started, time.monotonic(), 0, "lost", f"{type(err).__name__}: {err}"[:200])
-    outcome = "answered" if response.status_code == 200 else "refused" if is_stop_refusal(response.status_code, response.content) else "failed"
+    outcome = (
+        "answered" if response.status_code == 200 else "refused" if is_stop_refusal(response.status_code, response.content) else "failed"
+    )
     return Sent(started, time.monotonic(), response.status_code, outcome, "" if outcome == "answered" else response.text[:200])
 
 

@@ -27,7 +27,6 @@ from typing import Callable, Iterator
 import numpy as np
 from PIL import Image
 
-from tsvk.common import TASKS
 
 from .corpus import BOMB_FORMATS, declare_size, seed_images
 
@@ -269,9 +268,14 @@ def _is_json(text: str) -> bool:
 def multipart(image: bytes, fields: dict[str, str]) -> tuple[str, bytes]:
     """(content type, body) of a form with the image as a file and each option as a text field."""
     boundary = "tsvkattackboundary"
-    parts = [f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n".encode() for name, value in fields.items()]
-    parts.append(f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"; filename=\"photo.jpg\"\r\n"
-                 "Content-Type: application/octet-stream\r\n\r\n".encode() + image + b"\r\n")
+    parts = [f"--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n".encode()
+             for name, value in fields.items()]
+    parts.append(
+        f'--{boundary}\r\nContent-Disposition: form-data; name="data"; filename="photo.jpg"\r\n'
+        "Content-Type: application/octet-stream\r\n\r\n".encode()
+        + image
+        + b"\r\n"
+    )
     return f"multipart/form-data; boundary={boundary}", b"".join(parts) + f"--{boundary}--\r\n".encode()
 
 

@@ -37,17 +37,23 @@ def surface(service: Service) -> dict:
     listening = listening_addresses(service.run, ports)
     probes = probe_from_outside(ports)
     return {
-        "no_key": {"status": no_key.status, "type": no_key.error}, "wrong_key": {"status": wrong[0], "type": wrong[1]},
-        "register_from_url": {"status": registration[0], "body": registration[1][:200]}, "canary_connections": canary.connections,
-        "private_ports": ports, "listening": {str(p): a for p, a in listening.items()},
-        "outside_addresses": sorted({p.host for p in probes}), "reachable_from_outside": [f"{p.host}:{p.port}" for p in probes if p.connected],
-        **judged({
-            "no key refused": checks.invalid_key_refusal(no_key.status, no_key.error, "no key"),
-            "wrong key refused": checks.invalid_key_refusal(wrong[0], wrong[1], "a wrong key"),
-            "registration from a URL refused": checks.refused(registration[0], "registration from a URL"),
-            "canary saw 0 connections": checks.below(canary.connections if registration[0] else None, 1, "connections to the canary"),
-            "management, metrics, gRPC and OIP not on outside addresses": checks.not_exposed(listening, probes, ports.values()),
-        }),
+        "no_key": {"status": no_key.status, "type": no_key.error},
+        "wrong_key": {"status": wrong[0], "type": wrong[1]},
+        "register_from_url": {"status": registration[0], "body": registration[1][:200]},
+        "canary_connections": canary.connections,
+        "private_ports": ports,
+        "listening": {str(p): a for p, a in listening.items()},
+        "outside_addresses": sorted({p.host for p in probes}),
+        "reachable_from_outside": [f"{p.host}:{p.port}" for p in probes if p.connected],
+        **judged(
+            {
+                "no key refused": checks.invalid_key_refusal(no_key.status, no_key.error, "no key"),
+                "wrong key refused": checks.invalid_key_refusal(wrong[0], wrong[1], "a wrong key"),
+                "registration from a URL refused": checks.refused(registration[0], "registration from a URL"),
+                "canary saw 0 connections": checks.below(canary.connections if registration[0] else None, 1, "connections to the canary"),
+                "management, metrics, gRPC and OIP not on outside addresses": checks.not_exposed(listening, probes, ports.values()),
+            }
+        ),
     }
 
 
@@ -64,15 +70,20 @@ def key_lifetime(service: Service, expiry_s: float, cycles: int = 3) -> dict:
     lapsed = _post_with_key(service, last)
     statuses = {str(s): results.count(s) for s in sorted(set(results))}
     return {
-        "expiry_s": expiry_s, "requests": len(results), "statuses": statuses, "keys_seen": renewals,
+        "expiry_s": expiry_s,
+        "requests": len(results),
+        "statuses": statuses,
+        "keys_seen": renewals,
         "stale_key": {"status": stale_status[0], "type": stale_status[1]},
         "unrenewed_key_after_expiry": {"status": lapsed[0], "type": lapsed[1]},
-        **judged({
-            f"all 200 across {cycles} expiries": checks.all_status(results, 200, "requests following the key procedure"),
-            "keys were renewed": checks.at_least(renewals, cycles + 1, "keys seen"),
-            "stale key refused": checks.key_refused(stale, stale_status[1], "the first key, after it was renewed"),
-            "an unrenewed key lapses": checks.key_refused(last, lapsed[1], "the last key, unrenewed past its expiry"),
-        }),
+        **judged(
+            {
+                f"all 200 across {cycles} expiries": checks.all_status(results, 200, "requests following the key procedure"),
+                "keys were renewed": checks.at_least(renewals, cycles + 1, "keys seen"),
+                "stale key refused": checks.key_refused(stale, stale_status[1], "the first key, after it was renewed"),
+                "an unrenewed key lapses": checks.key_refused(last, lapsed[1], "the last key, unrenewed past its expiry"),
+            }
+        ),
     }
 
 

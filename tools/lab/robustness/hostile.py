@@ -18,7 +18,7 @@ from tsvk.common import task_kind
 
 from ...keys import call_with_fresh_key, current_key
 from . import checks, watch
-from .attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS, Attack, hostile_classes, large_burst
+from .attacks import FRONT_REST, PREDICTIONS, Attack, hostile_classes, large_burst
 from .checks import judged
 from .client import CLIENT_ERROR, Answer, histogram, send
 from .parts import Service, _deaths
@@ -197,17 +197,24 @@ def hostile(service: Service, seed: int) -> dict:
                for c in per_class.values()]
     dead = [v.reason for v in pids_ok if not v.ok]
     return {
-        "models": dict(service.tasks), "inputs": sum(c["sent"] for c in per_class.values()),
-        "answered": sum(c["answered"] for c in per_class.values()), "statuses": statuses,
+        "models": dict(service.tasks),
+        "inputs": sum(c["sent"] for c in per_class.values()),
+        "answered": sum(c["answered"] for c in per_class.values()),
+        "statuses": statuses,
         "good_baselines": {m: {k: v for k, v in b.items() if k != "reference"} for m, b in baselines.items()},
         "per_class": per_class,
-        **judged({
-            "0 worker deaths": checks.Verdict(not dead and bool(pids_ok), "; ".join(dead[:4]) or f"no worker died in {len(pids_ok)} classes"),
-            "only allowed statuses (no undocumented 5xx)": checks.statuses_allowed(statuses, HOSTILE_ALLOWED),
-            "every hostile input refused or bounded (worker time, memory)": checks.hostile_bounded(per_class),
-            "good requests in the same batch answered as alone": checks.good_answered_beside_hostile(
-                [g for c in per_class.values() for g in c["good_beside"]]),
-        }),
+        **judged(
+            {
+                "0 worker deaths": checks.Verdict(
+                    not dead and bool(pids_ok), "; ".join(dead[:4]) or f"no worker died in {len(pids_ok)} classes"
+                ),
+                "only allowed statuses (no undocumented 5xx)": checks.statuses_allowed(statuses, HOSTILE_ALLOWED),
+                "every hostile input refused or bounded (worker time, memory)": checks.hostile_bounded(per_class),
+                "good requests in the same batch answered as alone": checks.good_answered_beside_hostile(
+                    [g for c in per_class.values() for g in c["good_beside"]]
+                ),
+            }
+        ),
     }
 
 
@@ -230,17 +237,24 @@ def large_photos(service: Service, count: int, side: int) -> dict:
         with WorkerMeter(service) as meter:
             answers = _together([lambda a=a: send_attack(service, model, a) for a in burst])
         statuses += [a.status for a in answers]
-        per_model[model] = {"photos": count, "megapixels": round(side * side / 1e6, 1), "statuses": histogram(answers),
-                            "slowest_s": round(max(a.seconds for a in answers), 2),
-                            "peak_worker_growth_mb": None if meter.growth_mb is None else round(meter.growth_mb, 1)}
+        per_model[model] = {
+            "photos": count,
+            "megapixels": round(side * side / 1e6, 1),
+            "statuses": histogram(answers),
+            "slowest_s": round(max(a.seconds for a in answers), 2),
+            "peak_worker_growth_mb": None if meter.growth_mb is None else round(meter.growth_mb, 1),
+        }
     growths = [m["peak_worker_growth_mb"] for m in per_model.values()]
     return {
         "per_model": per_model,
-        **judged({
-            "every large allowed photo answered 200": checks.all_status(statuses, 200, "large allowed photos"),
-            f"peak worker growth under {checks.BURST_GROWTH_MB:g} MiB": checks.below(
-                None if not growths or None in growths else max(growths), checks.BURST_GROWTH_MB, "peak worker RSS growth (MiB)"),
-        }),
+        **judged(
+            {
+                "every large allowed photo answered 200": checks.all_status(statuses, 200, "large allowed photos"),
+                f"peak worker growth under {checks.BURST_GROWTH_MB:g} MiB": checks.below(
+                    None if not growths or None in growths else max(growths), checks.BURST_GROWTH_MB, "peak worker RSS growth (MiB)"
+                ),
+            }
+        ),
     }
 
 
@@ -261,8 +275,11 @@ def oip_clients(service: Service) -> dict:
         except Exception as err:  # the client's own exception types: recorded as what was answered
             got[transport] = f"failed: {type(err).__name__}: {str(err)[:200]}"
     agree = expected is not None and all(label == expected for label in got.values())
-    return {"expected": expected, "answered": got, **judged({
-        "tritonclient HTTP and gRPC answered as /predictions": checks.Verdict(agree, f"/predictions {expected!r}, front {got}")})}
+    return {
+        "expected": expected,
+        "answered": got,
+        **judged({"tritonclient HTTP and gRPC answered as /predictions": checks.Verdict(agree, f"/predictions {expected!r}, front {got}")}),
+    }
 
 
 def _top_label(body: bytes) -> str | None:

@@ -90,18 +90,29 @@ def fuzz(service: Service, count: int, seed: int, concurrency: int) -> dict:
     server_errors = sum(n for s, n in statuses.items() if s.startswith("5") and s not in documented)
     sent, answered_count = len(answers), sum(1 for a in answers if a.status != CLIENT_ERROR)
     return {
-        "inputs": sent, "answered": answered_count, "seed": seed, "concurrency": concurrency, "seconds": round(elapsed, 1),
-        "statuses": statuses, "by_kind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
+        "inputs": sent,
+        "answered": answered_count,
+        "seed": seed,
+        "concurrency": concurrency,
+        "seconds": round(elapsed, 1),
+        "statuses": statuses,
+        "by_kind": {k: dict(sorted(v.items())) for k, v in sorted(by_kind.items())},
         "by_route": {k: dict(sorted(v.items())) for k, v in sorted(by_route.items())},
-        "server_errors": server_errors, "documented_503": statuses.get("503", 0), "client_errors": statuses.get("0", 0), "worker_deaths": _deaths(pids_before, pids_after),
-        "slowest_s": round(max((a.seconds for a in answers), default=0.0), 3), "workers_rss_mb_before": round(rss_before, 1),
+        "server_errors": server_errors,
+        "documented_503": statuses.get("503", 0),
+        "client_errors": statuses.get("0", 0),
+        "worker_deaths": _deaths(pids_before, pids_after),
+        "slowest_s": round(max((a.seconds for a in answers), default=0.0), 3),
+        "workers_rss_mb_before": round(rss_before, 1),
         "peak_worker_rss_mb": round(memory.peak_mb, 1),
-        **judged({
-            "every input answered": checks.all_answered(answered_count, sent),
-            "only 200/400/413/415 and the documented 503": checks.statuses_allowed(statuses, FUZZ_ALLOWED_STATUSES),
-            "no 5xx but the documented 503": checks.no_server_errors(statuses, DOCUMENTED_5XX),
-            "no worker died": checks.no_worker_died(pids_before, pids_after),
-        }),
+        **judged(
+            {
+                "every input answered": checks.all_answered(answered_count, sent),
+                "only 200/400/413/415 and the documented 503": checks.statuses_allowed(statuses, FUZZ_ALLOWED_STATUSES),
+                "no 5xx but the documented 503": checks.no_server_errors(statuses, DOCUMENTED_5XX),
+                "no worker died": checks.no_worker_died(pids_before, pids_after),
+            }
+        ),
     }
 
 
@@ -157,15 +168,20 @@ def bombs(service: Service) -> dict:
     common = before.keys() & after.keys()
     handler_ms = [v["handler_ms"] for v in per_format.values()]
     return {
-        "per_format": per_format, "burst_of_nine_png": histogram(burst),
+        "per_format": per_format,
+        "burst_of_nine_png": histogram(burst),
         "worker_rss_growth_mb": round(max(after[w] - before[w] for w in common), 1) if common else None,
-        **judged({
-            "every bomb 413 image_too_large": checks.refused_with([(v["status"], v["error"]) for v in per_format.values()],
-                                                                  413, "image_too_large"),
-            "handler under 20 ms per bomb": checks.below(None if None in handler_ms else max(handler_ms, default=None),
-                                                         checks.BOMB_HANDLER_MS, "handler ms on the slowest bomb"),
-            "worker grew under 5 MB": checks.grew_under(before, after, checks.BOMB_GROWTH_MB),
-        }),
+        **judged(
+            {
+                "every bomb 413 image_too_large": checks.refused_with(
+                    [(v["status"], v["error"]) for v in per_format.values()], 413, "image_too_large"
+                ),
+                "handler under 20 ms per bomb": checks.below(
+                    None if None in handler_ms else max(handler_ms, default=None), checks.BOMB_HANDLER_MS, "handler ms on the slowest bomb"
+                ),
+                "worker grew under 5 MB": checks.grew_under(before, after, checks.BOMB_GROWTH_MB),
+            }
+        ),
     }
 
 
@@ -192,21 +208,28 @@ def overload(service: Service, factor: int) -> dict:
     after = [send(service.target, service.photo) for _ in range(5)]
     pids_after = service.worker_pids()
     return {
-        "requests": requested, "answered": len(burst), "job_queue_size": service.job_queue_size, "statuses": histogram(burst),
-        "refused_503": len(refused), "refused_p50_ms": _ms(percentile([a.seconds for a in refused], 50)),
+        "requests": requested,
+        "answered": len(burst),
+        "job_queue_size": service.job_queue_size,
+        "statuses": histogram(burst),
+        "refused_503": len(refused),
+        "refused_p50_ms": _ms(percentile([a.seconds for a in refused], 50)),
         "refused_p99_ms": _ms(percentile([a.seconds for a in refused], 99)),
         "accepted_p99_ms": _ms(percentile([a.seconds for a in accepted], 99)),
         "worker_restarts": _deaths(pids_before, pids_after),
         "after": histogram(after),
-        **judged({
-            "excess refused with 503": checks.any_refused(len(refused)),
-            "503s answered within 1 s (p99)": checks.percentile_below([a.seconds for a in refused], 99, checks.OVERLOAD_503_S,
-                                                                      "p99 seconds of the 503s"),
-            "every request answered": checks.all_answered(len(burst), requested),
-            "every accepted request answered 200": checks.all_status([a.status for a in accepted], 200, "accepted requests"),
-            "no worker restarts": checks.no_worker_died(pids_before, pids_after),
-            "normal answers right after": checks.all_status([a.status for a in after], 200, "requests after the burst"),
-        }),
+        **judged(
+            {
+                "excess refused with 503": checks.any_refused(len(refused)),
+                "503s answered within 1 s (p99)": checks.percentile_below(
+                    [a.seconds for a in refused], 99, checks.OVERLOAD_503_S, "p99 seconds of the 503s"
+                ),
+                "every request answered": checks.all_answered(len(burst), requested),
+                "every accepted request answered 200": checks.all_status([a.status for a in accepted], 200, "accepted requests"),
+                "no worker restarts": checks.no_worker_died(pids_before, pids_after),
+                "normal answers right after": checks.all_status([a.status for a in after], 200, "requests after the burst"),
+            }
+        ),
     }
 
 
@@ -229,17 +252,26 @@ def worker_kill(service: Service, concurrency: int, load_s: float) -> dict:
     failed = [a for a in loaded if a.status != 200]
     starts = watch.logged_worker_starts(service.run, service.model)
     return {
-        "killed_pid": victim, "worker_starts_logged": starts, "requests_under_load": len(loaded), "failed": len(failed), "failed_statuses": histogram(failed),
+        "killed_pid": victim,
+        "worker_starts_logged": starts,
+        "requests_under_load": len(loaded),
+        "failed": len(failed),
+        "failed_statuses": histogram(failed),
         "failed_bodies": dict(collections.Counter(f"{a.source}:{a.error}" for a in failed)),
-        "slowest_s": round(max((a.seconds for a in loaded), default=0.0), 2), "response_timeout_s": service.response_timeout_s,
-        "recovery_s": None if recovered_s is None else round(recovered_s, 1), "after": histogram(after),
-        **judged({
-            "none hung past the response timeout": checks.slowest_below([a.seconds for a in loaded], service.response_timeout_s,
-                                                                        "slowest answer under load (s)"),
-            "worker READY again": checks.happened(recovered_s, "every worker READY again"),
-            "all 200 after recovery": checks.all_status([a.status for a in after], 200, "requests after recovery"),
-            "the restart is in the workers' log": checks.at_least(starts, service.workers + 1, "worker starts logged"),
-        }),
+        "slowest_s": round(max((a.seconds for a in loaded), default=0.0), 2),
+        "response_timeout_s": service.response_timeout_s,
+        "recovery_s": None if recovered_s is None else round(recovered_s, 1),
+        "after": histogram(after),
+        **judged(
+            {
+                "none hung past the response timeout": checks.slowest_below(
+                    [a.seconds for a in loaded], service.response_timeout_s, "slowest answer under load (s)"
+                ),
+                "worker READY again": checks.happened(recovered_s, "every worker READY again"),
+                "all 200 after recovery": checks.all_status([a.status for a in after], 200, "requests after recovery"),
+                "the restart is in the workers' log": checks.at_least(starts, service.workers + 1, "worker starts logged"),
+            }
+        ),
     }
 
 

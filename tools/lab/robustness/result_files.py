@@ -21,10 +21,17 @@ def envelope(kind: str, vcpus: int, parts: dict, started: datetime, git: dict | 
     checks = {f"{part}: {name}": ok for part, figures in parts.items() for name, ok in figures.get("checks", {}).items()}
     reasons = {f"{part}: {name}": why for part, figures in parts.items() for name, why in figures.get("reasons", {}).items()}
     return {
-        "kind": kind, "created": started.isoformat(), "finished": datetime.now(timezone.utc).isoformat(),
+        "kind": kind,
+        "created": started.isoformat(),
+        "finished": datetime.now(timezone.utc).isoformat(),
         "command": " ".join(["tsvk", *sys.argv[1:]]) if sys.argv and sys.argv[0].endswith("tsvk") else " ".join(sys.argv),
-        "machine": {**machine_info(vcpus), "cpu_affinity": sorted(os.sched_getaffinity(0))}, "software": software_versions(), "git": git or git_state(),
-        "passed": bool(checks) and all(checks.values()), "checks": checks, "reasons": reasons, "parts": parts,
+        "machine": {**machine_info(vcpus), "cpu_affinity": sorted(os.sched_getaffinity(0))},
+        "software": software_versions(),
+        "git": git or git_state(),
+        "passed": bool(checks) and all(checks.values()),
+        "checks": checks,
+        "reasons": reasons,
+        "parts": parts,
     }
 
 
@@ -41,14 +48,26 @@ def write(result: dict, name: str, output_dir: Path = RESULTS_DIR, extra_md: str
 
 
 def render(result: dict, title: str) -> str:
-    lines = [f"# {title}: {'all checks passed' if result['passed'] else 'SOME CHECKS FAILED'}", "",
-             f"`{result['command']}` at {result['created']} on {result['machine']['cpu']} "
-             f"({result['machine']['vcpus']} vCPUs), git {str(result['git'].get('commit'))[:10]}"
-             f"{' (dirty)' if result['git'].get('dirty') else ''}; TorchServe {result['software'].get('torchserve')}, "
-             f"torch {result['software'].get('torch')}.", "", "| check | held | why |", "|---|---|---|"]
+    lines = [
+        f"# {title}: {'all checks passed' if result['passed'] else 'SOME CHECKS FAILED'}",
+        "",
+        f"`{result['command']}` at {result['created']} on {result['machine']['cpu']} "
+        f"({result['machine']['vcpus']} vCPUs), git {str(result['git'].get('commit'))[:10]}"
+        f"{' (dirty)' if result['git'].get('dirty') else ''}; TorchServe {result['software'].get('torchserve')}, "
+        f"torch {result['software'].get('torch')}.",
+        "",
+        "| check | held | why |",
+        "|---|---|---|",
+    ]
     reasons = result.get("reasons", {})
     lines += [f"| {name} | {'yes' if ok else '**no**'} | {reasons.get(name, '')} |" for name, ok in result["checks"].items()]
     for part, figures in result["parts"].items():
-        lines += ["", f"## {part}", "", "```json", json.dumps({k: v for k, v in figures.items() if k not in ("checks", "reasons")}, indent=1,
-                                                             default=str), "```"]
+        lines += [
+            "",
+            f"## {part}",
+            "",
+            "```json",
+            json.dumps({k: v for k, v in figures.items() if k not in ("checks", "reasons")}, indent=1, default=str),
+            "```",
+        ]
     return "\n".join(lines) + "\n"

@@ -48,15 +48,29 @@ QUEUED_DEADLINE_MS = 120_000
 def register(commands) -> None:
     p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe "
                                                "(or --engine kserve)")
-    p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)")
-    p.add_argument("--detector", default=DETECTOR, help=f"detector served beside --model and attacked too, built with decisive random "
-                   f"weights if missing (default {DETECTOR}; {NO_MODEL}: none)")
-    p.add_argument("--segmenter", default=SEGMENTER, help=f"segmenter served beside --model and attacked too (default {SEGMENTER}; {NO_MODEL}: none)")
-    p.add_argument("--large-photos", type=int, default=LARGE_BURST, help=f"large allowed photos sent at once to the detector and segmenter (default {LARGE_BURST})")
+    p.add_argument(
+        "--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)"
+    )
+    p.add_argument(
+        "--detector",
+        default=DETECTOR,
+        help=f"detector served beside --model and attacked too, built with decisive random "
+        f"weights if missing (default {DETECTOR}; {NO_MODEL}: none)",
+    )
+    p.add_argument(
+        "--segmenter", default=SEGMENTER, help=f"segmenter served beside --model and attacked too (default {SEGMENTER}; {NO_MODEL}: none)"
+    )
+    p.add_argument(
+        "--large-photos",
+        type=int,
+        default=LARGE_BURST,
+        help=f"large allowed photos sent at once to the detector and segmenter (default {LARGE_BURST})",
+    )
     p.add_argument("--large-side", type=int, default=LARGE_PHOTO_SIDE, help=f"their side in pixels (default {LARGE_PHOTO_SIDE}: 36 MP)")
     p.add_argument("--model-store", type=Path, default=DEFAULT_WORK_DIR / "store")
-    p.add_argument("--fuzz-inputs", type=int, default=defaults.FUZZ_INPUTS,
-                   help=f"Hypothesis-generated requests (default {defaults.FUZZ_INPUTS})")
+    p.add_argument(
+        "--fuzz-inputs", type=int, default=defaults.FUZZ_INPUTS, help=f"Hypothesis-generated requests (default {defaults.FUZZ_INPUTS})"
+    )
     p.add_argument("--seed", type=int, default=0, help="corpus seed: the same seed sends the same requests")
     p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
     p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")
@@ -83,8 +97,9 @@ def _results_name(engine: str) -> str:
     return "robustness" if engine == defaults.ENGINE else f"robustness-{engine}"
 
 
-def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
-                   drain: Callable[[ServiceSpec, float], dict] | None = None) -> dict:
+def run_robustness(
+    args: argparse.Namespace, env: dict[str, str] | None = None, drain: Callable[[ServiceSpec, float], dict] | None = None
+) -> dict:
     """Every part against one server serving the classifier, the detector and the segmenter with the Open
     Inference Protocol; key expiry (TorchServe's keys only) and the drain on servers of their own. `drain`: the
     drain measurement (default: stop_under_load)."""
@@ -97,14 +112,26 @@ def run_robustness(args: argparse.Namespace, env: dict[str, str] | None = None,
     # One worker per vCPU as the config plans it; with more models than vCPUs, one worker each on a
     # config that counts a vCPU per worker (robustness is measured here, not speed).
     workers = max(1, min(2, vcpus // served))
-    spec = ServiceSpec(store, args.model, args.work_dir / "main", workers=workers, vcpus=max(vcpus, workers * served), env=env,
-                       other_models=others, oip=True, deadline_ms=QUEUED_DEADLINE_MS, engine=engine)
+    spec = ServiceSpec(
+        store,
+        args.model,
+        args.work_dir / "main",
+        workers=workers,
+        vcpus=max(vcpus, workers * served),
+        env=env,
+        other_models=others,
+        oip=True,
+        deadline_ms=QUEUED_DEADLINE_MS,
+        engine=engine,
+    )
     figures: dict[str, dict] = {}
     with running_service(spec) as service:
         figures["fuzz"] = _timed("fuzz", lambda: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency))
         figures["bombs"] = _timed("bombs", lambda: parts.bombs(service))
         figures["hostile classes"] = _timed("hostile classes", lambda: hostile.hostile(service, args.seed))
-        figures["large allowed photos"] = _timed("large allowed photos", lambda: hostile.large_photos(service, args.large_photos, args.large_side))
+        figures["large allowed photos"] = _timed(
+            "large allowed photos", lambda: hostile.large_photos(service, args.large_photos, args.large_side)
+        )
         figures["oip clients"] = _timed("oip clients", lambda: hostile.oip_clients(service))
         figures["overload"] = _timed("overload", lambda: parts.overload(service, args.overload_factor))
         figures["worker kill"] = _timed("worker kill", lambda: parts.worker_kill(service, 8, args.kill_load_s))
@@ -124,8 +151,12 @@ def counted_inputs(figures: dict) -> dict:
     """Inputs sent and answered over every part that sends a corpus, counted from the answers."""
     sent = sum(figures.get(part, {}).get("inputs", 0) for part in CORPUS_PARTS)
     answered = sum(figures.get(part, {}).get("answered", 0) for part in CORPUS_PARTS)
-    return {"sent": sent, "answered": answered, "parts": list(CORPUS_PARTS),
-            **judged({"at least 10,000 inputs sent and answered": checks.inputs_counted(sent, answered)})}
+    return {
+        "sent": sent,
+        "answered": answered,
+        "parts": list(CORPUS_PARTS),
+        **judged({"at least 10,000 inputs sent and answered": checks.inputs_counted(sent, answered)}),
+    }
 
 
 CORPUS_PARTS = ("fuzz", "hostile classes")
@@ -134,10 +165,15 @@ CORPUS_PARTS = ("fuzz", "hostile classes")
 def drain_part(measure: Callable[[ServiceSpec, float], dict] | None, spec: ServiceSpec) -> dict:
     """The drain measurement's figures (none without a measurement) and its two checks."""
     evidence = measure(spec, DRAIN_LOAD) if measure else None
-    return {**(evidence or {"measured": False}), **judged({
-        "0 accepted requests lost": checks.no_accepted_lost(evidence),
-        "exit within the drain timeout + 5 s": checks.exited_within_drain(evidence),
-    })}
+    return {
+        **(evidence or {"measured": False}),
+        **judged(
+            {
+                "0 accepted requests lost": checks.no_accepted_lost(evidence),
+                "exit within the drain timeout + 5 s": checks.exited_within_drain(evidence),
+            }
+        ),
+    }
 
 
 def _timed(name: str, part) -> dict:
@@ -205,6 +241,9 @@ def served_handler_differences(store: Path, model: str) -> list[str]:
 def _warn_if_other_handler(archive: Path) -> None:
     differing = served_handler_differences(archive.parent, archive.stem)
     if differing:
-        print(f"robustness: WARNING: {archive} was not built by this tool and packs a handler that differs from this "
-              f"checkout's in {len(differing)} files ({', '.join(differing[:5])}{', ...' if len(differing) > 5 else ''}); "
-              "the run measures that archive's handler. Delete it to have one built from this checkout.", flush=True)
+        print(
+            f"robustness: WARNING: {archive} was not built by this tool and packs a handler that differs from this "
+            f"checkout's in {len(differing)} files ({', '.join(differing[:5])}{', ...' if len(differing) > 5 else ''}); "
+            "the run measures that archive's handler. Delete it to have one built from this checkout.",
+            flush=True,
+        )

@@ -44,11 +44,22 @@ class ServiceSpec:
 def serving_request(spec: ServiceSpec) -> ServingRequest:
     inference, management, metrics, grpc_inference, grpc_management, oip_rest, oip_grpc = free_ports(7)
     return ServingRequest(
-        vcpus=spec.vcpus, workers=spec.workers, models=(spec.model, *spec.other_models), model_store=spec.model_store, auth=True,
-        concurrency=QUEUE_CLIENTS, inference_address=f"http://127.0.0.1:{inference}",
-        management_address=f"http://127.0.0.1:{management}", metrics_address=f"http://127.0.0.1:{metrics}",
-        grpc_inference_port=grpc_inference, grpc_management_port=grpc_management,
-        deadline_ms=spec.deadline_ms, protocol="oip" if spec.oip else defaults.PROTOCOL, oip_address="127.0.0.1", oip_rest_port=oip_rest, oip_grpc_port=oip_grpc,
+        vcpus=spec.vcpus,
+        workers=spec.workers,
+        models=(spec.model, *spec.other_models),
+        model_store=spec.model_store,
+        auth=True,
+        concurrency=QUEUE_CLIENTS,
+        inference_address=f"http://127.0.0.1:{inference}",
+        management_address=f"http://127.0.0.1:{management}",
+        metrics_address=f"http://127.0.0.1:{metrics}",
+        grpc_inference_port=grpc_inference,
+        grpc_management_port=grpc_management,
+        deadline_ms=spec.deadline_ms,
+        protocol="oip" if spec.oip else defaults.PROTOCOL,
+        oip_address="127.0.0.1",
+        oip_rest_port=oip_rest,
+        oip_grpc_port=oip_grpc,
     )
 
 
@@ -60,8 +71,13 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
     plan = write_config(serving_request(spec), config)
     if spec.token_expiration_min is not None:
         text = config.read_text()
-        config.write_text("\n".join(f"token_expiration_min={spec.token_expiration_min:g}" if line.startswith("token_expiration_min=")
-                                    else line for line in text.splitlines()) + "\n")
+        config.write_text(
+            "\n".join(
+                f"token_expiration_min={spec.token_expiration_min:g}" if line.startswith("token_expiration_min=") else line
+                for line in text.splitlines()
+            )
+            + "\n"
+        )
     run = _start(spec, config)
     try:
         if spec.engine != KSERVE:
@@ -71,8 +87,18 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         front = _oip_urls(spec, run)
         model = plan.models[0]
         tasks = {name: read_archive_settings(spec.model_store / f"{name}.mar").task for name in (spec.model, *spec.other_models)}
-        yield Service(run, spec.model, model.workers, 2 * QUEUE_CLIENTS, model.response_timeout_s, real_photo(), tasks, front,
-                      {m.name: m.batch for m in plan.models}, spec.deadline_ms)
+        yield Service(
+            run,
+            spec.model,
+            model.workers,
+            2 * QUEUE_CLIENTS,
+            model.response_timeout_s,
+            real_photo(),
+            tasks,
+            front,
+            {m.name: m.batch for m in plan.models},
+            spec.deadline_ms,
+        )
     finally:
         run.stop()
 

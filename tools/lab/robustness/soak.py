@@ -75,9 +75,12 @@ def register(commands) -> None:
                    help=f"length of the loaded run (default {defaults.SOAK_MINUTES:g}: spans the 60-minute key expiry)")
     p.add_argument("--model", default=defaults.ROBUSTNESS_MODEL)
     p.add_argument("--model-store", type=Path, default=DEFAULT_WORK_DIR / "store")
-    p.add_argument("--load", type=float, default=defaults.SOAK_LOAD, help=f"share of the measured capacity to send (default {defaults.SOAK_LOAD})")
-    p.add_argument("--malformed", type=float, default=defaults.SOAK_MALFORMED,
-                   help=f"share of malformed requests (default {defaults.SOAK_MALFORMED})")
+    p.add_argument(
+        "--load", type=float, default=defaults.SOAK_LOAD, help=f"share of the measured capacity to send (default {defaults.SOAK_LOAD})"
+    )
+    p.add_argument(
+        "--malformed", type=float, default=defaults.SOAK_MALFORMED, help=f"share of malformed requests (default {defaults.SOAK_MALFORMED})"
+    )
     p.add_argument("--capacity-seconds", type=float, default=60.0, help="closed-loop measurement of capacity first")
     p.add_argument("--warmup-minutes", type=float, default=10.0, help="minutes left out of the drift figures")
     p.add_argument("--workers", type=int, default=1)
@@ -100,8 +103,11 @@ def cmd_soak(args: argparse.Namespace) -> int:
         rate = args.load * capacity
         print(f"soak: capacity {capacity:.1f} req/s; sending {rate:.1f} req/s for {args.minutes:g} min", flush=True)
         minutes = _soak(service, rate, args)
-    figures = {**summarize([m.figures() for m in minutes], capacity, rate, args), "allocator": resolve_allocator(args.allocator)[0],
-               "handler_differs_from_checkout": served_handler_differences(store, args.model)}
+    figures = {
+        **summarize([m.figures() for m in minutes], capacity, rate, args),
+        "allocator": resolve_allocator(args.allocator)[0],
+        "handler_differs_from_checkout": served_handler_differences(store, args.model),
+    }
     verdict = checks.same_handler(figures["handler_differs_from_checkout"])
     figures["checks"]["served this checkout's handler"], figures["reasons"]["served this checkout's handler"] = verdict.ok, verdict.reason
     result = envelope("soak", detect_vcpus(), {"soak": figures}, started, revision)
@@ -180,10 +186,13 @@ class MinuteRecorder:
         minute.frontend_ms = [ms for status, ms in self.access_log.new_answers() if status == 200]
         self.clock = clock
         figures = minute.figures()
-        print(f"soak: minute {figures['minute'] + 1}: {figures['good']} good ({figures['good_errors']} errors), "
-              f"p99 {figures['p99_ms']} ms (frontend {figures['frontend_p99_ms']}), "
-              f"worker {figures['worker_cpu_ms_per_answer']} CPU ms/answer, CPU % {figures['cpu_pct']}, "
-              f"RSS {sum(sampled.rss_mb.values()):.0f} MiB, fds {sum(sampled.fds.values())}", flush=True)
+        print(
+            f"soak: minute {figures['minute'] + 1}: {figures['good']} good ({figures['good_errors']} errors), "
+            f"p99 {figures['p99_ms']} ms (frontend {figures['frontend_p99_ms']}), "
+            f"worker {figures['worker_cpu_ms_per_answer']} CPU ms/answer, CPU % {figures['cpu_pct']}, "
+            f"RSS {sum(sampled.rss_mb.values()):.0f} MiB, fds {sum(sampled.fds.values())}",
+            flush=True,
+        )
 
 
 def _renewer(run_dir: Path) -> list[psutil.Process]:

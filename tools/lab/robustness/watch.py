@@ -1,7 +1,8 @@
 """Watch a running TorchServe from outside: its workers' pids and readiness, memory, open files.
 
 Workers are found through the management API (pid per worker), or on tsvk's own engine, which has none, in the
-status file it rewrites whenever a worker starts or dies; so a worker that died and was replaced shows as a new pid. Memory and file descriptors are read with psutil over the process
+status file it rewrites whenever a worker starts or dies; so a worker that died and was replaced shows as a new pid.
+Memory and file descriptors are read with psutil over the process
 tree of the TorchServe we started; nothing here signals a process except `kill_worker`, which
 checks first that the pid is a worker inside our own TorchServe's process group.
 """
@@ -160,5 +161,5 @@ class PeakWorkerRss(Periodic):
 
 
 def worker_rss(run: TorchServeRun) -> dict[str, float]:
-    """"worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
+    """ "worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
     return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}

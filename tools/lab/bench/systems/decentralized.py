@@ -31,7 +31,9 @@ class JobResult:
 class Decentralized(System):
     name = "decentralized"
     label = "Decentralized (process per job)"
-    description = "each job is a fresh Python process: import torch, load the eager model, classify one photo; 1 thread, at most one job per vCPU"
+    description = (
+        "each job is a fresh Python process: import torch, load the eager model, classify one photo; 1 thread, at most one job per vCPU"
+    )
     self_timed = True
 
     def prepare(self, ctx: RunContext) -> None:
@@ -45,8 +47,21 @@ class Decentralized(System):
 
 def job_command(ctx: RunContext, image_index: int) -> list[str]:
     photo = ctx.photos[image_index]
-    return [sys.executable, "-m", "tsvk_tools.lab.bench.apps.job", "--model", ctx.options.model,
-            "--weights", str(ctx.weights), "--image", str(photo.file), "--threads", "1", "--device", ctx.options.device]
+    return [
+        sys.executable,
+        "-m",
+        "tsvk_tools.lab.bench.apps.job",
+        "--model",
+        ctx.options.model,
+        "--weights",
+        str(ctx.weights),
+        "--image",
+        str(photo.file),
+        "--threads",
+        "1",
+        "--device",
+        ctx.options.device,
+    ]
 
 
 def run_jobs(ctx: RunContext, jobs: int, parallel: int) -> list[JobResult]:
