@@ -53,7 +53,11 @@ class ArchiveScorer:
         if spec.archive_dir not in sys.path:
             sys.path.insert(0, spec.archive_dir)
         import yaml
-        from tsvk.worker import VisionService  # the archive's copy: see the module's docstring
+
+        try:
+            from tsvk.worker import VisionService  # the archive's copy: see the module's docstring
+        except ModuleNotFoundError:  # an archive packed before tsvk had rooms: tsvk/service.py
+            from tsvk.service import VisionService
 
         self.spec = spec
         config = yaml.safe_load(Path(spec.archive_dir, "model-config.yaml").read_text())
