@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
+from ..archive_package import SERVICE_MODULES, first_module
 from .fetch import InputError, read_input
 
 
@@ -54,10 +55,7 @@ class ArchiveScorer:
             sys.path.insert(0, spec.archive_dir)
         import yaml
 
-        try:
-            from tsvk.worker import VisionService  # the archive's copy: see the module's docstring
-        except ModuleNotFoundError:  # an archive packed before tsvk had rooms: tsvk/service.py
-            from tsvk.service import VisionService
+        VisionService = first_module(SERVICE_MODULES).VisionService  # the archive's copy: see the module's docstring
 
         self.spec = spec
         config = yaml.safe_load(Path(spec.archive_dir, "model-config.yaml").read_text())

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ...archive_package import HEAP_MODULES, SERVICE_MODULES, first_module
 from . import forkserver, wire
 from .metrics import RecordingMetrics
 
@@ -92,7 +93,7 @@ def load_service(args: argparse.Namespace, metrics: RecordingMetrics) -> Any:
     if not Path(tsvk.__file__).resolve().is_relative_to(args.model_dir.resolve()):
         raise RuntimeError(f"tsvk was imported from {tsvk.__file__}, not from the archive")
     _check_handler(args.handler)
-    service_module = _first_module("tsvk.worker", "tsvk.service")  # archives packed before tsvk had rooms: tsvk/service.py
+    service_module = first_module(SERVICE_MODULES)
     yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
     if hasattr(service_module, "ServiceSpec"):
         spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size,
@@ -113,19 +114,9 @@ def _check_handler(handler_file: str) -> None:
 
 
 def _freeze_startup_objects() -> None:
-    heap = _first_module("tsvk.worker", "tsvk.heap")
+    heap = first_module(HEAP_MODULES)
     if hasattr(heap, "freeze_startup_objects"):
         heap.freeze_startup_objects()
-
-
-def _first_module(*names: str) -> Any:
-    """The first of `names` the archive's package has (ModuleNotFoundError for the last when none)."""
-    for name in names[:-1]:
-        try:
-            return importlib.import_module(name)
-        except ModuleNotFoundError:
-            continue
-    return importlib.import_module(names[-1])
 
 
 def serve_batches(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> int:
