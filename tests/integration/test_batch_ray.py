@@ -16,9 +16,10 @@ import pytest
 
 from tests.support.batch_inputs import write_inputs
 from tests.support.ray_cluster import two_node_cluster
+from tests.support.required import pinned
 from tests.support.torchserve import archive_tiny
 
-pytest.importorskip("ray")
+pinned("ray", "pip install 'ray[data]' (make setup)")
 pytestmark = [pytest.mark.slow, pytest.mark.ray_cluster]
 
 INPUTS = 120

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.required import pinned
 from tsvk_tools.batch.sources import input_kind, stream_inputs
 from tsvk_tools.batch.state import DoneIds, InputList, RowFile, RunState, cut_partial_line, read_ids
 from tsvk_tools.batch.tables import output_format, write_parquet
@@ -33,7 +34,7 @@ def test_a_text_file_gives_each_line_relative_paths_from_its_folder_urls_as_they
 
 
 def test_csv_and_parquet_tables_give_their_column_and_a_missing_column_names_the_ones_there(tmp_path):
-    pyarrow = pytest.importorskip("pyarrow")
+    pyarrow = pinned("pyarrow", "make setup")
     import pyarrow.parquet as parquet
 
     (tmp_path / "t.csv").write_text('path,label\n/a.jpg,cat\n"/b,c.jpg",dog\n')
@@ -118,7 +119,7 @@ def test_a_foreign_or_duplicated_output_is_refused_not_resumed(tmp_path):
 
 
 def test_parquet_output_holds_the_journal_rows_with_answers_as_json_text(tmp_path):
-    pytest.importorskip("pyarrow")
+    pinned("pyarrow", "make setup")
     import pyarrow.parquet as parquet
 
     journal = tmp_path / "rows.jsonl"

