@@ -14,6 +14,7 @@ from PIL import Image
 from tritonclient.grpc import service_pb2
 
 from tsvk_tools.lab.robustness import attacks, hostile
+from tsvk.common import TASKS
 from tsvk_tools.lab.robustness.attacks import FRONT_GRPC, FRONT_REST, PREDICTIONS
 from tsvk_tools.lab.robustness.client import Answer, histogram
 from tsvk_tools.lab.robustness.parts import FUZZ_ROUTE_CYCLE, fuzz_route
@@ -26,10 +27,10 @@ ISSUE_CLASSES = ("scan bomb", "pixel bomb png", "pixel bomb gif", "pixel bomb bm
 
 @pytest.fixture(scope="module")
 def classes():
-    return {task: attacks.hostile_classes(task, PHOTO, seed=3) for task in attacks.TASKS}
+    return {task: attacks.hostile_classes(task, PHOTO, seed=3) for task in TASKS}
 
 
-@pytest.mark.parametrize("task", attacks.TASKS)
+@pytest.mark.parametrize("task", TASKS)
 def test_every_class_of_attack_is_sent_to_every_task(classes, task):
     assert set(ISSUE_CLASSES) | {f"options {task}"} == set(classes[task])
     assert all(classes[task][name] for name in classes[task])
