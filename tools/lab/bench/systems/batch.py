@@ -1,7 +1,9 @@
 """`tsvk batch` as a benchmark row: the archive scored offline from a list of the bench photos, on local worker
 processes (`batch`, `batch_fast`) or on a Ray started by the command on this machine (`batch_ray`,
 `batch_ray_fast`). The run is started on more inputs than a round needs; once its first rows are written
-(the workers have loaded), the rows written during the round's seconds give its rate; then it is stopped.
+(the workers have loaded), it runs the seconds of unmeasured load the servers get after their warm-up (first
+calls, a Ray's own start-up work settling), then the rows written during the round's seconds give its rate;
+then it is stopped.
 Each worker's peak resident memory (VmHWM) is read just before the stop.
 """
 
@@ -54,8 +56,10 @@ class BatchLocal(System):
         started = time.monotonic()
         run = subprocess.Popen(command, env=clean_env(), stdout=subprocess.DEVNULL, stderr=open(work / "batch.log", "ab"))
         try:
-            first_at, first = _wait_for_rows(run, output)
+            first_at, _ = _wait_for_rows(run, output)
             ready_s = first_at - started
+            time.sleep(ctx.options.warmup_load_seconds)
+            measured_from, first = time.monotonic(), _count_rows(output)
             time.sleep(ctx.options.round_seconds)
             rows, ended = _count_rows(output), time.monotonic()
             memory = [_peak_mb(p) for p in self.workers(run)]
@@ -66,14 +70,14 @@ class BatchLocal(System):
             except subprocess.TimeoutExpired:
                 run.kill()
                 run.wait()
-        rate = (rows - first) / (ended - first_at)
+        rate = (rows - first) / (ended - measured_from)
         return {"requests": rows - first, "errors": 0, "throughput_ips": round(rate, 2), "latency_ms": {}, "ready_s": round(ready_s, 2),
                 "top1": {}, "details": {"workers": len(memory), "peak_rss_mb_per_worker": memory,
                                         "peak_rss_mb_per_worker_max": max(memory, default=None),
                                         "peak_rss_mb_per_worker_mean": round(statistics.mean(memory), 1) if memory else None,
                                         "batch": ctx.options.batch, "engine": " ".join(self.engine) or "local",
-                                        "throughput_means": "rows written during the round / its seconds, counted from the "
-                                                            "first rows (workers loaded)"}}
+                                        "throughput_means": "rows written during the round / its seconds, counted after "
+                                                            "the first rows (workers loaded) and the warm-up seconds"}}
 
     def workers(self, run: subprocess.Popen) -> list[psutil.Process]:
         """The worker processes: the command's children running tsvk_tools.batch.worker."""
