@@ -1,0 +1,50 @@
+"""The processes that never run a model import no torch: the kserve engine's server, its fork server before it
+preloads, the OIP front and the drain helper. torch and torchvision cost seconds of CPU and hundreds of MiB per
+process; in the engine's server they ran beside the fork server's own imports and made the engine's cold start
+and memory worse than TorchServe's. Each check runs in a fresh interpreter, so what this test process has
+already imported cannot hide an import.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+HEAVY = ("torch", "torchvision")
+LIGHT_MODULES = (
+    "tsvk_tools.engines.kserve.server",
+    "tsvk_tools.engines.kserve.worker",
+    "tsvk_tools.engines.kserve.engine_process",
+    "tsvk_tools.oip.server",
+    "tsvk_tools.serve.torchserve_drain",
+    "tsvk.worker.deadline",
+    "tsvk.worker.stopping",
+    "tsvk.worker.threads",
+)
+
+
+def heavy_imports_of(module: str) -> list[str]:
+    probe = f"import importlib, sys; importlib.import_module({module!r}); print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [name for name in done.stdout.strip().split(",") if name]
+
+
+@pytest.mark.parametrize("module", LIGHT_MODULES)
+def test_module_imports_no_torch(module):
+    assert heavy_imports_of(module) == []
+
+
+def test_the_probe_sees_a_heavy_import():
+    assert heavy_imports_of("tsvk.worker.service") == list(HEAVY)
+
+
+def test_the_worker_room_still_gives_the_service():
+    import tsvk.worker
+    from tsvk.worker.service import VisionService
+
+    assert tsvk.worker.VisionService is VisionService
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
+        tsvk.worker.NoSuchName  # noqa: B018 - the attribute access is the test
