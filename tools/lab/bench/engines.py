@@ -6,7 +6,9 @@ Each round starts TorchServe and then tsvk's engine (`tsvk serve --engine kserve
 (other ports), in alternating order, so drift in the machine's load hits both. Cold start runs from the moment the
 server process is started until a photo sent to /predictions every 50 ms is first answered 200. Memory is the sum of
 the proportional set size (PSS: shared pages split between the processes that map them) of every process in the
-server's process group, read after warm-up requests. Writes benchmarks/results/<time>-engines.{json,md}.
+server's process group, read after warm-up requests. Each round also times a fresh interpreter importing what the
+kserve engine's fork server preloads, with and without torchvision: the floor under the engine's cold start.
+Writes benchmarks/results/<time>-engines.{json,md}.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -30,6 +33,7 @@ from ...archive.pack import build_archive
 from ...archive.build import BuildRequest
 from ...archive.models import WEIGHTS_NONE
 from ...engines.kserve.engine_process import start_engine
+from ...engines.kserve.forkserver import PRELOAD
 from ...images import jpeg_bytes, photo_array
 from ...serve.ports import serving_on_free_ports
 from ...serve.server import start_torchserve
@@ -39,6 +43,8 @@ from .result_document import machine_info
 ENGINES = ("torchserve", "kserve")
 POLL_S = 0.05
 WARM_REQUESTS = 20
+WITHOUT_TORCHVISION = tuple(name for name in PRELOAD if name != "torchvision")
+IMPORT_FIGURES = {"import_preload_s": PRELOAD, "import_without_torchvision_s": WITHOUT_TORCHVISION}
 
 
 def measure(engine: str, store: Path, model: str, workers: int, workdir: Path) -> dict:
@@ -59,6 +65,17 @@ def measure(engine: str, store: Path, model: str, workers: int, workdir: Path) -
     finally:
         run.stop(drain_timeout=5)
     return {"engine": engine, "cold_start_s": round(cold_start_s, 2), **memory}
+
+
+def import_seconds(modules: tuple[str, ...]) -> float:
+    """Wall time of a fresh interpreter that imports `modules` and exits: what any process that needs them pays."""
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-c", "import " + ", ".join(modules)], check=True)
+    return round(time.monotonic() - started, 2)
+
+
+def import_floor() -> dict:
+    return {key: import_seconds(modules) for key, modules in IMPORT_FIGURES.items()}
 
 
 def _first_answer(url: str, photo: bytes, started: float, run, timeout: float = defaults.READY_TIMEOUT_S) -> float:
@@ -106,6 +123,9 @@ def summarize(rounds: list[dict]) -> dict:
         summary[engine] = {key: {"median": statistics.median(r[key] for r in mine), "min": min(r[key] for r in mine),
                                  "max": max(r[key] for r in mine)} for key in ("cold_start_s", "pss_mib", "rss_mib")}
         summary[engine]["processes"] = mine[0]["processes"]
+    floors = [r for r in rounds if r["engine"] == "imports"]
+    if floors:
+        summary["imports"] = {key: statistics.median(r[key] for r in floors) for key in IMPORT_FIGURES}
     summary["ratios"] = {key: round(summary["kserve"][key]["median"] / summary["torchserve"][key]["median"], 2)
                          for key in ("cold_start_s", "pss_mib", "rss_mib")}
     return summary
@@ -143,8 +163,17 @@ def render(result: dict) -> str:
     ]
     lines += [
         f"| {r['round']} | {r['engine']} | {r['cold_start_s']:.2f} | {r['pss_mib']:,.0f} | {r['rss_mib']:,.0f} |"
-        for r in result["rounds_raw"]
+        for r in result["rounds_raw"] if r["engine"] in ENGINES
     ]
+    if "imports" in s:
+        i = s["imports"]
+        lines += [
+            "",
+            f"The floor under the kserve engine's cold start, median of the rounds: a fresh interpreter importing what its fork "
+            f"server preloads ({', '.join(PRELOAD)}) takes {i['import_preload_s']:.2f} s, without torchvision "
+            f"{i['import_without_torchvision_s']:.2f} s; half of TorchServe's cold start is "
+            f"{s['torchserve']['cold_start_s']['median'] / 2:.2f} s.",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -173,6 +202,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir.mkdir()
                 rounds.append({"round": index, **measure(engine, store, args.model, args.workers, workdir)})
                 print(json.dumps(rounds[-1]), flush=True)
+            rounds.append({"round": index, "engine": "imports", **import_floor()})
     stamp = datetime.now(timezone.utc)
     result = {
         "model": args.model,
