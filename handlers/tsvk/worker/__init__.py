@@ -3,7 +3,7 @@ threads, deadlines, stopping, metrics, heap trimming, start counting. `__all__` 
 
 The service is imported on first use of its names, not with the package: it imports torch and torchvision
 (seconds of CPU, hundreds of MiB), and the processes that read only a deadline header, a refusal or a thread
-plan (the kserve engine's server, the OIP front, the CLI) must not pay for them."""
+plan (the kserve engine's server, the OIP front) must not pay for them."""
 
 import importlib
 

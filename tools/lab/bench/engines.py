@@ -43,6 +43,7 @@ from .result_document import machine_info
 ENGINES = ("torchserve", "kserve")
 POLL_S = 0.05
 WARM_REQUESTS = 20
+IMPORTS = "imports"  # the rounds' rows that time the imports, beside the engines' rows
 WITHOUT_TORCHVISION = tuple(name for name in PRELOAD if name != "torchvision")
 IMPORT_FIGURES = {"import_preload_s": PRELOAD, "import_without_torchvision_s": WITHOUT_TORCHVISION}
 
@@ -77,6 +78,7 @@ def import_seconds(modules: tuple[str, ...]) -> float:
 
 
 def import_floor() -> dict:
+    """Each figure of IMPORT_FIGURES, timed once."""
     return {key: import_seconds(modules) for key, modules in IMPORT_FIGURES.items()}
 
 
@@ -125,9 +127,9 @@ def summarize(rounds: list[dict]) -> dict:
         summary[engine] = {key: {"median": statistics.median(r[key] for r in mine), "min": min(r[key] for r in mine),
                                  "max": max(r[key] for r in mine)} for key in ("cold_start_s", "pss_mib", "rss_mib")}
         summary[engine]["processes"] = mine[0]["processes"]
-    floors = [r for r in rounds if r["engine"] == "imports"]
+    floors = [r for r in rounds if r["engine"] == IMPORTS]
     if floors:
-        summary["imports"] = {key: statistics.median(r[key] for r in floors) for key in IMPORT_FIGURES}
+        summary[IMPORTS] = {key: statistics.median(r[key] for r in floors) for key in IMPORT_FIGURES}
     summary["ratios"] = {key: round(summary["kserve"][key]["median"] / summary["torchserve"][key]["median"], 2)
                          for key in ("cold_start_s", "pss_mib", "rss_mib")}
     return summary
@@ -167,8 +169,8 @@ def render(result: dict) -> str:
         f"| {r['round']} | {r['engine']} | {r['cold_start_s']:.2f} | {r['pss_mib']:,.0f} | {r['rss_mib']:,.0f} |"
         for r in result["rounds_raw"] if r["engine"] in ENGINES
     ]
-    if "imports" in s:
-        i = s["imports"]
+    if IMPORTS in s:
+        i = s[IMPORTS]
         lines += [
             "",
             f"The floor under the kserve engine's cold start, median of the rounds: a fresh interpreter importing what its fork "
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
                 workdir.mkdir()
                 rounds.append({"round": index, **measure(engine, store, args.model, args.workers, workdir)})
                 print(json.dumps(rounds[-1]), flush=True)
-            rounds.append({"round": index, "engine": "imports", **import_floor()})
+            rounds.append({"round": index, "engine": IMPORTS, **import_floor()})
     stamp = datetime.now(timezone.utc)
     result = {
         "model": args.model,
