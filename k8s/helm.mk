@@ -182,6 +182,13 @@ image-push: $(kube_setup) image-engine ## push the image tagged by its revision,
 		--registry $(REGISTRY) --models $(HELM_MODELS) --model-store $(HELM_MODEL_STORE) --model-store-in-image $(MODEL_STORE_IN_IMAGE) \
 		--record $(helm_pushed)
 
+# The pods play the image of this checkout: built when missing, rebuilt when its revision label is another commit's
+# (an image from before a `git pull` runs the old code against this checkout's chart and archives).
+image_built_from = $(shell podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' $(IMAGE_TAG_CPU) 2>/dev/null)
+current_image = test "$(image_built_from)" = "$(image_revision)" || { echo "$@: $(IMAGE_TAG_CPU) \
+	$(if $(image_built_from),was built from revision $(image_built_from),is missing); this checkout is $(image_revision): building it"; \
+	$(MAKE) --no-print-directory image DOCKER=podman; }
+
 # make kube-check: the chart's pods run by podman (k8s/README.md, "The pods, run here").
 KUBE_MODEL ?= $(chart_models)
 # The archive kube-check serves, built when missing; none: random weights (no download needed).
@@ -189,14 +196,14 @@ KUBE_WEIGHTS ?= none
 KUBE_ARGS ?=
 
 kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube play and check them from outside (ENGINE=kserve: the chart's engine value, against `make serve ENGINE=kserve`); results in benchmarks/results (KUBE_ARGS)
-	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
+	@$(current_image)
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.lab.kube_check --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
 
 # make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
 # (k8s/README.md, "From KServe's TorchServe runtime").
 kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
-	@podman image exists $(IMAGE_TAG_CPU) || $(MAKE) --no-print-directory image DOCKER=podman
+	@$(current_image)
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.lab.kube_check.kserve_runtime --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL)
 
