@@ -86,6 +86,7 @@ takes_bench-preprocess :=
 takes_bench-compile := MODEL
 takes_bench-pinning := MODEL WORKERS
 takes_bench-engines := MODEL WORKERS
+takes_bench-protocol := ARCHIVE MODEL
 takes_bench-accuracy := IMAGES
 takes_gpu-check := MODEL WEIGHTS
 takes_robustness := FUZZ_INPUTS MODEL ENGINE
@@ -110,7 +111,7 @@ endif
 endif
 endif
 
-.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict batch draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-accuracy gpu-check
+.PHONY: system-deps status doctor tune robustness soak help setup archive compile config serve stop predict batch draw demo test test-unit clean bench triton-venv bench-central bench-tuned bench-preprocess bench-compile bench-pinning bench-engines bench-protocol bench-accuracy gpu-check
 
 help: ## list the targets and their options
 	@grep -hE '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-19s %s\n", $$1, $$2}'
@@ -202,6 +203,9 @@ bench-pinning: setup ## serving with and without core pinning, alternating round
 
 bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS)
 	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
+
+bench-protocol: setup ## the kserve engine answering the Open Inference Protocol's REST vs /predictions, alternating rounds, client hey (ARCHIVE or MODEL)
+	$(TSVK) bench protocol $(call opt,--archive,$(ARCHIVE)) $(call opt,--model,$(MODEL))
 
 bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
 	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))

@@ -57,7 +57,7 @@ OPTIONS = [
     Option(
         "MODEL",
         "--model",
-        f"{BUILD} demo predict batch draw {BENCH} bench-compile bench-pinning bench-engines gpu-check robustness soak",
+        f"{BUILD} demo predict batch draw {BENCH} bench-compile bench-pinning bench-engines bench-protocol gpu-check robustness soak",
         "resnet50",
     ),
     Option("WEIGHTS", "--weights", f"{BUILD} gpu-check", "none"),
@@ -118,6 +118,7 @@ OPTIONS = [
     Option("MIN_IMG_S", "--min-img-s", "tune", "5"),
     Option("MEMORY_MB", "--memory-mb", "config tune", "6000"),
     Option("IMAGES", "--images", "bench-accuracy", "photos/"),
+    Option("ARCHIVE", "--archive", "bench-protocol", "model_store/resnet50.mar"),
     Option("INFERENCE_ADDRESS", "--inference-address", "config", "http://127.0.0.1:18080"),
     Option("MANAGEMENT_ADDRESS", "--management-address", "config", "http://127.0.0.1:18081"),
     Option("METRICS_ADDRESS", "--metrics-address", "config", "http://127.0.0.1:18082"),
@@ -205,6 +206,7 @@ CLI_ONLY = {
     "bench pinning": {flag: _BENCH_TUNING for flag in ("--requests", "--concurrency", "--rounds")},
     "bench accuracy": {flag: _BENCH_TUNING for flag in ("--variants", "--output-dir")},
     "bench engines": {flag: _BENCH_TUNING for flag in ("--backend", "--rounds", "--shared", "--output-dir")},
+    "bench protocol": {flag: _BENCH_TUNING for flag in ("--rounds", "--seconds", "--concurrency", "--output-dir")},
     "gpu-check": {"--steps": "a subset of the steps, for re-running one: `tsvk gpu-check --help`", "--output-dir": _PATHS},
     "robustness": {
         flag: _ROBUSTNESS_TUNING

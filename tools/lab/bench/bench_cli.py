@@ -39,6 +39,7 @@ BENCHMARKS = {
     "pinning": ("pinning", "serving with and without core pinning, alternating rounds"),
     "accuracy": ("accuracy", "top-1/top-5 of every backend and precision through a real TorchServe (EfficientNet-Lite0)"),
     "engines": ("engines", "TorchServe and tsvk's kserve engine on one archive: cold start and the whole server's memory"),
+    "protocol": ("protocol", "tsvk's engine answering the Open Inference Protocol's REST vs /predictions, with hey"),
 }
 
 
