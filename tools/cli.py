@@ -22,6 +22,7 @@ from .archive import build_cli
 from .client import demo, draw, predict, status
 from .engines import container, serve_cli
 from .errors import UsageError
+from .processes import exit_on_sigterm
 from .tune import tune_cli as tune
 
 # Each module's register(commands), in the order `tsvk --help` lists the commands; the lab's follow them.
@@ -49,14 +50,10 @@ def lab_command_modules() -> tuple:
     return importlib.import_module(LAB_COMMANDS).COMMAND_MODULES
 
 
-def _exit_on_sigterm(signum, frame) -> None:
-    raise SystemExit(128 + signum)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)  # run `finally` blocks: servers we started get stopped
+    exit_on_sigterm()  # run `finally` blocks: servers we started get stopped
     progress.configure(args.command, getattr(args, "quiet", False))
     try:
         return args.func(args)

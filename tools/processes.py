@@ -188,6 +188,16 @@ def reap(pid: int) -> bool:
     return done == pid or not _running(pid)
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end this process as `exit(128 + 15)` does, unwinding: the `finally` blocks and
+    `stopped_on_failure` then stop what it started (Python's default ends it at once, leaving them running)."""
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
 @contextmanager
 def stopped_on_failure(stop: Callable[[], object]) -> Iterator[None]:
     """Around the steps after a start: if one fails, or Ctrl+C / SIGTERM arrives, stop what was started and re-raise,

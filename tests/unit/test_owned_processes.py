@@ -131,3 +131,14 @@ def test_a_failed_start_up_step_stops_what_was_started():
     except KeyboardInterrupt:
         pass
     assert stopped == [True]
+
+
+def test_sigterm_unwinds_through_finally_where_exit_on_sigterm_is_installed(tmp_path):
+    marker = tmp_path / "stopped"
+    program = ("import sys, time\nfrom tsvk_tools.processes import exit_on_sigterm\nexit_on_sigterm()\n"
+               f"try:\n    print('ready', flush=True)\n    time.sleep(60)\nfinally:\n    open({str(marker)!r}, 'w').write('cleaned up')\n")
+    child = subprocess.Popen([sys.executable, "-c", program], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    child.terminate()
+    assert child.wait(timeout=30) == 128 + 15
+    assert marker.read_text() == "cleaned up"

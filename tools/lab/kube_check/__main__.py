@@ -19,6 +19,7 @@ import psutil
 
 from ...archive.pack import handler_files_changed
 from ...errors import UsageError
+from ...processes import exit_on_sigterm
 from ...images import image_bytes
 from ... import defaults
 from ...engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
@@ -191,6 +192,7 @@ def passed(report: dict) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    exit_on_sigterm()  # a stop (make's, a CI's) still removes the pods and stops the host's server it started
     started = time.time()
     try:
         report = run(args)
