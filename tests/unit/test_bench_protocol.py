@@ -54,3 +54,16 @@ def test_rounds_below_one_are_refused_by_the_parser(capsys):
     with pytest.raises(SystemExit):
         main(["--rounds", "0"])
     assert "--rounds" in capsys.readouterr().err
+
+
+def test_the_result_is_written_as_json_and_markdown_under_its_time(tmp_path, capsys):
+    from datetime import datetime, timezone
+
+    from tsvk_tools.lab.bench.result_document import write_json_and_markdown
+
+    base = write_json_and_markdown({"ratio": 0.95}, "# report\n", tmp_path / "out", datetime(2026, 11, 28, 4, 0, 39, tzinfo=timezone.utc),
+                                   "protocol")
+    assert base == tmp_path / "out" / "20261128T040039Z-protocol"
+    assert base.with_suffix(".json").read_text() == '{\n  "ratio": 0.95\n}\n'
+    assert base.with_suffix(".md").read_text() == "# report\n"
+    assert "wrote" in capsys.readouterr().out

@@ -38,7 +38,7 @@ from ...images import jpeg_bytes, photo_array
 from ...serve.ports import serving_on_free_ports
 from ...serve.server import start_torchserve
 from ...serve.serving_config import write_config
-from .result_document import machine_info
+from .result_document import machine_info, write_json_and_markdown
 
 ENGINES = ("torchserve", "kserve")
 POLL_S = 0.05
@@ -220,12 +220,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds_raw": rounds,
         "summary": summarize(rounds),
     }
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    base = args.output_dir / f"{stamp.strftime('%Y%m%dT%H%M%SZ')}-engines"
-    base.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    base.with_suffix(".md").write_text(render(result))
-    print(render(result))
-    print(f"wrote {base}.json and .md")
+    write_json_and_markdown(result, render(result), args.output_dir, stamp, "engines")
     return 0
 
 

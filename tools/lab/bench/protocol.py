@@ -35,7 +35,7 @@ from ...errors import UsageError
 from ...images import jpeg_bytes, photo_array
 from ...serve.ports import serving_on_free_ports
 from ...serve.serving_config import write_config
-from .result_document import machine_info
+from .result_document import machine_info, write_json_and_markdown
 from .systems.oip import rest_body
 
 PATHS = ("predictions", "oip_rest")  # the ratio is the second's answers per second over the first's
@@ -160,12 +160,7 @@ def main(argv: list[str] | None = None) -> int:
               "command": "tsvk bench protocol " + " ".join(argv if argv is not None else sys.argv[1:]),
               "finished": stamp.strftime("%Y-%m-%d %H:%M UTC"), "machine": machine_info(os.cpu_count() or 0),
               "rounds_raw": rounds, "summary": summarize(rounds)}
-    args.output_dir.mkdir(parents=True, exist_ok=True)
-    base = args.output_dir / f"{stamp.strftime('%Y%m%dT%H%M%SZ')}-protocol"
-    base.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    base.with_suffix(".md").write_text(render(result))
-    print(render(result))
-    print(f"wrote {base}.json and .md")
+    write_json_and_markdown(result, render(result), args.output_dir, stamp, "protocol")
     return 0
 
 

@@ -315,6 +315,18 @@ def diagnose(systems: dict, vcpus: int | None = None) -> list[str]:
     return explain(systems, vcpus)
 
 
+def write_json_and_markdown(result: dict, markdown: str, output_dir: Path, stamp: datetime, name: str) -> Path:
+    """A narrower benchmark's `<UTC time>-<name>.json` and `.md` in `output_dir`, the report also printed; returns
+    their common stem."""
+    output_dir.mkdir(parents=True, exist_ok=True)
+    base = output_dir / f"{stamp.strftime('%Y%m%dT%H%M%SZ')}-{name}"
+    base.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    base.with_suffix(".md").write_text(markdown)
+    print(markdown)
+    print(f"wrote {base}.json and .md")
+    return base
+
+
 def machine_info(vcpus: int, device: str = "cpu") -> dict:
     import psutil
 
