@@ -1,8 +1,8 @@
 """The processes that never run a model import no torch: the kserve engine's server, its fork server before it
-preloads, the OIP front and the drain helper. torch and torchvision cost seconds of CPU and hundreds of MiB per
-process; in the engine's server they ran beside the fork server's own imports and made the engine's cold start
-and memory worse than TorchServe's. Each check runs in a fresh interpreter, so what this test process has
-already imported cannot hide an import.
+preloads, the OIP front, the drain helper, and `tsvk` running a product command (`tsvk status`, `tsvk stop`).
+torch and torchvision cost seconds of CPU and hundreds of MiB per process; in the engine's server they ran beside
+the fork server's own imports and made the engine's cold start and memory worse than TorchServe's. Each check
+runs in a fresh interpreter, so what this test process has already imported cannot hide an import.
 """
 
 from __future__ import annotations
@@ -22,6 +22,8 @@ LIGHT_MODULES = (
     "tsvk.worker.deadline",
     "tsvk.worker.stopping",
     "tsvk.worker.threads",
+    "tsvk.model",
+    "tsvk.tasks",
 )
 
 
@@ -48,3 +50,24 @@ def test_the_worker_room_still_gives_the_service():
     assert tsvk.worker.VisionService is VisionService
     with pytest.raises(AttributeError, match="no attribute 'NoSuchName'"):
         tsvk.worker.NoSuchName  # noqa: B018 - the attribute access is the test
+
+
+def test_a_product_command_parses_without_torch_and_a_lab_command_with_the_lab():
+    probe = ("import sys; from tsvk_tools import cli; parser = cli.parser_for(['status']); parser.parse_args(['status']); "
+             f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""
+    from tsvk_tools import cli
+
+    assert cli.parser_for(["robustness", "--help"]).parse_args(["robustness"]).command == "robustness"
+
+
+def test_the_lazy_rooms_still_give_their_names():
+    import tsvk.model
+    import tsvk.tasks
+    from tsvk.model.loading import load_model
+    from tsvk.tasks.registry import task_class
+
+    assert tsvk.model.load_model is load_model and tsvk.tasks.task_class is task_class
+    assert tsvk.tasks.task_class("classify").name == "classify"

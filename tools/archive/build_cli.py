@@ -32,7 +32,7 @@ def register(commands) -> None:
     _register_archive(commands)
 
 
-def _build_modules():
+def build_modules():
     """tools/archive/pack.py, build.py and models.py, which import torch: imported once a build is asked for, so that
     `tsvk --help` and the serving commands start without torch."""
     from . import pack as archive, build, models  # torch: only once a build is asked for
@@ -116,7 +116,7 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def build_request(args: argparse.Namespace):
-    _, build, models = _build_modules()
+    _, build, models = build_modules()
     custom_only = [n for n in ("model_factory", "resize", "crop", "mean", "std") if getattr(args, n) is not None]
     if args.model_file is None and custom_only:
         raise UsageError(
@@ -146,7 +146,7 @@ def _register_archive(commands) -> None:
 
 
 def cmd_archive(args: argparse.Namespace) -> int:
-    archive, _, _ = _build_modules()
+    archive, _, _ = build_modules()
     path, result = archive.build_archive(build_request(args), args.model_store, force=args.force)
     size_mb = path.stat().st_size / 2**20
     print(f"wrote {path} ({size_mb:.1f} MiB) in {result.seconds:.1f} s")
@@ -163,7 +163,7 @@ def _register_compile(commands) -> None:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    _, build, _ = _build_modules()
+    _, build, _ = build_modules()
     out = args.output_dir / args.model
     with scratch_dir(args.output_dir, f".{args.model}.compile-") as work:
         (work / "out").mkdir()

@@ -8,7 +8,6 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterator
 
-from tsvk.tasks import task_class
 
 from .. import defaults
 from ..archive.archive_info import read_archive_settings
@@ -117,6 +116,8 @@ def run_fingerprint(request: BatchRequest, plan: BatchPlan, options: dict) -> di
 
 def answer_options(archive: Path, pairs: tuple[str, ...]) -> dict[str, str]:
     """NAME=VALUE pairs checked against the options the archive's task takes."""
+    from tsvk.tasks import task_class  # the task modules import torch: the other commands start without it
+
     allowed = task_class(read_archive_settings(archive).task).parameters
     options = {}
     for pair in pairs:

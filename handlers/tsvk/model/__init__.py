@@ -1,10 +1,13 @@
 """Loading a packed artifact (AOTInductor, torch.export, TorchScript, TensorRT, eager, OpenVINO) on the worker's
 device, in the form its task runs, and the checks that it can run on this CPU. `__all__` is what tools/ may import."""
 
+from ..common.lazy import lazy_attributes
 from .cpu_isa import REMEDY, mismatch_here, recorded_target
-from .loading import gpu_architecture, load_model
-from .openvino_detector import FeatureMapTuple, heads_members, linear_box_head
-from .openvino_ir import write_ir_zip
+
+# imported on first use: the loaders import torch, which a command that only reads an archive's settings does not need
+__getattr__ = lazy_attributes(__name__, {
+    "gpu_architecture": ".loading", "load_model": ".loading", "FeatureMapTuple": ".openvino_detector",
+    "heads_members": ".openvino_detector", "linear_box_head": ".openvino_detector", "write_ir_zip": ".openvino_ir"})
 
 __all__ = ["REMEDY", "FeatureMapTuple", "gpu_architecture", "heads_members", "linear_box_head", "load_model",
            "mismatch_here", "recorded_target", "write_ir_zip"]
