@@ -11,7 +11,7 @@ import requests
 
 from tsvk_tools.errors import UsageError
 from tsvk_tools.lab.kube_check import pod_drain as drain, load
-from tsvk_tools.lab.kube_check.__main__ import worker_memory
+from tsvk_tools.lab.kube_check.__main__ import passed, worker_memory
 from tsvk_tools.lab.kube_check.check import image_values, local_repository
 from tsvk_tools.lab.kube_check.load import OpenLoop, Sent
 from tsvk_tools.lab.kube_check.pod import _ours
@@ -177,3 +177,11 @@ def test_oip_rest_is_the_fronts_port_or_the_engines_inference_port():
     config = "inference_address=http://0.0.0.0:8080\ntsvk.oip.rest_port=8000\ntsvk.oip.grpc_port=8001\n"
     assert oip_rest_port(_rendered("torchserve", config)) == 8000
     assert oip_rest_port(_rendered("kserve", config)) == 8080
+
+
+def test_a_throughput_comparison_without_one_side_fails_the_check():
+    ok = {"checks": [{"name": "probes", "ok": True, "detail": ""}]}
+    compared = {**ok, "throughput": {"pod_vs_make_serve": 0.98}, "drain": {"ok": True}}
+    one_sided = {**ok, "throughput": {"pod_vs_make_serve": None}, "drain": {"ok": True}}
+    assert passed({"variants": {"default": compared, "oip": ok}})
+    assert not passed({"variants": {"default": one_sided, "oip": ok}})
