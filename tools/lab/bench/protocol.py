@@ -33,6 +33,7 @@ from ...arguments import positive_int
 from ...engines.kserve.engine_process import start_engine
 from ...errors import UsageError
 from ...images import jpeg_bytes, photo_array
+from ...measure.sampler import cpu_seconds
 from ...serve.ports import serving_on_free_ports
 from ...serve.serving_config import write_config
 from .result_document import machine_info, write_json_and_markdown
@@ -47,17 +48,9 @@ def answers_by_status(hey_output: str) -> dict[int, int]:
     return {int(status): int(count) for status, count in _ANSWERED.findall(hey_output)}
 
 
-def _cpu_seconds(process: psutil.Process) -> float:
-    try:
-        times = process.cpu_times()
-    except psutil.NoSuchProcess:
-        return 0.0
-    return times.user + times.system
-
-
 def _engine_cpu(server: psutil.Process) -> tuple[float, float]:
     """CPU seconds so far of the engine's server process and of its workers (every descendant)."""
-    return _cpu_seconds(server), sum(_cpu_seconds(child) for child in server.children(recursive=True))
+    return cpu_seconds(server) or 0.0, sum(cpu_seconds(child) or 0.0 for child in server.children(recursive=True))
 
 
 def hey_round(url: str, content_type: str, body: Path, seconds: int, concurrency: int, server: psutil.Process) -> dict:

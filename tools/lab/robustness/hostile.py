@@ -12,11 +12,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Sequence
 
-import psutil
-
 from tsvk.common import task_kind
 
 from ...keys import call_with_fresh_key, current_key
+from ...measure.sampler import cpu_seconds
 from . import checks, watch
 from .attacks import FRONT_REST, PREDICTIONS, Attack, hostile_classes, large_burst
 from .checks import judged
@@ -106,15 +105,7 @@ class WorkerMeter:
 
 
 def _worker_cpu_s(service: Service) -> float:
-    total = 0.0
-    for name, process in watch.named(service.run).items():
-        if name.startswith("worker"):
-            try:
-                times = process.cpu_times()
-            except psutil.Error:
-                continue
-            total += times.user + times.system
-    return total
+    return sum(cpu_seconds(process) or 0.0 for name, process in watch.named(service.run).items() if name.startswith("worker"))
 
 
 ATTACK_BURST = 4  # requests sent together at least, so a good request shares its batch with hostile ones

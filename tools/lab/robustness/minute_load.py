@@ -16,6 +16,8 @@ from pathlib import Path
 
 import psutil
 
+from ...measure.sampler import cpu_seconds
+
 ACCESS_LOG = Path("logs") / "access_log.log"
 # TorchServe's access log line ends with the status and the milliseconds the frontend spent on it:
 #   ... "POST /predictions/resnet18 HTTP/1.1" 200 187
@@ -36,13 +38,8 @@ class CpuClock:
 def read_clock(processes: dict[str, psutil.Process], wall_s: float) -> CpuClock:
     times = psutil.cpu_times()
     busy = times.user + times.nice + times.system + getattr(times, "irq", 0.0) + getattr(times, "softirq", 0.0)
-    per_process = {}
-    for name, process in processes.items():
-        try:
-            own = process.cpu_times()
-            per_process[name] = own.user + own.system
-        except psutil.Error:
-            continue
+    own = {name: cpu_seconds(process) for name, process in processes.items()}
+    per_process = {name: seconds for name, seconds in own.items() if seconds is not None}
     return CpuClock(busy, getattr(times, "steal", 0.0), psutil.cpu_count() or 1, wall_s, per_process)
 
 
