@@ -15,7 +15,8 @@ from tsvk_tools.lab.kube_check.__main__ import passed, worker_memory
 from tsvk_tools.lab.kube_check.check import image_values, local_repository
 from tsvk_tools.lab.kube_check.load import OpenLoop, Sent
 from tsvk_tools.lab.kube_check.pod import _ours
-from tsvk_tools.lab.kube_check.probes import port_number
+from tsvk_tools.lab.kube_check.pod import Pod
+from tsvk_tools.lab.kube_check.probes import crashed, port_number, wait_green
 from tsvk_tools.lab.kube_check.results import LATEST, write_results
 
 SIGTERM_AT = 100.0
@@ -95,6 +96,44 @@ def test_probe_ports_resolve_by_name_or_number():
     assert port_number(container, 9000) == 9000
     with pytest.raises(UsageError, match="no port named 'oip-rest'"):
         port_number(container, "oip-rest")
+
+
+class InspectedPod(Pod):
+    """A pod whose `podman inspect` answers the given records in turn: the fields read are those of podman 4's
+    InspectContainerData (libpod/define/container_inspect.go: RestartCount, State.Status, State.ExitCode)."""
+
+    def __init__(self, records):
+        super().__init__("tsvk-kube-test-pod-0", {"torchserve": "tsvk-kube-test-pod-0-torchserve"})
+        object.__setattr__(self, "records", iter(records))
+
+    def inspect(self, container):
+        return next(self.records)
+
+    def logs(self, container, lines=40):
+        return "ModuleNotFoundError: No module named 'tsvk'"
+
+
+def test_a_crashed_or_restarted_container_is_reported_with_its_last_lines_and_a_running_one_is_not():
+    running = {"State": {"Status": "running", "ExitCode": 0}, "RestartCount": 0}
+    restarted = {"State": {"Status": "running", "ExitCode": 0}, "RestartCount": 1}
+    exited = {"State": {"Status": "exited", "ExitCode": 1}, "RestartCount": 0}
+    assert crashed(InspectedPod([running]), "torchserve") is None
+    assert "restarted 1 time(s)" in crashed(InspectedPod([restarted]), "torchserve")
+    report = crashed(InspectedPod([exited]), "torchserve")
+    assert "exited (exit code 1" in report and "No module named 'tsvk'" in report
+
+
+def test_a_probe_stops_waiting_when_its_container_crashes(monkeypatch):
+    monkeypatch.setattr("tsvk_tools.lab.kube_check.probes.POLL_S", 0.01)
+    container = {"name": "torchserve", "ports": [{"name": "inference", "containerPort": 9}],
+                 "startupProbe": {"httpGet": {"path": "/ping", "port": "inference"}, "periodSeconds": 10,
+                                  "failureThreshold": 60}}
+    pod = InspectedPod([{"State": {"Status": "running"}, "RestartCount": 0}] * 3
+                       + [{"State": {"Status": "exited", "ExitCode": 1}, "RestartCount": 0}])
+    began = time.monotonic()
+    result = wait_green(pod, "127.0.0.1", container, "startupProbe", began)
+    assert not result.ok and "exited" in result.detail
+    assert time.monotonic() - began < 30, "not the probe's 600 s allowance"
 
 
 def test_open_loop_refuses_a_rate_that_is_not_positive():

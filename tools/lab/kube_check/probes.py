@@ -16,6 +16,7 @@ from ...errors import UsageError
 from .pod import Pod
 
 POLL_S = 1.0
+CRASH_LOG_LINES = 15
 
 
 @dataclass(frozen=True)
@@ -56,8 +57,22 @@ def probe_once(pod: Pod, address: str, container: dict, probe: dict) -> tuple[bo
     raise UsageError(f"container {container['name']}: probe kind not run here: {sorted(probe)}")
 
 
+def crashed(pod: Pod, container: str) -> str | None:
+    """Why the container is no longer the one that was started (it exited, or podman restarted it), else None.
+
+    A crash-looping container never turns green, and its probe would otherwise be polled until the whole
+    startup allowance (minutes) had passed; its exit code and last lines tell the user at once what broke."""
+    record = pod.inspect(container)
+    state = record.get("State", {})
+    restarts = record.get("RestartCount", 0)
+    if state.get("Status") == "running" and not restarts:
+        return None
+    return (f"container {container} {state.get('Status', 'gone')} (exit code {state.get('ExitCode')}, "
+            f"restarted {restarts} time(s)); its last lines:\n{pod.logs(container, lines=CRASH_LOG_LINES)}")
+
+
 def wait_green(pod: Pod, address: str, container: dict, kind: str, started: float) -> ProbeResult:
-    """Poll one probe until it succeeds or its periodSeconds x failureThreshold have passed."""
+    """Poll one probe until it succeeds, its container crashes, or periodSeconds x failureThreshold have passed."""
     probe = container[kind]
     limit = probe.get("periodSeconds", 10) * probe.get("failureThreshold", 3) + probe.get("initialDelaySeconds", 0)
     deadline = time.monotonic() + limit
@@ -66,6 +81,9 @@ def wait_green(pod: Pod, address: str, container: dict, kind: str, started: floa
         ok, detail = probe_once(pod, address, container, probe)
         if ok:
             return ProbeResult(container["name"], kind, True, round(time.monotonic() - started, 1), detail)
+        crash = crashed(pod, container["name"])
+        if crash:
+            return ProbeResult(container["name"], kind, False, round(time.monotonic() - started, 1), crash)
         time.sleep(POLL_S)
     return ProbeResult(container["name"], kind, False, round(time.monotonic() - started, 1),
                        f"not green after {limit} s: {detail}")
