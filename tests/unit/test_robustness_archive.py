@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from tsvk_tools.lab.robustness import robustness_cli as run
-from tsvk_tools.lab.robustness.robustness_cli import ensure_archive
+from tsvk_tools.lab.robustness import archives as run
+from tsvk_tools.lab.robustness.archives import ensure_archive
 
 
 @pytest.fixture

@@ -11,8 +11,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from tsvk.common import ArtifactSettings, DetectSettings, HandlerSettings, RuntimeSettings, ServingDefaults, task_kind
-from tsvk.model import gpu_architecture, load_model
-from tsvk.tasks import detections_per_image_of, score_threshold_of
+from tsvk import model as tsvk_model, tasks  # their names import torch on first use, not with this module
 
 from .. import defaults, progress
 from .backends import CompileTarget, check_target, get_backend, prepare_model
@@ -106,7 +105,7 @@ def built_on(device: str) -> dict[str, str]:
         return {}
     import torch
 
-    name, capability = gpu_architecture(torch.device("cuda", torch.cuda.current_device()))
+    name, capability = tsvk_model.gpu_architecture(torch.device("cuda", torch.cuda.current_device()))
     return {"gpu": name, "compute_capability": capability}
 
 
@@ -173,7 +172,7 @@ def _load_back(artifact_settings: ArtifactSettings, artifact: Path, target: Comp
     if needs_code and custom is not None and not (artifact.parent / custom.file.name).exists():
         shutil.copy2(custom.file, artifact.parent / custom.file.name)
     num_classes = len(resolved.labels) if resolved.labels else None
-    return load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes,
+    return tsvk_model.load_model(artifact_settings, artifact.parent, torch.device(target.device), num_classes=num_classes,
                       task=resolved.task).forward
 
 
@@ -243,8 +242,8 @@ def detect_settings(request: BuildRequest, model) -> DetectSettings:
     heads = getattr(model, "roi_heads", None)
     return DetectSettings(
         score_threshold=request.score_threshold,
-        max_detections=min(request.max_detections, detections_per_image_of(model)),
-        score_floor=min(score_threshold_of(model), request.score_threshold),
+        max_detections=min(request.max_detections, tasks.detections_per_image_of(model)),
+        score_floor=min(tasks.score_threshold_of(model), request.score_threshold),
         masks=bool(heads is not None and heads.has_mask()),
     )
 

@@ -9,6 +9,7 @@ whether int8 calibrates on photos, and how its preprocessing is read from a mode
 
 from __future__ import annotations
 
+import importlib
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
@@ -18,9 +19,6 @@ from .. import defaults
 from . import task_preprocess
 from .backends import BACKENDS
 from ..errors import UsageError
-from .verify import verify_artifact
-from .verify_int8 import verify_int8, verify_segmenter_int8
-from .verify_tasks import verify_detector, verify_segmenter
 
 _EXPORT_DETECTOR = ("torch.export cannot capture a torchvision detector: non-maximum suppression keeps a number of "
                     "boxes that depends on the image (GuardOnDataDependentSymNode in batched_nms)")
@@ -45,6 +43,24 @@ class TaskBuild:
     @property
     def name(self) -> str:
         return self.kind.name
+
+
+def _on_use(module: str, name: str) -> Callable:
+    """`module`'s function `name`, imported when first called: the verifiers import torch, seconds of start that
+    reading the tasks' build facts (the bench's options, `tsvk --help`) does not need."""
+
+    def call(*args, **kwargs):
+        return getattr(importlib.import_module(module, __package__), name)(*args, **kwargs)
+
+    call.__name__ = call.__qualname__ = name
+    return call
+
+
+verify_artifact = _on_use(".verify", "verify_artifact")
+verify_detector = _on_use(".verify_tasks", "verify_detector")
+verify_segmenter = _on_use(".verify_tasks", "verify_segmenter")
+verify_int8 = _on_use(".verify_int8", "verify_int8")
+verify_segmenter_int8 = _on_use(".verify_int8", "verify_segmenter_int8")
 
 
 def _without_random(verify: Callable) -> Callable:

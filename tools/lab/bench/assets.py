@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tsvk.common import ServingDefaults, TASK_KINDS as TASKS, task_kind
-from tsvk.tasks import torchvision_model
+from tsvk import tasks  # its names import torch on first use, not with this module
 
 from ...archive.pack import build_archive, handler_sources
 from ...archive.build import BuildRequest
@@ -66,7 +66,7 @@ def shared_weights(options: BenchOptions) -> Path:
         return path
     _check_torchvision_model(options.model)
     torch.manual_seed(WEIGHTS_SEED)
-    model = torchvision_model(options.task, options.model, num_classes=len(labels_for(options.model)))
+    model = tasks.torchvision_model(options.task, options.model, num_classes=len(labels_for(options.model)))
     with atomic_path(path) as tmp:
         torch.save(model.state_dict(), tmp)
     return path

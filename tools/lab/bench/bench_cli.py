@@ -28,7 +28,6 @@ from ...images import SKIMAGE_PHOTOS
 from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, TUNED_VS_GENERATED_SYSTEMS,
                       WARMUP_SECONDS, gpu_backend, with_preset)
 from .result_document import refresh, write_outputs
-from .harness import prepare, run_benchmark
 from .markdown import render_markdown
 
 CENTRAL_FIGURE_CONCURRENCY = 32
@@ -252,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
     progress.configure("bench", args.quiet)
     if args.render:
         return render_existing(args.render, args.tag or "")
+    from .harness import prepare, run_benchmark  # torch: only once a benchmark runs, not for the parser
+
     try:
         options = options_from_args(args, argv)
         if args.prepare_only:

@@ -13,16 +13,9 @@ from ... import defaults
 from ...arguments import add_engine_argument
 from ...cpus import detect_vcpus
 from ...engines.kserve.engine_process import ENGINE as KSERVE
-from tsvk.common import task_kind
 
 from ... import progress
-from ...archive.pack import build_archive, handler_sources
-from ...archive.archive_info import handler_differences
-from ..bench.assets import sources_digest
-from ...archive.build import BuildRequest
 from ...errors import UsageError
-from ...fsutil import atomic_path
-from ...archive.models import torchvision_builders
 from . import auth, checks, hostile, parts
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
@@ -30,7 +23,6 @@ from .drain_measure import stop_under_load
 from .result_files import RESULTS_DIR, write
 from .result_files import envelope
 from .service import ServiceSpec, running_service
-from .task_weights import decisive_weights
 
 DEFAULT_WORK_DIR = Path(".tsvk/robustness")
 KEY_EXPIRY_TEST_MIN = 0.1  # 6 s: three expiries in under half a minute
@@ -103,10 +95,12 @@ def run_robustness(
     """Every part against one server serving the classifier, the detector and the segmenter with the Open
     Inference Protocol; key expiry (TorchServe's keys only) and the drain on servers of their own. `drain`: the
     drain measurement (default: stop_under_load)."""
+    from . import archives  # torch: only once a run builds or reads its archives
+
     engine = getattr(args, "engine", defaults.ENGINE)
     started = datetime.now(timezone.utc)
-    store = ensure_archive(args.model_store, args.model)
-    others = tuple(ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
+    store = archives.ensure_archive(args.model_store, args.model)
+    others = tuple(archives.ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
     vcpus = detect_vcpus()
     served = 1 + len(others)
     # One worker per vCPU as the config plans it; with more models than vCPUs, one worker each on a
@@ -185,65 +179,3 @@ def _timed(name: str, part) -> dict:
     failed = [check for check, ok in figures.get("checks", {}).items() if not ok]
     print(f"robustness: {name} done in {figures['seconds_total']} s{'; FAILED: ' + ', '.join(failed) if failed else ''}", flush=True)
     return figures
-
-
-SOURCES_SUFFIX = ".sources"  # beside an archive built here: the digest of the handler sources it packs
-
-
-TASK_BACKEND = "eager"  # the attacks aim at decoding, options and answers, not the compiled graph
-# A detector with random weights scores every box about 1/91: an archive whose score threshold (and so
-# the model's own floor) is below that answers every image with the model's cap of boxes, each with its
-# mask, the most an answer can cost. (Decisive weights, as the segmenter gets, fail the R-CNN's
-# box-matching verification: its many near-tied boxes are kept in a different order.)
-DETECTOR_SCORE_THRESHOLD = 0.005
-
-
-def ensure_task_archive(store: Path, builder: str) -> str:
-    """A detector's archive with random weights answering every box it finds (see above), or a
-    segmenter's with seeded decisive weights, on the eager backend; its name."""
-    if task_kind(torchvision_builders().get(builder, defaults.TASK)).image_list:  # a detector
-        ensure_archive(store, builder, "none", backend=TASK_BACKEND, score_threshold=DETECTOR_SCORE_THRESHOLD)
-        return builder
-    store.mkdir(parents=True, exist_ok=True)
-    weights = store / f"{builder}.weights.pt"
-    if not weights.is_file():
-        with atomic_path(weights) as partial:  # an interrupted save must not be taken for the weights next time
-            decisive_weights(builder, partial, std=1.0)
-    ensure_archive(store, builder, str(weights), backend=TASK_BACKEND)
-    return builder
-
-
-def ensure_archive(store: Path, model: str, weights: str = "none", **options) -> Path:
-    """The store holding `<model>.mar`: as given, or built here from torchvision with random weights
-    (speed and robustness do not depend on the weights' values). An archive built here earlier is
-    built again once the handler's sources have changed, so a run never measures yesterday's handler;
-    an archive the user put there is served as it is, with a warning when it packs another handler."""
-    archive, stamp = store / f"{model}.mar", store / f"{model}{SOURCES_SUFFIX}"
-    digest = sources_digest()
-    if archive.is_file() and not stamp.is_file():
-        _warn_if_other_handler(archive)
-        return store
-    if archive.is_file() and stamp.read_text() == digest:
-        return store
-
-    why = "the handler changed since it was built" if archive.is_file() else f"weights: {weights}"
-    print(f"robustness: building {archive} ({why})", flush=True)
-    build_archive(BuildRequest(model=model, weights=weights, **options), store, force=archive.is_file())
-    stamp.write_text(digest)
-    return store
-
-
-def served_handler_differences(store: Path, model: str) -> list[str]:
-    """Files of the handler's package that differ between the served archive and this checkout."""
-    return handler_differences(store / f"{model}.mar", handler_sources()[1])
-
-
-def _warn_if_other_handler(archive: Path) -> None:
-    differing = served_handler_differences(archive.parent, archive.stem)
-    if differing:
-        print(
-            f"robustness: WARNING: {archive} was not built by this tool and packs a handler that differs from this "
-            f"checkout's in {len(differing)} files ({', '.join(differing[:5])}{', ...' if len(differing) > 5 else ''}); "
-            "the run measures that archive's handler. Delete it to have one built from this checkout.",
-            flush=True,
-        )

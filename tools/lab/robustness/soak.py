@@ -28,7 +28,7 @@ from .client import Answer, closed_loop, percentile, send
 from .corpus import generate_corpus
 from .minute_load import AccessLogTail, cpu_split, read_clock, worker_cpu_ms
 from .result_files import RESULTS_DIR, envelope, write
-from .robustness_cli import DEFAULT_WORK_DIR, ensure_archive, served_handler_differences
+from .robustness_cli import DEFAULT_WORK_DIR
 from .service import ServiceSpec, running_service
 from .soak_report import summarize, write_plot
 
@@ -94,8 +94,10 @@ def register(commands) -> None:
 def cmd_soak(args: argparse.Namespace) -> int:
     if not (0 < args.load <= 1 and 0 <= args.malformed < 1 and args.minutes > 0 and 0 <= args.warmup_minutes < args.minutes):
         raise UsageError("--load must be in (0, 1], --malformed in [0, 1), --minutes > 0 and --warmup-minutes below --minutes")
+    from . import archives  # torch: only once a run builds or reads its archive
+
     started, revision = datetime.now(timezone.utc), git_state()
-    store = ensure_archive(args.model_store, args.model)
+    store = archives.ensure_archive(args.model_store, args.model)
     spec = ServiceSpec(store, args.model, args.work_dir / "soak", workers=args.workers, allocator=args.allocator)
     print(describe_allocator(args.allocator), flush=True)
     with running_service(spec) as service:
@@ -106,7 +108,7 @@ def cmd_soak(args: argparse.Namespace) -> int:
     figures = {
         **summarize([m.figures() for m in minutes], capacity, rate, args),
         "allocator": resolve_allocator(args.allocator)[0],
-        "handler_differs_from_checkout": served_handler_differences(store, args.model),
+        "handler_differs_from_checkout": archives.served_handler_differences(store, args.model),
     }
     verdict = checks.same_handler(figures["handler_differs_from_checkout"])
     figures["checks"]["served this checkout's handler"], figures["reasons"]["served this checkout's handler"] = verdict.ok, verdict.reason
