@@ -32,12 +32,12 @@ LAB_COMMANDS = f"{__package__}.lab.commands"
 PROGRESS_COMMANDS = ("archive", "compile", "serve", "demo", "tune", "robustness", "soak", "batch")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """Every command's parser, the lab's where it is installed; none of them imports torch, so `tsvk --help` and
-    `tsvk status` start in about a second: a command imports it when it runs a model."""
+def build_parser(lab: bool = True) -> argparse.ArgumentParser:
+    """Every command's parser, the lab's where it is installed (`lab=False`: the product's only). None of them imports
+    torch: a command imports it when it runs a model, so `tsvk --help` starts in about a second."""
     parser = argparse.ArgumentParser(prog="tsvk", description="TorchServe Vision Kit: compile, archive, configure, serve, benchmark.")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for module in COMMAND_MODULES + lab_command_modules():
+    for module in COMMAND_MODULES + (lab_command_modules() if lab else ()):
         module.register(commands)
     for name in PROGRESS_COMMANDS:
         if name in commands.choices:
@@ -52,9 +52,17 @@ def lab_command_modules() -> tuple:
     return importlib.import_module(LAB_COMMANDS).COMMAND_MODULES
 
 
+def parser_for(argv: list[str]) -> argparse.ArgumentParser:
+    """The product's parser for a product command: the lab's modules (the robustness corpus, Hypothesis) cost a
+    few tenths of a second that `tsvk status` or `tsvk stop` need not wait; the whole parser for anything else."""
+    product = build_parser(lab=False)
+    commands = next(a for a in product._actions if isinstance(a, argparse._SubParsersAction))
+    return product if argv[:1] and argv[0] in commands.choices else build_parser()
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    args = parser_for(argv).parse_args(argv)
     exit_on_sigterm()  # run `finally` blocks: servers we started get stopped
     progress.configure(args.command, getattr(args, "quiet", False))
     try:

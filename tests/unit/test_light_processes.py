@@ -63,6 +63,14 @@ def test_every_command_parses_without_torch_the_lab_s_included():
     assert done.stdout.strip() == ""
 
 
+def test_a_product_command_gets_the_product_s_parser_and_a_lab_command_the_whole_one():
+    from tsvk_tools import cli
+
+    assert "robustness" not in cli.parser_for(["status"]).format_usage() + cli.parser_for(["status"]).format_help()
+    assert cli.parser_for(["robustness"]).parse_args(["robustness"]).command == "robustness"
+    assert "robustness" in cli.parser_for(["--help"]).format_help()
+
+
 def test_the_lazy_rooms_still_give_their_names():
     import tsvk.model
     import tsvk.tasks
