@@ -97,6 +97,7 @@ def score_on_ray(address: str, spec: WorkerSpec, plan: BatchPlan, state: RunStat
         context = ray.data.DataContext.get_current()
         context.enable_progress_bars = False  # the run's own progress line shows it
         context.target_max_block_size = BLOCK_BYTES
+        context.memory_usage_poll_interval_s = None  # each task's thread reading its USS from smaps every second
         actors = plan_actors(ray.cluster_resources(), plan.threads)
         spec = replace(spec, gpu_id=actors.gpu_id)
         bits = np.frombuffer(bytes(done.bits), dtype=np.uint8)
