@@ -19,7 +19,7 @@ import requests
 from tests.support.handler_fakes import encode, photo
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.engines.kserve.forkserver import FLAG as FORK_SERVER_FLAG
-from tsvk_tools.engines.kserve.pool import WORKER_MARKER
+from tsvk_tools.engines.kserve.files import WORKER_MARKER
 from tsvk_tools.serve.ports import serving_on_free_ports
 from tsvk_tools.serve.serving_config import write_config
 

@@ -23,7 +23,7 @@ from .. import defaults
 from ..keys import KEY_FILE
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_pid, front_urls
-from ..engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ..engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ..engines.kserve.files import STATUS_FILE
 from ..engines.running import engine_of, find_serving
 from ..serve.server import WORKER_MARKER, TorchServeRun

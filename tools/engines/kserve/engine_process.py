@@ -19,8 +19,7 @@ from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
 from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ...keys import KEY_FILE
 from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
-from .files import LOG, PID_FILE
-from .pool import WORKER_MARKER
+from .files import LOG, PID_FILE, WORKER_MARKER
 
 ENGINE = "kserve"
 SERVER_MODULE = "tsvk_tools.engines.kserve"

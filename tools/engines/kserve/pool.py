@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import os
 import socket
 import sys
 import time
@@ -25,13 +24,12 @@ from tsvk.worker import refusal
 from . import wire
 from .archives import ServedModel
 from .batcher import Batcher, Pending
+from .files import WORKER_MODULE
 from .forkserver import ForkedWorker, ForkServer
 from .metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 
-WORKER_MODULE = "tsvk_tools.engines.kserve.worker"
-WORKER_MARKER = WORKER_MODULE  # the command-line word that tells the engine's workers apart
 RESTART_PAUSE_S = 1.0  # between a refused restart and the next try
 DIED_STATUS = 503
 
@@ -256,8 +254,3 @@ def stopping_body() -> bytes:
 
 def encode_body(value: dict) -> bytes:
     return json.dumps(value, indent=2).encode("utf-8")
-
-
-def worker_env(config: Path) -> dict[str, str]:
-    """The workers' environment: this one, with the config named the way an archive's tsvk looks for it first."""
-    return {**os.environ, "TS_CONFIG_FILE": str(config), "PYTHONUNBUFFERED": "1"}

@@ -11,7 +11,6 @@ accepting and answers what it holds (uvicorn's graceful shutdown), then the work
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import logging
@@ -28,16 +27,15 @@ from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_
                            torchserve_dataplane)
 from .archives import open_archives
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
-from .forkserver import ForkServer
+from .forkserver import ForkServer, worker_env
 from .metrics import EngineMetrics, MetricsServer
-from .pool import WORKER_MODULE, ModelPool, WorkerStart, worker_env
+from .pool import ModelPool, WorkerStart
 from .predictions import PredictionsApi, torchserve_error
 from .tokens import InferenceKey, auth_enabled, write_keys
 
 log = logging.getLogger("tsvk.engine")
 
 ENGINE_PATHS = r"^/ping/?$|^/predictions/[^/]+(/[^/]+)?/?$"
-GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives, unless --drain-timeout says otherwise
 # From the listeners' close to uvicorn's graceful shutdown: long enough for a request a client had already sent on an
 # open connection to be read, so it is held and answered rather than cut as an idle connection.
 SETTLE_S = 0.5
@@ -110,17 +108,9 @@ def _bind(address: str, default_port: int) -> tuple[str, int]:
     return parts.hostname or "127.0.0.1", parts.port or default_port
 
 
-async def serve(config: Path, run_dir: Path, grace_s: float = GRACE_S) -> int:
-    """The fork server is started first (it imports torch while the archives are opened), then the workers, and
-    KServe is imported while they load (cold start: the slowest part runs alone)."""
-    forks = ForkServer.start(WORKER_MODULE, run_dir / "logs" / WORKER_LOG, worker_env(config), run_dir)
-    try:
-        return await _serve(config, run_dir, forks, grace_s)
-    finally:
-        forks.close()
-
-
-async def _serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) -> int:
+async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) -> int:
+    """The fork server is already importing torch (launch.py); the archives are opened and the workers asked for,
+    then KServe is imported while they load (cold start: the slowest part runs alone)."""
     properties = read_properties(config)
     key = None
     if auth_enabled(properties):
@@ -243,21 +233,11 @@ def _quiet_logs() -> None:
         logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m tsvk_tools.engines.kserve",
-                                     description="serve a TorchServe config's tsvk archives without TorchServe")
-    parser.add_argument("--config", type=Path, required=True, help="the config.properties `tsvk config` wrote")
-    parser.add_argument("--run-dir", type=Path, required=True, help="working directory: key file, unpacked archives, logs")
-    parser.add_argument("--drain-timeout", type=float, default=GRACE_S,
-                        help=f"seconds SIGTERM waits for the requests held to be answered (default {GRACE_S})")
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(config: Path, run_dir: Path, grace_s: float, forks: ForkServer) -> int:
+    """The server, once launch.py has parsed its command line and started the fork server."""
     sys.argv = sys.argv[:1]  # kserve.model_server parses the command line when it is imported
     logging.basicConfig(level=logging.INFO, format="%(asctime)s [engine] %(levelname)s %(message)s")
     _quiet_logs()
     for sig in (signal.SIGTERM, signal.SIGINT):  # uvicorn raises the signal again once it has stopped: not fatal here
         signal.signal(sig, lambda *_: None)
-    return asyncio.run(serve(args.config.resolve(), args.run_dir.resolve(), args.drain_timeout))
+    return asyncio.run(serve(config, run_dir, forks, grace_s))

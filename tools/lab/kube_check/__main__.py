@@ -22,7 +22,7 @@ from ...errors import UsageError
 from ...processes import exit_on_sigterm
 from ...images import image_bytes
 from ... import defaults
-from ...engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ...engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ...serve.server import WORKER_MARKER, workers_below
 from . import pod_drain as drain, load, pod as podlib
 from .chart import REPO, render

@@ -21,7 +21,7 @@ import psutil
 
 from ...measure.sampler import Periodic
 from ...engines.kserve.files import STATUS_FILE
-from ...engines.kserve.pool import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ...engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ...engines.kserve.engine_process import SERVER_MODULE as ENGINE_SERVER_MODULE
 from ...serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
 
