@@ -27,8 +27,8 @@ LIGHT_MODULES = (
 )
 
 
-def heavy_imports_of(module: str) -> list[str]:
-    probe = f"import importlib, sys; importlib.import_module({module!r}); print(','.join(m for m in {HEAVY!r} if m in sys.modules))"
+def heavy_imports_of(module: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    probe = f"import importlib, sys; importlib.import_module({module!r}); print(','.join(m for m in {heavy!r} if m in sys.modules))"
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return [name for name in done.stdout.strip().split(",") if name]
@@ -37,6 +37,14 @@ def heavy_imports_of(module: str) -> list[str]:
 @pytest.mark.parametrize("module", LIGHT_MODULES)
 def test_module_imports_no_torch(module):
     assert heavy_imports_of(module) == []
+
+
+def test_the_engine_s_entry_point_starts_the_fork_server_before_importing_the_server():
+    """The fork server's imports are a cold start's longest part: the entry point imports nothing of the server's
+    (KServe's SDK, aiohttp, the front) before starting it, so those imports run beside the fork server's."""
+    server_side = ("kserve", "aiohttp", "tsvk_tools.engines.kserve.server", "tsvk_tools.oip.server", *HEAVY)
+    assert heavy_imports_of("tsvk_tools.engines.kserve.launch", server_side) == []
+    assert {"aiohttp", "tsvk_tools.oip.server"} <= set(heavy_imports_of("tsvk_tools.engines.kserve.server", server_side))
 
 
 def test_the_probe_sees_a_heavy_import():

@@ -9,7 +9,6 @@ module imports only what starting the fork server needs.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 from .files import WORKER_LOG, WORKER_MODULE
@@ -43,6 +42,3 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         forks.close()
 
-
-if __name__ == "__main__":
-    sys.exit(main())
