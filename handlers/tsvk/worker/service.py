@@ -350,7 +350,7 @@ def _log_loaded(
         features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
     )
     log.info(
-        "tsvk worker start %d for %s since the model was loaded (more starts than workers: workers died and TorchServe restarted them)",
+        "tsvk worker start %d for %s since the model was loaded (a count above the model's workers means workers died and were restarted)",
         worker.start_number,
         settings.model_name,
     )
