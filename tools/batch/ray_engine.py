@@ -37,7 +37,7 @@ LOCAL_WORKER_NICENESS = "0"
 ID_TASKS = 1  # tasks at once making and filtering the ids: integers, far faster than any actor scores them
 # The ids are read as one block stream by one task (Ray Data pauses it while the actors are behind). Ray Data's
 # default, many read tasks, paid a task start each and deserialized the done-bitmap again: the actors had 85% of a
-# 2-vCPU machine's CPU with them (int8 ResNet-50, 60 s), 91% with one task.
+# 2-vCPU machine's CPU with them (int8 ResNet-50, 60 s windows), 89-90% with one task.
 ID_READ_BLOCKS = 1
 
 

@@ -20,8 +20,8 @@ OPEN_LOOP_THREADS = 64
 # A worker's RSS moves by tens of MB with each batch's allocate-and-free cycle: one sample says little, so it is
 # read this often while the throughput rounds run, and compared as medians with their range.
 RSS_SAMPLE_S = 2.0
-# Unmeasured load before each round: a fresh pod runs slower for its first seconds under load (after a warm-up of 2
-# requests per client, its first 30 s round was 8% below its second), so each side gets this long of it first.
+# Unmeasured load before each round, on either side: every worker has run full batches for a while before a round is
+# timed, so a round reads the steady state (a warm-up of 2 requests per client left a fresh pod's first round slow).
 WARM_UP_S = 10.0
 
 
