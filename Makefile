@@ -201,8 +201,8 @@ bench-compile: setup ## archive time per backend and compiled vs eager img/s (MO
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
 	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
 
-bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS)
-	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
+bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS, ROUNDS)
+	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS)) $(call opt,--rounds,$(ROUNDS))
 
 bench-protocol: setup ## the kserve engine answering the Open Inference Protocol's REST vs /predictions, alternating rounds, client hey (ARCHIVE or MODEL)
 	$(TSVK) bench protocol $(call opt,--archive,$(ARCHIVE)) $(call opt,--model,$(MODEL))

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tsvk_tools.engines.kserve.forkserver import ForkedWorker, ForkServer
+from tsvk_tools.engines.kserve.forkserver import ForkServer
+from tsvk_tools.engines.kserve.pool import ForkedWorker
 
 ROOT = Path(__file__).resolve().parents[2]
 

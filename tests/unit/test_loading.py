@@ -58,6 +58,51 @@ def test_eager_factory_can_be_a_class(archive, tiny, batch):
     assert torch.equal(load_model(artifact, archive, CPU).forward(batch), tiny(batch))
 
 
+def test_eager_model_takes_the_state_tensors_without_building_weights_first(archive):
+    """Built on the meta device, the model's parameters are the loaded state's own tensors (no copy into
+    randomly initialised ones); the answers equal the model built the ordinary way (the test above)."""
+    state = loading.read_state_dict(archive / "model_state.pt")
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="build"))
+    model = loading.model_holding(state, artifact, archive, None, "classify")
+    assert {name: tensor.data_ptr() for name, tensor in model.state_dict().items()} == {
+        name: tensor.data_ptr() for name, tensor in state.items()}
+
+
+COMPUTING_MODEL_CODE = """
+import torch
+
+class Scaled(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.linear = torch.nn.Linear(4, 2)
+        self.register_buffer("offset", torch.arange(2.0) + 0.5, persistent=False)  # computed, not saved
+        self.factor = float(torch.tensor(3.0).item())  # a value computed with a tensor at construction
+
+    def forward(self, x):
+        return self.linear(x) * self.factor + self.offset
+"""
+
+
+def test_eager_model_whose_constructor_computes_with_tensors_is_built_on_the_cpu(tmp_path):
+    (tmp_path / "model.py").write_text(COMPUTING_MODEL_CODE)
+    reference = tiny_module(tmp_path).Scaled().eval()
+    torch.save(reference.state_dict(), tmp_path / "model_state.pt")
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="Scaled"))
+    x = torch.randn(3, 4)
+    with torch.inference_mode():
+        assert torch.equal(load_model(artifact, tmp_path, CPU).forward(x), reference(x))
+
+
+def test_eager_model_with_a_buffer_the_state_lacks_is_built_on_the_cpu(tmp_path):
+    """Only the unsaved buffer: meta construction succeeds, so the fallback is the check for meta tensors left."""
+    (tmp_path / "model.py").write_text(COMPUTING_MODEL_CODE.replace("self.factor = float(torch.tensor(3.0).item())", "self.factor = 3.0"))
+    reference = tiny_module(tmp_path).Scaled().eval()
+    torch.save(reference.state_dict(), tmp_path / "model_state.pt")
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="Scaled"))
+    model = loading.model_holding(loading.read_state_dict(tmp_path / "model_state.pt"), artifact, tmp_path, None, "classify")
+    assert torch.equal(model.offset, torch.tensor([0.5, 1.5]))
+
+
 def test_eager_factory_missing_names_what_the_file_offers(archive):
     artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="nope"))
     with pytest.raises(ArtifactLoadError, match="'nope' is not a class or function in model.py; found: TinyNet, build"):

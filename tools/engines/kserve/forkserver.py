@@ -19,7 +19,6 @@ server's end closes, the fork server kills the workers it still has and exits. O
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import importlib
@@ -31,17 +30,17 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 import traceback
 from pathlib import Path
 from typing import Callable
 
-PRELOAD = ("numpy", "PIL.Image", "torch", "torchvision")  # what every archive's service imports, none of it tsvk
+# What every worker imports, none of it tsvk: the archive's service (its CPU preprocessing uses torchvision's
+# transforms.v2) and worker.py (PyYAML reads the archive's model-config.yaml).
+PRELOAD = ("numpy", "PIL.Image", "yaml", "torch", "torchvision", "torchvision.transforms.v2")
 FLAG = "--fork-server"  # worker.py's command line in this mode; the forked workers keep it (and so the worker marker)
 MESSAGE_BYTES = 1 << 20  # the largest control message: argv, environment and folder of one worker
 REAP_S = 0.2  # how often exited workers are reaped while no request comes
 REPLY_TIMEOUT_S = 600.0  # the first start waits for the imports above
-WAIT_POLL_S = 0.05
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
@@ -197,22 +196,3 @@ class ForkServer:
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-
-
-class ForkedWorker:
-    """A worker the fork server started, as the pool handles its workers: pid, alive, kill, wait."""
-
-    def __init__(self, forks: ForkServer, pid: int):
-        self.forks = forks
-        self.pid = pid
-
-    def alive(self) -> bool:
-        return self.forks.is_running_child(self.pid)
-
-    def kill(self) -> None:
-        self.forks.kill(self.pid)
-
-    async def wait(self, timeout: float = 10.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.alive() and time.monotonic() < deadline:
-            await asyncio.sleep(WAIT_POLL_S)

@@ -25,13 +25,14 @@ from . import wire
 from .archives import ServedModel
 from .batcher import Batcher, Pending
 from .files import WORKER_MODULE
-from .forkserver import ForkedWorker, ForkServer
+from .forkserver import ForkServer
 from .metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 
 RESTART_PAUSE_S = 1.0  # between a refused restart and the next try
 DIED_STATUS = 503
+FORKED_WAIT_POLL_S = 0.05  # how often a killed forked worker (not this process's child) is checked for its end
 
 
 class WorkerGone(Exception):
@@ -65,6 +66,25 @@ class _Spawned:
 
     async def wait(self) -> None:
         await self.process.wait()
+
+
+class ForkedWorker:
+    """A worker the fork server started: pid, alive, kill, wait."""
+
+    def __init__(self, forks: ForkServer, pid: int):
+        self.forks = forks
+        self.pid = pid
+
+    def alive(self) -> bool:
+        return self.forks.is_running_child(self.pid)
+
+    def kill(self) -> None:
+        self.forks.kill(self.pid)
+
+    async def wait(self, timeout: float = 10.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.alive() and time.monotonic() < deadline:
+            await asyncio.sleep(FORKED_WAIT_POLL_S)
 
 
 class WorkerProcess:

@@ -44,7 +44,7 @@ ENGINES = ("torchserve", "kserve")
 POLL_S = 0.05
 WARM_REQUESTS = 20
 IMPORTS = "imports"  # the rounds' rows that time the imports, beside the engines' rows
-WITHOUT_TORCHVISION = tuple(name for name in PRELOAD if name != "torchvision")
+WITHOUT_TORCHVISION = tuple(name for name in PRELOAD if name.split(".")[0] != "torchvision")
 IMPORT_FIGURES = {"import_preload_s": PRELOAD, "import_without_torchvision_s": WITHOUT_TORCHVISION}
 
 
