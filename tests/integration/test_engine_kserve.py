@@ -4,7 +4,8 @@ per task (classify, detect, segment), the same model store, the same generated c
 TorchServe's answers are what the engine's must equal: the JSON of every task's answer, and the statuses, bodies
 and headers of TorchServe's own answers (/ping, an unknown model or version, a refused key, a bad image). The engine
 runs no Java and its workers import the archive's own tsvk (checked in the worker). Also: an archive the engine
-cannot serve is refused in one line naming it while the others start, and a worker killed mid-batch has its
+cannot serve is refused in one line naming it while the others start (the engine on jemalloc, where installed: every
+process of it maps the allocator asked for), and a worker killed mid-batch has its
 requests answered 503 within a second and is replaced.
 """
 
@@ -33,9 +34,11 @@ from tests.support.torchserve import archive_tiny, post_concurrently, running_to
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
+from tsvk_tools.engines.kserve.engine_process import find_engine
 from tsvk_tools.engines.kserve.files import STATUS_FILE
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
+from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc
 from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
 
 pytestmark = pytest.mark.integration
@@ -228,9 +231,13 @@ def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(
         == 0
     )
     run_dir = tmp_path / "run"
+    allocator = "jemalloc" if find_jemalloc() else "glibc"  # CI installs libjemalloc2: not the default allocator
     try:
-        assert tsvk(["serve", "--engine", "kserve", "--config", str(config), "--run-dir", str(run_dir)]) == 0
+        assert tsvk(["serve", "--engine", "kserve", "--config", str(config), "--run-dir", str(run_dir), "--allocator", allocator]) == 0
         out = capsys.readouterr().out
+        assert f"allocator: {allocator}" in out
+        on_jemalloc = _on_jemalloc(run_dir)
+        assert set(on_jemalloc.values()) == {allocator == "jemalloc"}, on_jemalloc
         refusals = [line for line in out.splitlines() if line.startswith("not serving")]
         assert len(refusals) == 2, out
         assert any("stock.mar" in line and "image_classifier" in line and "stock" in line for line in refusals), refusals
@@ -244,6 +251,14 @@ def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(
     finally:
         assert tsvk(["stop", "--run-dir", str(run_dir)]) == 0
     assert "stopped engine kserve" in capsys.readouterr().out
+
+
+def _on_jemalloc(run_dir: Path) -> dict[str, bool]:
+    """The engine's server, fork server and worker: whether each has jemalloc mapped."""
+    server = psutil.Process(find_engine(run_dir).pid)
+    processes = [server, *server.children(recursive=True)]
+    assert len(processes) >= 3, "no fork server or no worker found"
+    return {f"{p.pid} {' '.join(p.cmdline()[1:4])}": JEMALLOC_SONAME in Path(f"/proc/{p.pid}/maps").read_text() for p in processes}
 
 
 def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(tmp_path):

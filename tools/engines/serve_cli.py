@@ -182,9 +182,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     oip = args.config.is_file() and is_oip_config(read_properties(args.config))
     if args.protocol == "oip" and not oip:
         raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
+    print(describe_allocator(args.allocator))
     if args.engine == "kserve":
         return _serve_on_engine(args, oip)
-    print(describe_allocator(args.allocator))
     with progress.step("start TorchServe", f"its frontend (Java) on {args.config}"):
         run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
     try:
@@ -213,7 +213,7 @@ def _serve_on_engine(args: argparse.Namespace, oip: bool) -> int:
     """tsvk's own engine on the same config: no Java, no front process (it speaks the protocol itself), no key renewer
     (its keys do not expire)."""
     with progress.step("start tsvk's engine", f"worker processes behind KServe's model server, on {args.config}"):
-        run = start_engine(args.config, args.run_dir)
+        run = start_engine(args.config, args.run_dir, allocator=args.allocator)
     try:
         with progress.step("load the models", f"every served model's workers ready (at most {args.timeout} s; log: {args.run_dir}/logs)"):
             run.wait_ready(timeout=args.timeout)

@@ -1,7 +1,8 @@
-"""The malloc TorchServe and its workers run with.
+"""The malloc the server and its workers run with, TorchServe's or tsvk's engine's.
 
-A process picks its allocator when it starts, so it is set in the environment TorchServe is started
-with (LD_PRELOAD), and every worker the frontend starts inherits it. glibc's malloc is the default:
+A process picks its allocator when it starts, so it is set in the environment the server is started
+with (LD_PRELOAD), and every worker inherits it (TorchServe's frontend starts them; the engine's fork server,
+started with the engine's environment, forks them). glibc's malloc is the default:
 workers trim its heap after batches (tsvk/worker/heap.py) and `make soak` measures that. jemalloc is there
 for deployments that standardise on it (it decays freed pages back to the system on its own);
 `tsvk soak --allocator jemalloc` measures a worker on it the same way.
@@ -70,7 +71,7 @@ def describe(choice: str) -> str:
 
 
 def add_allocator_argument(parser) -> None:
-    """`--allocator` for the commands that start TorchServe."""
+    """`--allocator` for the commands that start a server (TorchServe, or either engine for `tsvk serve`)."""
     parser.add_argument("--allocator", choices=defaults.ALLOCATORS, default=defaults.ALLOCATOR,
-                        help=f"malloc for TorchServe and its workers: glibc, jemalloc (LD_PRELOAD), or auto = jemalloc where "
+                        help=f"malloc for the server and its workers: glibc, jemalloc (LD_PRELOAD), or auto = jemalloc where "
                              f"{JEMALLOC_SONAME} is installed (default {defaults.ALLOCATOR})")

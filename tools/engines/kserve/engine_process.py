@@ -8,6 +8,7 @@ it is still the process that was started. Its run looks like a TorchServe's to t
 
 from __future__ import annotations
 
+import os
 import re
 import sys
 import time
@@ -18,6 +19,7 @@ from ...errors import UsageError
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
 from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ...keys import KEY_FILE
+from ...serve.allocator import allocator_env
 from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
 from .files import LOG, PID_FILE, WORKER_MARKER
 
@@ -81,8 +83,9 @@ class EngineRun(TorchServeRun):
         return Owned(self.pid, self.started_at, MARKERS)
 
 
-def start_engine(config: Path, run_dir: Path) -> EngineRun:
-    """Start the engine on `config` in the background, in its own session; refuses if this run dir has a live one."""
+def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATOR) -> EngineRun:
+    """Start the engine on `config` in the background, in its own session, its server and workers on `allocator`
+    (tools/serve/allocator.py: the fork server and so every worker inherit it); refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
         raise UsageError(f"config {config} not found; generate it with `tsvk config`")
@@ -92,7 +95,8 @@ def start_engine(config: Path, run_dir: Path) -> EngineRun:
     make_private_dir(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     child = start_detached([sys.executable, "-m", SERVER_MODULE, "--config", str(config), "--run-dir", str(run_dir)],
-                           run_dir / "logs" / LOG, cwd=run_dir, umask=PRIVATE_UMASK, markers=MARKERS)
+                           run_dir / "logs" / LOG, cwd=run_dir, env={**os.environ, **allocator_env(allocator)},
+                           umask=PRIVATE_UMASK, markers=MARKERS)
     write_pid_file(run_dir / PID_FILE, child.owned, str(config))
     return EngineRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)
 
