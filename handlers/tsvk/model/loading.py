@@ -291,9 +291,9 @@ def model_holding(
     state: dict[str, torch.Tensor], artifact: ArtifactSettings, model_dir: Path, num_classes: int | None, task: str,
 ) -> torch.nn.Module:
     """The eager model with `state` as its tensors. It is built on the meta device first: the structure without
-    allocating or randomly initialising weights that the state replaces at once (a fifth of a second for
-    ResNet-18, more for larger models, in every worker at every start), then the state's tensors take the
-    places of the parameters and buffers. A model that leaves a tensor the state does not hold (a buffer its
+    allocating or randomly initialising weights that the state replaces at once (a cost that grows with the
+    model, paid by every worker at every start), then the state's tensors take the places of the parameters
+    and buffers. A model that leaves a tensor the state does not hold (a buffer its
     constructor computes and does not save), or whose constructor computes with tensors, is built as before."""
     try:
         with torch.device("meta"):
