@@ -120,7 +120,7 @@ def write_tiny_eager_archive(model_dir: Path, num_classes: int = 10, preprocess:
 
 
 def tiny_module(model_dir: Path):
-    """The TinyNet class written by write_tiny_eager_archive, imported from that folder."""
+    """The model.py in `model_dir` (write_tiny_eager_archive's TinyNet, or a test's own), imported from there."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("tiny_model_for_test", model_dir / "model.py")

@@ -298,12 +298,11 @@ def model_holding(
     try:
         with torch.device("meta"):
             model = build_eager_model(artifact, model_dir, num_classes, task)
-    except (RuntimeError, NotImplementedError):  # the constructor computed with a tensor: meta tensors hold no values
-        model = None
-    if model is not None:
         model.load_state_dict(state, assign=True)
         if not any(tensor.is_meta for tensor in (*model.parameters(), *model.buffers())):
             return model
+    except (RuntimeError, NotImplementedError):  # the constructor computed with a tensor: meta tensors hold no values
+        pass
     model = build_eager_model(artifact, model_dir, num_classes, task)
     model.load_state_dict(state)
     return model
