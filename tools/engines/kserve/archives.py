@@ -9,6 +9,7 @@ artifact the archive does not hold cannot be served here; the others still start
 
 from __future__ import annotations
 
+import compileall
 import json
 import shutil
 import zipfile
@@ -155,8 +156,13 @@ def _settings(archive: Path, settings_file: str) -> HandlerSettings:
 
 
 def _unpack(archive: Path, directory: Path) -> None:
-    """The archive's files under `directory`, replacing an earlier unpacking (a restart serves the archive as it is now)."""
+    """The archive's files under `directory`, replacing an earlier unpacking (a restart serves the archive as it is now),
+    and its Python compiled there once. Freshly unpacked sources have no bytecode, so every worker would compile the
+    archive's tsvk at its start (tens of milliseconds each, on the way to its first answer); here the server compiles
+    them while the fork server is still importing torch. A file that does not compile is left to the worker, whose
+    refusal then names the error."""
     shutil.rmtree(directory, ignore_errors=True)
     directory.mkdir(parents=True, mode=0o700)
     with zipfile.ZipFile(archive) as mar:
         mar.extractall(directory)
+    compileall.compile_dir(directory, quiet=2)
