@@ -68,6 +68,24 @@ def test_eager_model_takes_the_state_tensors_without_building_weights_first(arch
         name: tensor.data_ptr() for name, tensor in state.items()}
 
 
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads the process's mappings from /proc")
+def test_eager_weights_are_mapped_from_the_archive_file_not_copied_into_the_heap(tmp_path, tiny, batch):
+    """Mapped, the file's pages are shared by every worker serving the archive; the answers are the same."""
+    write_tiny_eager_archive(tmp_path)
+    artifact = _artifact("model_state.pt", "eager", source=ModelSource(kind="file", file="model.py", factory="build"))
+    loaded = load_model(artifact, tmp_path, CPU)
+    assert str(tmp_path / "model_state.pt") in Path("/proc/self/maps").read_text()
+    assert torch.equal(loaded.forward(batch), tiny(batch))
+
+
+def test_a_state_saved_in_the_legacy_format_cannot_be_mapped_and_is_read(tmp_path, tiny):
+    weights = tmp_path / "model_state.pt"
+    torch.save(tiny.state_dict(), weights, _use_new_zipfile_serialization=False)
+    state = loading.read_state_dict(weights)
+    assert all(torch.equal(state[name], tensor) for name, tensor in tiny.state_dict().items())
+    assert str(weights) not in Path("/proc/self/maps").read_text()
+
 COMPUTING_MODEL_CODE = """
 import torch
 
