@@ -4,7 +4,8 @@ batches the server sends until the server closes the socket.
 Run as `python -m tsvk_tools.engines.kserve.worker`; the server (pool.py) starts it with the archive unpacked in
 `--model-dir` and one end of a socket pair as `--fd`. The archive's directory goes first on the import path, the
 way TorchServe puts it there, so `tsvk` is the archive's copy (checked), and the handler module the manifest names
-is imported and must define a tsvk handler class. A worker ignores SIGTERM and SIGINT: `tsvk stop` signals the engine's
+is imported and must define a tsvk handler class. Once it has said READY it answers one synthetic photo (warm_up)
+while the server collects its first batch. A worker ignores SIGTERM and SIGINT: `tsvk stop` signals the engine's
 whole process group, and the batch a worker holds must still be answered while the server drains; the server ends its
 workers once it has (by closing their sockets, then SIGKILL). Answers are encoded here, as TorchServe's worker encodes them
 (ts/protocol/otf_message_handler.py of 0.12.0: bytes as they are, text as UTF-8, anything else
@@ -15,20 +16,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import io
 import json
 import logging
 import os
+import select
 import signal
 import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+from PIL import Image
+
 from ...archive_package import HEAP_MODULES, SERVICE_MODULES, first_module
 from . import forkserver, wire
 from .metrics import RecordingMetrics
 
 log = logging.getLogger("tsvk.engine.worker")
+
+WARM_UP_PHOTO_SIDE = 224  # pixels: a square photo the size of a classifier's input, so its resize is a no-op
 
 
 class _Context:
@@ -80,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         wire.send(sock, (wire.REFUSED, f"{type(err).__name__}: {str(err)[:300]}"))
         return 1
     wire.send(sock, (wire.READY, {"pid": os.getpid()}))
+    warm_up(sock, service, metrics)
     return serve_batches(sock, service, metrics)
 
 
@@ -119,10 +127,42 @@ def _freeze_startup_objects() -> None:
         heap.freeze_startup_objects()
 
 
+def warm_up(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> bool:
+    """Answer one synthetic photo right after saying READY, unless a batch is already waiting; True when it did.
+
+    A worker's first answer pays once for what every later one reuses: the image format plugins registered, the
+    kernels chosen for the model's shapes, modules the answer path imports lazily (tens of milliseconds on a CPU
+    worker, more where a GPU's context and kernels are set up). Said READY first, the worker pays it while the
+    server collects the first batch (an idle worker waits up to the max batch delay for one to fill), so no
+    client's request does. A worker replaced under load finds a batch waiting and takes it at once. Nothing of it
+    is counted: its metric samples are dropped, and a failure is only logged (the real requests will say it)."""
+    if select.select([sock], [], [], 0)[0]:
+        return False
+    try:
+        batch_answerer(service)([{"body": warm_up_photo()}], [None])
+    except Exception:  # noqa: BLE001 - a warm-up is an optimisation: the worker serves whatever it raised
+        log.exception("the warm-up answer failed; serving without it")
+    metrics.take()
+    return True
+
+
+def batch_answerer(service: Any):
+    """The service's batch entry point: `answer_batch` (answers, then trims the heap), or `answer` in archives packed
+    before it had one."""
+    return getattr(service, "answer_batch", None) or service.answer
+
+
+def warm_up_photo() -> bytes:
+    """A mid-grey JPEG: decoded, resized and normalised by the archive's own path like a client's photo."""
+    out = io.BytesIO()
+    Image.new("RGB", (WARM_UP_PHOTO_SIDE, WARM_UP_PHOTO_SIDE), (128, 128, 128)).save(out, format="JPEG")
+    return out.getvalue()
+
+
 def serve_batches(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> int:
     """(batch id, request dicts, arrival times) in, (batch id, [(status, body bytes)], the handler's metric samples)
     out, until the socket closes."""
-    answer = getattr(service, "answer_batch", None) or service.answer
+    answer = batch_answerer(service)
     while True:
         message = wire.receive(sock)
         if message is None:
