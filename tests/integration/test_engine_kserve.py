@@ -127,14 +127,14 @@ def test_form_uploads_and_options_answer_alike(both):
     assert len(got.json()) == 2
 
 
-@pytest.mark.parametrize("case", ["ping", "ping without key", "wrong key", "unknown model", "unknown version", "bad image",
-                                  "versioned", "empty GET"])
+@pytest.mark.parametrize("case", ["ping", "ping without key", "ping by POST", "wrong key", "unknown model", "unknown version",
+                                  "bad image", "versioned", "versioned with a trailing slash", "empty GET", "DELETE"])
 def test_torchserves_own_answers_are_the_same(both, case):
     torchserve, engine = both
     answers = [_ask(run, case) for run in (torchserve, engine)]
     expected, got = answers
     assert got.status_code == expected.status_code, (case, got.text, expected.text)
-    if case == "versioned":
+    if case.startswith("versioned"):
         assert got.json().keys() == expected.json().keys()
     else:
         assert got.content == expected.content, (case, got.content, expected.content)
@@ -149,6 +149,8 @@ def _ask(run, case: str) -> requests.Response:
         return requests.get(f"{url}/ping", headers=auth, timeout=30)
     if case == "ping without key":
         return requests.get(f"{url}/ping", timeout=30)
+    if case == "ping by POST":
+        return requests.post(f"{url}/ping", headers=auth, timeout=30)
     if case == "wrong key":
         return requests.post(f"{url}/predictions/{CLASSIFIER}", data=image, headers={"Authorization": "Bearer nope"}, timeout=30)
     if case == "unknown model":
@@ -159,6 +161,10 @@ def _ask(run, case: str) -> requests.Response:
         return requests.post(f"{url}/predictions/{CLASSIFIER}", data=b"\xff\xd8\xff not a jpeg", headers=auth, timeout=30)
     if case == "versioned":
         return requests.post(f"{url}/predictions/{CLASSIFIER}/1.0", data=image, headers=auth, timeout=30)
+    if case == "versioned with a trailing slash":
+        return requests.post(f"{url}/predictions/{CLASSIFIER}/1.0/", data=image, headers=auth, timeout=30)
+    if case == "DELETE":  # TorchServe hands any method's (empty) body to the handler
+        return requests.delete(f"{url}/predictions/{CLASSIFIER}", headers=auth, timeout=30)
     return requests.get(f"{url}/predictions/{CLASSIFIER}", headers=auth, timeout=30)
 
 

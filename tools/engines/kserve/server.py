@@ -30,12 +30,12 @@ from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .forkserver import ForkServer, worker_env
 from .metrics import EngineMetrics, MetricsServer
 from .pool import ModelPool, WorkerStart
-from .predictions import PredictionsApi, torchserve_error
+from .predictions import PING_PATH, PREDICTIONS_PATH, InferenceRoutes, PredictionsApi, torchserve_error
 from .tokens import InferenceKey, auth_enabled, write_keys
 
 log = logging.getLogger("tsvk.engine")
 
-ENGINE_PATHS = r"^/ping/?$|^/predictions/[^/]+(/[^/]+)?/?$"
+ENGINE_PATHS = f"{PING_PATH.pattern}|{PREDICTIONS_PATH.pattern}"  # TorchServe's inference API
 # From the listeners' close to uvicorn's graceful shutdown: long enough for a request a client had already sent on an
 # open connection to be read, so it is held and answered rather than cut as an idle connection.
 SETTLE_S = 0.5
@@ -147,7 +147,7 @@ def _import_kserve() -> None:
 
 
 def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list, grace_s: float):
-    """KServe's model server and REST server, with TorchServe's inference API and the front's guards on the app."""
+    """KServe's model server and REST server, with the front's guards and TorchServe's inference API in front of its app."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
@@ -158,13 +158,15 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
     server = ModelServer(http_port=port, enable_grpc=False, workers=1, enable_docs_url=False)
     server.dataplane = torchserve_dataplane(server.registered_models, _Health(engine))
     app.add_exception_handler(ForwardedError, forwarded_error_handler)
-    PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics).register(app)
-    app.add_middleware(Guard, max_request_bytes=_max_request_bytes(properties),
-                       json_limits=front_json_limits_for(m.settings.preprocess for m in served),
-                       paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS)
-    app.add_middleware(_TokenGuard, key=key)
+    inference = InferenceRoutes(app, PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics))
+    guarded = _TokenGuard(Guard(inference, max_request_bytes=_max_request_bytes(properties),
+                                json_limits=front_json_limits_for(m.settings.preprocess for m in served),
+                                paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS), key=key)
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port, workers=1,
                       grace_period=grace_s)
+    # uvicorn serves the guards, then TorchServe's paths, in front of KServe's app (which RESTServer.start still
+    # completes with its own middlewares and routes): the inference paths pass through none of KServe's layers.
+    rest.config.app = guarded
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
     settle_before_shutdown(rest._server)  # kserve/protocol/rest/server.py (0.21): RESTServer's uvicorn.Server
