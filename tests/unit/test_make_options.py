@@ -110,7 +110,7 @@ OPTIONS = [
     Option("QUICK", "--quick", BENCH, switch=True),
     Option("GPU", "--gpu", BENCH, switch=True),
     Option("JOBS", "--jobs", BENCH, "40"),
-    Option("ROUNDS", "--rounds", BENCH, "3"),
+    Option("ROUNDS", "--rounds", f"{BENCH} bench-engines", "3"),
     Option("ROUND_SECONDS", "--round-seconds", BENCH, "20"),
     Option("FUZZ_INPUTS", "--fuzz-inputs", "robustness", "500"),
     Option("MINUTES", "--minutes", "soak tune", "5"),
