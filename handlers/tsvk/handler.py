@@ -8,14 +8,11 @@ of the package stays importable without TorchServe.
 
 from __future__ import annotations
 
-import logging
 from typing import Any
 
 from .worker.heap import freeze_startup_objects
 from .request.json_body import hand_json_to_the_handler
 from .worker.service import VisionService
-
-log = logging.getLogger(__name__)
 
 
 class TorchServeHandler:
@@ -30,7 +27,7 @@ class TorchServeHandler:
 
         self.service = VisionService.from_context(context, gauge_type=MetricTypes.GAUGE)
         hand_json_to_the_handler()  # JSON bodies reach read_request as bytes, parsed there within bounds
-        log.info("%d objects loaded at start frozen out of garbage collection", freeze_startup_objects())
+        freeze_startup_objects()
         self.initialized = True
 
     def handle(self, data: Any, context: Any) -> list[Any]:
