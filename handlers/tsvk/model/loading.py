@@ -312,13 +312,8 @@ def read_state_dict(path: Path) -> dict[str, torch.Tensor]:
     """The saved state's tensors, mapped from the file rather than read into each worker's heap: loading takes a
     fraction of the time (pages are brought in as the first forward touches them), and the workers serving one
     archive share the same page-cache pages for weights they never write (an eager CPU model uses them as they
-    are). A file saved in torch's legacy format cannot be mapped and is read as before."""
-    try:
-        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
-    except RuntimeError as err:
-        if "mmap" not in str(err):
-            raise
-        state = torch.load(str(path), map_location="cpu", weights_only=True)
+    are). Only torch's zip format can be mapped: a file saved in its legacy format is read as before."""
+    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=zipfile.is_zipfile(path))
     if isinstance(state, dict) and set(state) == {"state_dict"}:
         state = state["state_dict"]
     if not isinstance(state, dict):
