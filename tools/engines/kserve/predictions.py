@@ -10,9 +10,9 @@ photo with a 500; here such a body is read as the image.
 The paths are answered by an ASGI middleware in front of KServe's FastAPI app (InferenceRoutes), straight from the
 connection's scope: FastAPI's routing and dependency solving, and KServe's timing middleware (which reads the
 process's CPU time around every request for a log line the engine keeps quiet), cost the server 0.39 ms of CPU per
-answer where it now spends 0.22 (benchmarks/results/20261128T1640Z-engine-server-cpu.md). As TorchServe does, any method reaches `/ping` and the handler (a DELETE's
-empty body is the handler's to refuse), and a trailing slash is the same path; OPTIONS, for which TorchServe
-describes the model's API, is refused.
+answer where it now spends 0.22 (benchmarks/results/20261128T1640Z-engine-server-cpu.md). As TorchServe does, any
+method reaches `/ping` and the handler (a DELETE's empty body is the handler's to refuse), and a trailing slash is the
+same path; OPTIONS, for which TorchServe describes the model's API, is refused.
 """
 
 from __future__ import annotations
