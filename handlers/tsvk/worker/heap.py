@@ -40,7 +40,8 @@ def freeze_startup_objects() -> None:
     them all (~160 ms with a ResNet loaded: a pause inside some batch), and a full collection runs only
     once the objects new since the last one reach a quarter of them, so the reference cycles only it can
     free pile up between runs. The frozen objects are not counted: `gc.get_freeze_count()` walks all of
-    them (half a million after torch's imports: ~40 ms of every worker's start)."""
+    them (half a million after torch's imports: 35 ms of every worker's start,
+    benchmarks/results/20261128T1848Z-worker-load-parts.md)."""
     gc.collect()
     gc.freeze()
 
