@@ -27,7 +27,7 @@ build_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHT
   $(call opt,--topk,$(TOPK)) $(call opt,--model-file,$(MODEL_FILE)) $(call opt,--model-factory,$(MODEL_FACTORY)) \
   $(call opt,--resize,$(RESIZE)) $(call opt,--crop,$(CROP)) $(call opt,--mean,$(MEAN)) $(call opt,--std,$(STD)) \
   $(call opt,--labels,$(LABELS)) $(call opt,--tolerance,$(TOLERANCE)) $(call switch,--exact-jpeg-decode,$(EXACT_JPEG)) \
-  $(call opt,--calibration,$(CALIBRATION)) $(call opt,--max-accuracy-drop,$(MAX_ACCURACY_DROP)) $(call opt,--task,$(TASK)) $(call opt,--score-threshold,$(SCORE_THRESHOLD)) \
+  $(call opt,--calibration,$(CALIBRATION)) $(call opt,--accuracy-photos,$(ACCURACY_PHOTOS)) $(call opt,--max-accuracy-drop,$(MAX_ACCURACY_DROP)) $(call opt,--task,$(TASK)) $(call opt,--score-threshold,$(SCORE_THRESHOLD)) \
   $(call opt,--max-detections,$(MAX_DETECTIONS)))
 
 config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKERS)) $(call opt,--gpus,$(GPUS)) \
@@ -58,7 +58,7 @@ bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,
 # otherwise be ignored (MODELS is meant) and every archive served. The Kubernetes targets (k8s/helm.mk) have
 # no list and are not checked.
 build_takes := MODEL WEIGHTS BACKEND DEVICE CPU_ISA PRECISION MAX_BATCH BATCH MAX_BATCH_DELAY WORKERS TOPK TASK \
-  SCORE_THRESHOLD MAX_DETECTIONS MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS TOLERANCE EXACT_JPEG CALIBRATION MAX_ACCURACY_DROP
+  SCORE_THRESHOLD MAX_DETECTIONS MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS TOLERANCE EXACT_JPEG CALIBRATION ACCURACY_PHOTOS MAX_ACCURACY_DROP
 bench_takes := MODEL ROUNDS ROUND_SECONDS QUICK GPU JOBS CONCURRENCY IMAGE
 triton_takes := TRITON_VENV TRITON_SYSTEM_PYTHON
 listen_takes := INFERENCE_ADDRESS MANAGEMENT_ADDRESS METRICS_ADDRESS GRPC_INFERENCE_PORT GRPC_MANAGEMENT_PORT OIP_ADDRESS OIP_REST_PORT OIP_GRPC_PORT

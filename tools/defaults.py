@@ -17,6 +17,9 @@ BACKEND = "aoti"  # torch.export + AOTInductor with freezing: the fastest measur
 # aoti on the cpu: kernels for this machine's widest vector instructions, which the CPUs it is served on must have
 # (`--cpu-isa avx2` for any x86-64 CPU with AVX2; tools/archive/backends/aoti.py)
 CPU_ISA = "native"
+# --precision auto (tools/archive/precision.py): bf16 where the building CPU multiplies bf16 in hardware (AMX, AVX-512
+# BF16) and the backend and task build it, else fp32; int8 only when asked for (it needs calibration photos)
+BUILD_PRECISION = "auto"
 DETECT_BACKEND = "eager"  # a detector's default: torch.export cannot capture it; TorchScript can, but ran slower (docs/tasks.md)
 # The malloc `tsvk serve` starts TorchServe and its workers with: glibc's (with the workers' heap trim, what
 # `make soak` measures), or jemalloc through LD_PRELOAD, which many CPU deployments of PyTorch prefer; auto:
@@ -49,6 +52,9 @@ HELD_OUT_MAX_IMAGES = 300  # verification runs eager fp32 and the int8 artifact 
 # Where the held-out photos carry labels, accuracy decides: top-1 and top-5 may each fall by at most this
 # (1 point; --max-accuracy-drop). Agreement is reported beside it.
 INT8_MAX_ACCURACY_DROP = 0.01
+# bf16 needs no calibration, and its accuracy moves less: with labelled photos (--accuracy-photos) top-1 and top-5 may
+# each fall by at most half a point
+BF16_MAX_ACCURACY_DROP = 0.005
 # Where they carry none, top-1 agreement with eager fp32 decides: at least this share of held-out photos
 # (--tolerance asks for a floor of its own, which then decides with labels too).
 INT8_MIN_TOP1_AGREEMENT = 0.97

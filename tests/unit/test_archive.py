@@ -24,7 +24,7 @@ def archive(store: Path, *extra: str) -> int:
 
 
 def test_archive_is_self_contained(tmp_path):
-    assert archive(tmp_path, "--backend", "eager") == 0
+    assert archive(tmp_path, "--backend", "eager", "--precision", "fp32") == 0
     with zipfile.ZipFile(tmp_path / "tiny.mar") as mar:
         names = set(mar.namelist())
         config = yaml.safe_load(mar.read("model-config.yaml"))

@@ -84,6 +84,7 @@ OPTIONS = [
     Option("TOLERANCE", "--tolerance", BUILD, "1e-2,1e-2,0.9"),
     Option("EXACT_JPEG", "--exact-jpeg-decode", BUILD, switch=True),
     Option("CALIBRATION", "--calibration", BUILD, "photos/"),
+    Option("ACCURACY_PHOTOS", "--accuracy-photos", BUILD, "photos/"),
     Option("MAX_ACCURACY_DROP", "--max-accuracy-drop", BUILD, "0.02"),
     Option("VCPUS", "--vcpus", "config tune", "8"),
     Option("GPUS", "--gpus", "config", "2"),

@@ -15,12 +15,18 @@ from tsvk import model as tsvk_model, tasks  # their names import torch on first
 
 from .. import defaults, progress
 from .backends import CompileTarget, check_target, get_backend, prepare_model
-from .calibration import Photos, int8_photos
+from .calibration import Photos, accuracy_photos, int8_photos
 from ..errors import UsageError
 from .models import CustomModel, ResolvedModel, resolve_model, torchvision_builders
-from .task_builds import check_int8_task, check_task, task_build
+from .precision import AUTO, PrecisionChoice, choose_precision
+from .task_builds import check_bf16_task, check_int8_task, check_task, task_build
 from .verify import Tolerance, VerificationReport
 from .verify_int8 import AgreementReport, Int8Limits, PixelAgreementReport
+
+
+# The photo options and the builds they apply to.
+PHOTO_OPTIONS = {"--calibration": "--precision int8", "--accuracy-photos": "--precision bf16",
+                 "--max-accuracy-drop": "labelled photos: --precision int8 with --calibration, or bf16 with --accuracy-photos"}
 
 
 @dataclass(frozen=True)
@@ -28,7 +34,7 @@ class BuildRequest:
     model: str
     backend: str | None = None  # None: the task's default (task_builds.TaskBuild.default_backend)
     device: str = defaults.DEVICE
-    precision: str = defaults.PRECISION
+    precision: str = defaults.BUILD_PRECISION  # auto: bf16 where this CPU multiplies it in hardware (precision.py)
     max_batch: int = defaults.MAX_BATCH
     weights: str = defaults.WEIGHTS
     custom: CustomModel | None = None
@@ -38,7 +44,8 @@ class BuildRequest:
     topk: int = defaults.TOPK
     jpeg_dct_scaling: bool = True  # False: decode large JPEGs at full size (the exact, slower path)
     calibration: Path | None = None  # int8: a directory of real photos (some calibrate, the rest verify)
-    max_accuracy_drop: float = defaults.INT8_MAX_ACCURACY_DROP  # int8 on labelled photos: top-1 and top-5 may fall by this
+    accuracy_photos: Path | None = None  # bf16: labelled photos on which its accuracy is compared with eager fp32
+    max_accuracy_drop: float | None = None  # on labelled photos: top-1 and top-5 may fall by this (None: by precision)
     task: str | None = None  # --task: a model file's task; for a torchvision builder, it must agree with torchvision's
     score_threshold: float = defaults.SCORE_THRESHOLD  # detect: the answers' default score threshold
     max_detections: int = defaults.MAX_DETECTIONS  # detect: the answers' default box count
@@ -55,23 +62,48 @@ class BuildResult:
 
 
 def build(request: BuildRequest, workdir: Path) -> BuildResult:
-    """Compile into `workdir` and verify; raise UsageError (nothing usable left) when verification fails."""
+    """Compile into `workdir` and verify; raise UsageError (nothing usable left) when verification fails. A precision
+    the user did not ask for (auto's bf16) that fails to compile or verify gives way to fp32, said in one line."""
     started = time.perf_counter()
     task = requested_task(request)
     backend = get_backend(request.backend or default_backend(task))
+    choice = choose_precision(request.precision, backend, request.device, task)
+    print(f"{request.model}: {choice.describe()}")
+    request = replace(request, precision=choice.chosen)
     check_target(backend, request.device, request.precision)
     check_task(backend.name, task)
+    check_bf16_task(task, request.precision, request.device)
     check_cpu_isa(backend.name, request)
     request = _clamp_suggested_batch(request)
     with progress.step(f"load {request.model}", f"its weights ({request.weights})"):
         resolved = resolve_model(request.model, request.weights, request.custom, request.task, request.labels)
     check_int8_task(resolved.task, backend.name, request)
     preprocess = replace(resolved.preprocess, jpeg_dct_scaling=request.jpeg_dct_scaling)
-    with progress.step("prepare photos", "decoding the calibration photos"):
-        photos = _photos(request, resolved, preprocess)
+    try:
+        made = _compile_and_verify(request, backend, resolved, preprocess, workdir, choice)
+    except UsageError as err:
+        if not choice.may_fall_back:
+            raise
+        choice = choice.falling_back(str(err))
+        print(f"{request.model}: the bf16 build failed, building fp32 instead: {err}", file=sys.stderr)
+        made = _compile_and_verify(replace(request, precision="fp32"), backend, resolved, preprocess, workdir, choice)
+    artifact, artifact_settings, report, photos, compile_facts = made
+    seconds = time.perf_counter() - started
+    settings = _settings(replace(request, precision=choice.chosen), resolved, artifact_settings, preprocess, report, seconds,
+                         photos, compile_facts, choice)
+    return BuildResult(resolved, artifact, settings, report, seconds)
+
+
+def _compile_and_verify(request: BuildRequest, backend, resolved: ResolvedModel, preprocess, workdir: Path,
+                        choice: PrecisionChoice) -> tuple:
+    """The artifact in `request.precision`, loaded back by the worker's loader and verified against eager fp32:
+    (artifact path, its settings, the report, the photos used, facts for the provenance)."""
+    with progress.step("prepare photos", "decoding the calibration or accuracy photos"):
+        photos = _photos(request, resolved, preprocess, choice)
     target = CompileTarget(request.device, request.precision, request.max_batch, preprocess.crop,
-                           calibration=photos.calibration.batch if photos else None, task=resolved.task,
-                           size=example_size(preprocess), max_side=preprocess.max_size, cpu_isa=request.cpu_isa)
+                           calibration=photos.calibration.batch if photos and photos.calibration else None,
+                           task=resolved.task, size=example_size(preprocess), max_side=preprocess.max_size,
+                           cpu_isa=request.cpu_isa)
     eager_fp32 = resolved.model.to(request.device)
     artifact = Path(workdir) / backend.file_name
     artifact_settings = ArtifactSettings(file=artifact.name, format=backend.name, device=request.device,
@@ -88,10 +120,7 @@ def build(request: BuildRequest, workdir: Path) -> BuildResult:
     print(f"{request.model} [{backend.name}/{request.device}/{request.precision}] {report.describe()}")
     if not report.passed:
         raise UsageError(f"{report.describe()}; no archive written ({remedy(report)})")
-    seconds = time.perf_counter() - started
-    settings = _settings(request, resolved, artifact_settings, preprocess, report, seconds, photos,
-                         {**(compile_facts or {}), "load_seconds": round(load_seconds, 2)})
-    return BuildResult(resolved, artifact, settings, report, seconds)
+    return artifact, artifact_settings, report, photos, {**(compile_facts or {}), "load_seconds": round(load_seconds, 2)}
 
 
 def remedy(report) -> str:
@@ -127,14 +156,31 @@ def requested_task(request: BuildRequest) -> str:
     return torchvision_builders().get(request.model, request.task or defaults.TASK)
 
 
-def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
-    """int8's calibration and held-out photos; a --calibration for any other precision is a mistake worth naming."""
-    if request.precision != "int8":
-        given = [flag for flag, value in (("--calibration", request.calibration is not None),
-                                          ("--max-accuracy-drop", _asked_drop(request))) if value]
-        if given:
-            raise UsageError(f"{given[0]} applies to --precision int8 only (got --precision {request.precision})")
-        return None
+def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess, choice: PrecisionChoice) -> Photos | None:
+    """int8's calibration and held-out photos, bf16's accuracy photos; a photo option for a precision that takes none
+    is a mistake worth naming, unless auto chose that precision (then the option is set aside, said once)."""
+    if request.precision == "int8":
+        return _int8_photos(request, resolved, preprocess)
+    if request.precision == "bf16" and request.accuracy_photos is not None:
+        if not task_build(resolved.task).int8_accuracy:
+            raise UsageError(f"--accuracy-photos applies to classifiers, judged by top-1 and top-5 accuracy; the "
+                             f"{resolved.task} model {request.model} is judged by its own verification: leave it out")
+        return accuracy_photos(request.accuracy_photos, preprocess, resolved.task)
+    given = [flag for flag, value in (("--calibration", request.calibration is not None),
+                                      ("--accuracy-photos", request.accuracy_photos is not None),
+                                      ("--max-accuracy-drop", _asked_drop(request))) if value]
+    if given and choice.asked == AUTO:
+        print(f"{request.model}: {', '.join(given)} set aside: the {request.precision} artifact is verified against "
+              f"eager by its outputs", file=sys.stderr)
+    elif given:
+        raise UsageError(f"{given[0]} applies to {PHOTO_OPTIONS[given[0]]} (got --precision {request.precision})")
+    return None
+
+
+def _int8_photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
+    """The calibration photos int8 quantizes with, and those held out to verify it."""
+    if request.accuracy_photos is not None:
+        raise UsageError("--accuracy-photos applies to --precision bf16; int8 holds out part of --calibration to verify")
     random_weights = bool(resolved.weights.get("random"))
     if _asked_drop(request) and not task_build(resolved.task).int8_accuracy:
         raise UsageError(f"--max-accuracy-drop applies to classifiers, whose int8 is judged by top-1 and top-5 accuracy; "
@@ -150,8 +196,15 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photo
 
 
 def _asked_drop(request: BuildRequest) -> bool:
-    """Whether the request asks for an accuracy drop other than the default (only int8 classifiers have one)."""
-    return request.max_accuracy_drop != defaults.INT8_MAX_ACCURACY_DROP
+    """Whether the request asks for an accuracy drop of its own (else the precision's default applies)."""
+    return request.max_accuracy_drop is not None
+
+
+def max_accuracy_drop(request: BuildRequest) -> float:
+    """How far top-1 and top-5 may fall on labelled photos: as asked, else the precision's default."""
+    if request.max_accuracy_drop is not None:
+        return request.max_accuracy_drop
+    return defaults.BF16_MAX_ACCURACY_DROP if request.precision == "bf16" else defaults.INT8_MAX_ACCURACY_DROP
 
 
 def _warn_random_int8() -> None:
@@ -192,7 +245,7 @@ def _verify(compiled, eager_fp32, target: CompileTarget, request: BuildRequest, 
     held_out = photos.held_out is not None
     measured_on = photos.held_out if held_out else photos.calibration
     limits = Int8Limits(min_agreement=request.tolerance.min_top1 if request.tolerance else None,
-                        max_drop=request.max_accuracy_drop)
+                        max_drop=max_accuracy_drop(request))
     return task.verify_int8(compiled, eager_fp32, target, measured_on, held_out, not random_weights, limits)
 
 
@@ -217,7 +270,7 @@ def _compile(backend, model, target: CompileTarget, artifact: Path, request: Bui
 
 
 def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: ArtifactSettings, preprocess, report, seconds: float,
-              photos: Photos | None, compile_facts: dict | None) -> HandlerSettings:
+              photos: Photos | None, compile_facts: dict | None, choice: PrecisionChoice) -> HandlerSettings:
     return HandlerSettings(
         model_name=request.model,
         artifact=artifact,
@@ -229,12 +282,18 @@ def _settings(request: BuildRequest, resolved: ResolvedModel, artifact: Artifact
         provenance={
             "weights": resolved.weights,
             "verification": report.to_dict(),
-            **({"calibration": photos.provenance} if photos else {}),
+            "precision": choice.to_dict(),
+            **({_photos_key(request.precision): photos.provenance} if photos else {}),
             "compile": compile_facts,  # load_seconds: loading the artifact back, what a worker does at start
             "build_seconds": round(seconds, 1),
             "built_with": _versions(request),
         },
     )
+
+
+def _photos_key(precision: str) -> str:
+    """Where the provenance keeps the photos a build used: int8 calibrates on them, bf16 is only judged on them."""
+    return "calibration" if precision == "int8" else "accuracy_photos"
 
 
 def detect_settings(request: BuildRequest, model) -> DetectSettings:

@@ -7,12 +7,13 @@ import json
 import shutil
 from pathlib import Path
 
-from tsvk.common import DEVICES, PRECISIONS, ServingDefaults, TASKS
+from tsvk.common import DEVICES, ServingDefaults, TASKS
 
 from .. import defaults
 from ..arguments import fraction, non_negative_int, positive_int, request_from, triple
 from .backends import BACKENDS
 from .backends.aoti import CPU_ISA_SIMDLEN
+from .precision import BUILD_PRECISIONS
 from ..errors import UsageError
 from ..fsutil import scratch_dir
 from .verify import Tolerance
@@ -59,7 +60,11 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
                    help="--backend aoti --device cpu: the CPU instructions its kernels use; the archive then runs only on CPUs "
                    "that have them: native (this CPU's widest, e.g. AVX-512) or avx2 (any x86-64 CPU with AVX2, for "
                    f"machines other than this one; default {defaults.CPU_ISA})")
-    p.add_argument("--precision", default=defaults.PRECISION, choices=PRECISIONS)
+    p.add_argument("--precision", default=defaults.BUILD_PRECISION, choices=BUILD_PRECISIONS,
+                   help="auto: bf16 where this machine's CPU multiplies bf16 in hardware (AMX or AVX-512 BF16) and the backend "
+                   "and task build it, else fp32 (the choice and why are printed and packed in the archive; a bf16 build "
+                   "that fails verification gives way to fp32); int8 needs --calibration photos "
+                   f"(default {defaults.BUILD_PRECISION})")
     p.add_argument("--max-batch", type=positive_int, default=defaults.MAX_BATCH,
                    help=f"largest batch the artifact accepts (dynamic 1..N; default {defaults.MAX_BATCH})")
     p.add_argument("--weights", default=defaults.WEIGHTS, help="DEFAULT (torchvision pretrained), none (random), or a state_dict path "
@@ -78,16 +83,22 @@ def _add_build_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--max-accuracy-drop",
         type=fraction,
-        default=defaults.INT8_MAX_ACCURACY_DROP,
-        help="--precision int8 with labelled held-out photos: how much "
+        help="with labelled photos (int8's held-out --calibration photos, bf16's --accuracy-photos): how much "
         "top-1 and top-5 accuracy may each fall against eager fp32, as a fraction "
-        f"(default {defaults.INT8_MAX_ACCURACY_DROP}: one point); accuracy decides, agreement is reported",
+        f"(default int8 {defaults.INT8_MAX_ACCURACY_DROP}: one point; bf16 {defaults.BF16_MAX_ACCURACY_DROP}); "
+        "accuracy decides, agreement is reported",
     )
     p.add_argument(
         "--calibration",
         type=Path,
         help="--precision int8: a directory of real photos (a few hundred); "
         f"{defaults.CALIBRATION_SHARE:.0%}% calibrate, the rest verify accuracy",
+    )
+    p.add_argument(
+        "--accuracy-photos",
+        type=Path,
+        help="--precision bf16 (or auto choosing it): a directory of labelled photos (wnids.txt and <wnid>_ names); "
+        "the bf16 classifier's top-1 and top-5 on them are compared with eager fp32's (unlabelled: top-1 agreement)",
     )
     p.add_argument(
         "--batch",

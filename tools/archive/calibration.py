@@ -47,19 +47,20 @@ def one_photo_batches(batch) -> list:
 
 @dataclass
 class Photos:
-    """What int8 needs: calibration photos, held-out photos, and the provenance of both."""
+    """What int8 needs (calibration photos, held-out photos) or bf16 (held-out photos only), and their provenance."""
 
-    calibration: PhotoSet
+    calibration: PhotoSet | None
     held_out: PhotoSet | None
     provenance: dict = field(default_factory=dict)
 
 
-def list_photos(directory: Path) -> list[Path]:
+def list_photos(directory: Path, option: str = "--calibration") -> list[Path]:
+    """The photos of `directory` in name order; `option` names the flag that gave it, for the errors."""
     if not Path(directory).is_dir():
-        raise UsageError(f"--calibration {directory} is not a directory; give a directory of JPEG or PNG photos")
+        raise UsageError(f"{option} {directory} is not a directory; give a directory of JPEG or PNG photos")
     photos = sorted(p for p in Path(directory).iterdir() if p.suffix.lower() in PHOTO_SUFFIXES)
     if not photos:
-        raise UsageError(f"--calibration {directory} holds no photos ({', '.join(PHOTO_SUFFIXES)})")
+        raise UsageError(f"{option} {directory} holds no photos ({', '.join(PHOTO_SUFFIXES)})")
     return photos
 
 
@@ -141,6 +142,17 @@ def int8_photos(directory: Path | None, settings, random_weights: bool, task: st
     calibration = preprocess_files(calibration_files, settings, directory, task)
     held_out = preprocess_files(held_out_files, settings, directory, task) if held_out_files else None
     return Photos(calibration, held_out, _provenance(str(directory), calibration, held_out))
+
+
+def accuracy_photos(directory: Path, settings, task: str = "classify") -> Photos:
+    """bf16's photos: nothing calibrates, so every photo of the directory (up to `HELD_OUT_MAX_IMAGES`, spread over
+    it as `split` spreads them) judges the artifact against eager fp32."""
+    photos = list_photos(directory, "--accuracy-photos")
+    step = max(1, -(-len(photos) // defaults.HELD_OUT_MAX_IMAGES))
+    held_out = preprocess_files(photos[::step][:defaults.HELD_OUT_MAX_IMAGES], settings, directory, task)
+    return Photos(None, held_out, {"directory": str(directory), "held_out_images": len(held_out),
+                                   "held_out_names_sha256": names_digest(held_out.names),
+                                   "labels": "wnids.txt" if held_out.labels is not None else "unknown"})
 
 
 def _provenance(source: str, calibration: PhotoSet, held_out: PhotoSet | None) -> dict:

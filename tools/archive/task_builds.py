@@ -39,6 +39,7 @@ class TaskBuild:
     # None: its int8 needs no photos (dynamic int8) and `verify` judges it
     verify_int8: Callable | None = None
     int8_accuracy: bool = False  # its int8 verifier judges top-1 and top-5 accuracy on labelled photos (--max-accuracy-drop)
+    no_bf16: str = ""  # why it is not built in bf16 (then --precision auto gives fp32 and --precision bf16 is refused)
 
     @property
     def name(self) -> str:
@@ -72,6 +73,9 @@ def _detector(compiled, eager_fp32, target, tolerance, random_weights):
     return verify_detector(compiled, eager_fp32, target, random_weights, tolerance)
 
 
+# torchvision 0.29's non-maximum suppression has no bf16 kernel on the CPU (csrc/ops/cpu/nms_kernel.cpp).
+_BF16_DETECTOR = "torchvision's non-maximum suppression has no bf16 CPU kernel (nms_kernel not implemented for 'BFloat16')"
+
 _BUILDS = (
     TaskBuild(TASKS["classify"], default_backend=defaults.BACKEND, verify=_without_random(verify_artifact),
               preprocess=task_preprocess.classifier_weights, custom_preprocess=task_preprocess.classifier_custom,
@@ -81,7 +85,8 @@ _BUILDS = (
               preprocess=task_preprocess.detector_weights, custom_preprocess=task_preprocess.detector_custom,
               torchvision_models="torchvision.models.detection", int8_backends=("openvino",),
               unsupported={"aoti": _EXPORT_DETECTOR, "export": _EXPORT_DETECTOR,
-                           "tensorrt": _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)"}),
+                           "tensorrt": _EXPORT_DETECTOR + " (Torch-TensorRT's dynamo path starts from torch.export)"},
+              no_bf16=_BF16_DETECTOR),
     TaskBuild(TASKS["segment"], default_backend=defaults.BACKEND, verify=_without_random(verify_segmenter),
               preprocess=task_preprocess.segmenter_weights, custom_preprocess=task_preprocess.segmenter_custom,
               torchvision_models="torchvision.models.segmentation", int8_backends=("openvino",),
@@ -108,6 +113,14 @@ def check_task(backend: str, task: str) -> None:
     if reason:
         raise UsageError(f"--backend {backend} cannot build a {task} model: {reason}; for {task} use "
                          f"--backend {' or '.join(task_backends(task))}")
+
+
+def check_bf16_task(task: str, precision: str, device: str) -> None:
+    """Refuse bf16 on the CPU for a task whose models cannot run it there, saying why (before minutes of loading and
+    compiling)."""
+    why_not = task_build(task).no_bf16
+    if precision == "bf16" and device == "cpu" and why_not:
+        raise UsageError(f"--precision bf16 cannot build a {task} model: {why_not}; use --precision fp32 (or int8)")
 
 
 def check_int8_task(task: str, backend: str, request) -> None:

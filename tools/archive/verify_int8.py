@@ -1,4 +1,5 @@
-"""Check an int8 artifact against the eager fp32 model on real photos held out from calibration.
+"""Check an int8 artifact against the eager fp32 model on real photos held out from calibration, and a bf16 one
+on labelled photos given for the purpose (`--accuracy-photos`): both are judged the same way.
 
 A logit tolerance means nothing for int8 (every logit moves); what a user sees is the answer, and
 what a user measures is accuracy. So for a classifier whose held-out photos carry labels, top-1 and
@@ -55,17 +56,18 @@ class AgreementReport:
     failed: tuple[str, ...] = ()  # the criteria that refused it: "top-1 drop", "top-5 drop", AGREEMENT
     max_top5_drop: float | None = None
     tolerance: str = "int8: accuracy on labelled held-out photos, else top-1 agreement with eager fp32"
+    precision: str = "int8"  # the artifact's: the key of its scores in `accuracy`
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @property
     def top1_drop(self) -> float | None:
-        return self.accuracy["fp32"]["top1"] - self.accuracy["int8"]["top1"] if self.accuracy else None
+        return self.accuracy["fp32"]["top1"] - self.accuracy[self.precision]["top1"] if self.accuracy else None
 
     @property
     def top5_drop(self) -> float | None:
-        return self.accuracy["fp32"]["top5"] - self.accuracy["int8"]["top5"] if self.accuracy else None
+        return self.accuracy["fp32"]["top5"] - self.accuracy[self.precision]["top5"] if self.accuracy else None
 
     def describe(self) -> str:
         verdict = "PASS" if self.passed else "FAIL"
@@ -73,9 +75,9 @@ class AgreementReport:
         judged = f", judged by {' and '.join(self.judged_by)}" if self.enforced else ""
         text = f"verification {verdict}: {self.photos} {where} photos{judged}"
         if self.accuracy:
-            fp32, int8 = self.accuracy["fp32"], self.accuracy["int8"]
-            text += (f"; top-1 {fp32['top1']:.1%} -> {int8['top1']:.1%} (drop {_points(self.top1_drop)}, allowed "
-                     f"{_points(self.max_top1_drop)}), top-5 {fp32['top5']:.1%} -> {int8['top5']:.1%} "
+            fp32, compiled = self.accuracy["fp32"], self.accuracy[self.precision]
+            text += (f"; top-1 {fp32['top1']:.1%} -> {compiled['top1']:.1%} (drop {_points(self.top1_drop)}, allowed "
+                     f"{_points(self.max_top1_drop)}), top-5 {fp32['top5']:.1%} -> {compiled['top5']:.1%} "
                      f"(drop {_points(self.top5_drop)}, allowed {_points(self.max_top5_drop)})")
         text += f"; top-1 agreement with eager fp32 {self.top1_agreement:.1%}"
         text += f" (needed {self.min_top1_agreement:.0%})" if self.min_top1_agreement is not None else " (reported, not judged)"
@@ -106,12 +108,14 @@ def _points(drop: float | None) -> str:
     return "n/a" if drop is None else f"{100 * drop:+.1f} points"
 
 
-def logits(model, batch, max_batch: int):
-    """Run `batch` through `model` in chunks of at most max_batch (what the artifact accepts)."""
+def logits(model, batch, max_batch: int, dtype=None):
+    """Run `batch` through `model` in chunks of at most max_batch (what the artifact accepts), each chunk in
+    `dtype` where given (a bf16 artifact takes bf16 input), the logits back in float32."""
     import torch
 
     with torch.no_grad():
-        return torch.cat([model(batch[i:i + max_batch]).float() for i in range(0, len(batch), max_batch)])
+        return torch.cat([model(batch[i:i + max_batch].to(dtype or batch.dtype)).float()
+                          for i in range(0, len(batch), max_batch)])
 
 
 def accuracy(scores, labels: list[int]) -> dict:
@@ -139,19 +143,22 @@ def verify_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, h
     """Accuracy (with labels) and agreement of int8 vs eager fp32; `enforce` False reports without judging."""
     check_shapes(compiled, eager_fp32, target)
     reference = logits(eager_fp32, photos.batch, target.max_batch)
-    got = logits(compiled, photos.batch, target.max_batch)
+    got = logits(compiled, photos.batch, target.max_batch, target.input_dtype)
     agreement = (got.argmax(1) == reference.argmax(1)).sum().item() / len(got)  # a count over photos, exactly
-    scores = {"fp32": accuracy(reference, photos.labels), "int8": accuracy(got, photos.labels)} if photos.labels else {}
-    return judge_int8(len(photos), held_out, agreement, scores, enforce, limits or Int8Limits())
+    compiled_name = target.precision
+    scores = {"fp32": accuracy(reference, photos.labels), compiled_name: accuracy(got, photos.labels)} if photos.labels else {}
+    return judge_int8(len(photos), held_out, agreement, scores, enforce, limits or Int8Limits(), compiled_name)
 
 
-def judge_int8(photos: int, held_out: bool, agreement: float, scores: dict, enforce: bool, limits: Int8Limits) -> AgreementReport:
+def judge_int8(photos: int, held_out: bool, agreement: float, scores: dict, enforce: bool, limits: Int8Limits,
+               precision: str = "int8") -> AgreementReport:
     """The verdict: accuracy decides where there are labels, agreement where there are none or a floor was asked for."""
     judged_by = ((ACCURACY,) if scores else ()) + ((AGREEMENT,) if not scores or limits.min_agreement is not None else ())
     floor = None if AGREEMENT not in judged_by else (defaults.INT8_MIN_TOP1_AGREEMENT if limits.min_agreement is None
                                                      else limits.min_agreement)
     report = AgreementReport(photos, held_out, agreement, floor, scores, limits.max_drop, enforce, True, judged_by,
-                             max_top5_drop=limits.max_drop if scores else None)
+                             max_top5_drop=limits.max_drop if scores else None, precision=precision,
+                             tolerance=f"{precision}: accuracy on labelled held-out photos, else top-1 agreement with eager fp32")
     failed = []
     if scores:
         failed += [name for name, drop in (("top-1 drop", report.top1_drop), ("top-5 drop", report.top5_drop))

@@ -69,6 +69,15 @@ def _reusable(store: Path, model: str) -> bool:
     return True
 
 
+def describe_precision(mar: Path) -> str:
+    """The archive's precision and why it was chosen, as its build recorded it (older archives recorded no reason)."""
+    settings = read_archive_settings(mar)
+    choice = settings.provenance.get("precision") or {}
+    why = f" ({'auto: ' if choice.get('asked') == 'auto' else ''}{choice['why']})" if choice.get("why") else ""
+    fell_back = f"; the bf16 build failed, so fp32: {choice['fell_back']}" if choice.get("fell_back") else ""
+    return f"{mar.stem} runs in {settings.artifact.precision}{why}{fell_back}"
+
+
 def _files(count: int) -> str:
     return f"{count} file" if count == 1 else f"{count} files"
 
@@ -105,6 +114,7 @@ def imagenet_categories() -> list[str]:
 def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -> int:
     print(f"[demo] 1/4 archive {model} into {store}")
     served = ensure_archive(model, store)
+    print(f"[demo]     {describe_precision(store / f'{served}.mar')}")
     print(f"[demo] 2/4 generate {config}")
     plan = write_config(ServingRequest(models=(served,), model_store=store), config)
     print(

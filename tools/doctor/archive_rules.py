@@ -21,7 +21,7 @@ from pathlib import Path
 
 import yaml
 from tsvk.common import HandlerSettings, SETTINGS_KEY, SettingsError
-from tsvk.model import REMEDY, mismatch_here, recorded_target
+from tsvk.model import BF16_REMEDY, REMEDY, cpu_flags, emulated_bf16, mismatch_here, recorded_target
 
 from ..archive.archive_info import MODEL_CONFIG_NAME
 from ..serve.serving_config import batch_problem
@@ -81,7 +81,17 @@ def check_archive(archive: Archive, install_deps: bool) -> list[Finding]:
     if archive.settings is not None and archive.settings.artifact.format == "openvino" and not _importable("openvino"):
         findings.append(Finding(ERROR, where, "an OpenVINO archive, and this Python has no openvino", "its workers fail to load",
                                 "pip install openvino (requirements.txt pins the version)"))
-    return findings + _cpu_instructions(archive)
+    return findings + _cpu_instructions(archive) + _cpu_precision(archive)
+
+
+def _cpu_precision(archive: Archive, flags: frozenset[str] | None = None) -> list[Finding]:
+    """A bf16 archive on a CPU that would emulate bf16 (tsvk/model/cpu_precision.py): it serves, slower than fp32."""
+    artifact = archive.settings.artifact if archive.settings is not None else None
+    problem = artifact and emulated_bf16(artifact.precision, artifact.device, cpu_flags() if flags is None else flags)
+    if not problem:
+        return []
+    return [Finding(WARNING, archive.path.name, f"it holds {problem}", "its workers serve slower than an fp32 archive would",
+                    BF16_REMEDY)]
 
 
 def _cpu_instructions(archive: Archive) -> list[Finding]:

@@ -5,6 +5,7 @@ hold the keys of the server started from it: TorchServe (and its Open Inference 
 from __future__ import annotations
 
 import argparse
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -20,6 +21,7 @@ from ..errors import UsageError
 from ..keys import KEY_FILE, KEY_TYPES, current_key, renew_keys, start_key_renewer
 from ..oip.config import is_oip_config, read_front_config
 from ..oip.process import front_urls, start_front, wait_front_ready
+from ..serve.precision_check import emulated_precision_lines, served_archives
 from ..serve.server import start_torchserve
 from ..serve.serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config, write_plan
 
@@ -135,7 +137,15 @@ def cmd_config(args: argparse.Namespace) -> int:
             f"max delay {model.max_batch_delay_ms} ms"
         )
     print(f"wrote {args.output} for {plan.vcpus} vCPUs, {plan.gpus} GPU(s)")
+    if request.archive_check:
+        _warn_emulated_precision([request.model_store / f"{model.name}.mar" for model in plan.models])
     return 0
+
+
+def _warn_emulated_precision(archives: list[Path]) -> None:
+    """Archives this CPU would run slower than they were built to run, each in one line with its fix."""
+    for line in emulated_precision_lines(path for path in archives if path.is_file()):
+        print(line, file=sys.stderr)
 
 
 def _tuned_config(request, args: argparse.Namespace):
@@ -183,6 +193,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.protocol == "oip" and not oip:
         raise UsageError(f"{args.config} does not serve the Open Inference Protocol; write it with `tsvk config --protocol oip`")
     print(describe_allocator(args.allocator))
+    if args.config.is_file():
+        _warn_emulated_precision(served_archives(args.config))
     if args.engine == "kserve":
         return _serve_on_engine(args, oip)
     with progress.step("start TorchServe", f"its frontend (Java) on {args.config}"):

@@ -36,6 +36,7 @@ from ..request import Request, read_request, write_answer, write_error
 from ..common.labels import load_labels
 from ..tasks.loaded_model import LoadedModel
 from ..model.loading import bind_worker_device, load_model, worker_device
+from ..model.cpu_precision import BF16_REMEDY, cpu_flags, emulated_bf16
 from .metrics import BatchMetrics
 from ..preprocess import BackendChoice, build_preprocessor
 from ..common.settings import HandlerSettings
@@ -349,11 +350,19 @@ def _log_loaded(
         f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
         features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
     )
+    _warn_emulated_bf16(settings, model)
     log.info(
         "tsvk worker start %d for %s since the model was loaded (a count above the model's workers means workers died and were restarted)",
         worker.start_number,
         settings.model_name,
     )
+
+
+def _warn_emulated_bf16(settings: HandlerSettings, model: LoadedModel) -> None:
+    """A bf16 archive on a CPU that emulates bf16 serves, slower than fp32 would: said once per worker, with the fix."""
+    problem = emulated_bf16(settings.artifact.precision, model.device.type, cpu_flags())
+    if problem:
+        log.warning("tsvk: %s is %s; %s", settings.model_name, problem, BF16_REMEDY)
 
 
 def report_statuses(context: Any, statuses: list[int]) -> None:

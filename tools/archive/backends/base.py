@@ -70,6 +70,7 @@ class Backend:
     # provenance (e.g. how many kernels run int8), or None
     compile: Callable[[Any, CompileTarget, Path], dict | None]
     summary: str
+    bf16_note: str = ""  # why it builds no bf16 on the CPU, where it builds none (said by --precision auto)
 
 
 def prepare_model(model, target: CompileTarget):

@@ -99,4 +99,6 @@ BACKEND = Backend(
     precisions={"cpu": ("fp32", "int8")},
     compile=compile_openvino,
     summary="OpenVINO IR (CPU): fp32, or int8 by NNCF post-training quantization on --calibration photos",
+    bf16_note="OpenVINO's CPU plugin would pick bf16 itself where the CPU has it; tsvk pins its inference precision to "
+              "f32 so that what runs is what was verified",
 )

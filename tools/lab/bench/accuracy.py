@@ -32,7 +32,7 @@ from ...serve.server import start_torchserve
 from ...serve.serving_config import write_config
 from ...client.demo import imagenet_categories, offline_request
 
-VARIANTS = ("eager:fp32", "aoti:fp32", "openvino:fp32", "openvino:int8", "aoti:int8")
+VARIANTS = ("eager:fp32", "aoti:fp32", "aoti:bf16", "openvino:fp32", "openvino:int8", "aoti:int8")
 CLIENTS = 4  # concurrent requests: enough for TorchServe to batch, few enough for a 2-core machine
 
 
@@ -51,7 +51,8 @@ def build_variants(variants: list[str], photos: Path, store: Path) -> tuple[dict
     for variant in variants:
         backend, precision = variant.split(":")
         request = replace(offline_request(labels), model=model_name(variant), backend=backend, precision=precision,
-                          calibration=photos if precision == "int8" else None)
+                          calibration=photos if precision == "int8" else None,
+                          accuracy_photos=photos if precision == "bf16" else None)
         try:
             _, result = build_archive(request, store)
         except UsageError as err:  # int8 refused by its own accuracy check: the message carries the numbers
