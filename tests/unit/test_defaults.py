@@ -82,7 +82,7 @@ def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
     assert (default_backend(defaults.TASK), build.device, build.precision, build.max_batch, build.weights, build.topk) == (
         defaults.BACKEND,
         defaults.DEVICE,
-        defaults.PRECISION,
+        defaults.BUILD_PRECISION,
         defaults.MAX_BATCH,
         defaults.WEIGHTS,
         defaults.TOPK,
@@ -134,7 +134,7 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
         (("archive",), "--max-detections", defaults.MAX_DETECTIONS),
         (("archive",), "--task", None),  # None: torchvision says, or defaults.TASK for a model file
         (("archive",), "--device", defaults.DEVICE),
-        (("archive",), "--precision", defaults.PRECISION),
+        (("archive",), "--precision", defaults.BUILD_PRECISION),
         (("archive",), "--max-batch", defaults.MAX_BATCH),
         (("archive",), "--max-batch-delay", defaults.MAX_BATCH_DELAY_MS),
         (("archive",), "--workers", None),  # None: tsvk config plans them (tools/serve/worker_plan.py)

@@ -141,7 +141,18 @@ def test_photo_options_name_the_precision_they_apply_to(tmp_path, capsys):
     code = main(["archive", *TINY_ARGS, "--backend", "eager", "--precision", "fp32", "--accuracy-photos", str(tmp_path),
                  "--model-store", str(tmp_path / "store")])
     assert code != 0
-    assert "--accuracy-photos applies to --precision bf16 (got --precision fp32)" in capsys.readouterr().err
+    assert "--accuracy-photos applies to --precision bf16 only (got --precision fp32)" in capsys.readouterr().err
+
+
+def test_auto_sets_aside_the_bf16_photo_options_where_it_chose_fp32_but_never_int8s(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: AVX2_ONLY)
+    assert main(["archive", *TINY_ARGS, "--backend", "eager", "--accuracy-photos", str(tmp_path), "--max-accuracy-drop",
+                 "0.02", "--model-store", str(tmp_path / "store")]) == 0
+    assert "--accuracy-photos, --max-accuracy-drop set aside" in capsys.readouterr().err
+    code = main(["archive", *TINY_ARGS, "--backend", "eager", "--calibration", str(tmp_path), "--model-store",
+                 str(tmp_path / "other")])
+    assert code == 2
+    assert "--calibration applies to --precision int8 only (got --precision auto, which chose fp32)" in capsys.readouterr().err
 
 
 @pytest.fixture

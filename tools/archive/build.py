@@ -25,8 +25,9 @@ from .verify_int8 import AgreementReport, Int8Limits, PixelAgreementReport
 
 
 # The photo options and the builds they apply to.
-PHOTO_OPTIONS = {"--calibration": "--precision int8", "--accuracy-photos": "--precision bf16",
-                 "--max-accuracy-drop": "labelled photos: --precision int8 with --calibration, or bf16 with --accuracy-photos"}
+PHOTO_OPTIONS = {"--calibration": "--precision int8 only", "--accuracy-photos": "--precision bf16 only",
+                 "--max-accuracy-drop": "builds judged on labelled photos only (--precision int8 with --calibration, bf16 "
+                                        "with --accuracy-photos)"}
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,8 @@ def requested_task(request: BuildRequest) -> str:
 
 
 def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess, choice: PrecisionChoice) -> Photos | None:
-    """int8's calibration and held-out photos, bf16's accuracy photos; a photo option for a precision that takes none
-    is a mistake worth naming, unless auto chose that precision (then the option is set aside, said once)."""
+    """int8's calibration and held-out photos, bf16's accuracy photos; photo options that do not apply to the precision
+    built are refused or set aside (`_check_photo_options`)."""
     if request.precision == "int8":
         return _int8_photos(request, resolved, preprocess)
     if request.precision == "bf16" and request.accuracy_photos is not None:
@@ -166,15 +167,24 @@ def _photos(request: BuildRequest, resolved: ResolvedModel, preprocess, choice: 
             raise UsageError(f"--accuracy-photos applies to classifiers, judged by top-1 and top-5 accuracy; the "
                              f"{resolved.task} model {request.model} is judged by its own verification: leave it out")
         return accuracy_photos(request.accuracy_photos, preprocess, resolved.task)
+    _check_photo_options(request, choice)
+    return None
+
+
+def _check_photo_options(request: BuildRequest, choice: PrecisionChoice) -> None:
+    """Photo options that do not apply to the precision built: refused, except that auto sets aside the bf16 ones when
+    it chose fp32 (the same command builds on every CPU), saying so once. --calibration is int8's wherever it runs."""
     given = [flag for flag, value in (("--calibration", request.calibration is not None),
                                       ("--accuracy-photos", request.accuracy_photos is not None),
                                       ("--max-accuracy-drop", _asked_drop(request))) if value]
-    if given and choice.asked == AUTO:
-        print(f"{request.model}: {', '.join(given)} set aside: the {request.precision} artifact is verified against "
+    set_aside = [flag for flag in given if flag != "--calibration"] if choice.asked == AUTO else []
+    if set_aside:
+        print(f"{request.model}: {', '.join(set_aside)} set aside: the {request.precision} artifact is verified against "
               f"eager by its outputs", file=sys.stderr)
-    elif given:
-        raise UsageError(f"{given[0]} applies to {PHOTO_OPTIONS[given[0]]} (got --precision {request.precision})")
-    return None
+    refused = [flag for flag in given if flag not in set_aside]
+    if refused:
+        chose = f", which chose {request.precision}" if choice.asked == AUTO else ""
+        raise UsageError(f"{refused[0]} applies to {PHOTO_OPTIONS[refused[0]]} (got --precision {choice.asked}{chose})")
 
 
 def _int8_photos(request: BuildRequest, resolved: ResolvedModel, preprocess) -> Photos | None:
