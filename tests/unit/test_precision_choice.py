@@ -12,12 +12,14 @@ import pytest
 import torch
 import yaml
 
+from tests.fixtures.tiny_model import make_tiny
 from tsvk.model import cpu_flags, emulated_bf16, native_bf16_flags
 from tsvk.worker import service
 from tsvk_tools.archive import precision
 from tsvk_tools.archive.backends import get_backend
 from tsvk_tools.cli import main
 from tsvk_tools.client.demo import describe_precision
+from tsvk_tools.images import SKIMAGE_PHOTOS, image_bytes
 from tsvk_tools.doctor.archive_rules import _cpu_precision, read_archive
 from tsvk_tools.serve.precision_check import emulated_precision_lines, served_archives
 
@@ -194,3 +196,29 @@ def test_a_worker_logs_the_warning_once_it_has_loaded(bf16_archive, monkeypatch,
 
 def test_the_demo_says_which_precision_its_archive_runs_in_and_why(bf16_archive):
     assert describe_precision(bf16_archive) == "tiny runs in bf16 (auto: this CPU multiplies bf16 in hardware (AVX512_BF16))"
+
+
+@pytest.fixture
+def labelled_photos(tmp_path) -> Path:
+    """Three real photos named as ImageNet's are, with a wnids.txt giving the tiny model's three classes."""
+    folder = tmp_path / "labelled"
+    folder.mkdir()
+    (folder / "wnids.txt").write_text("n00000000\nn00000001\nn00000002\n")
+    for index, name in enumerate(SKIMAGE_PHOTOS):
+        (folder / f"n0000000{index}_{name}.jpg").write_bytes(image_bytes(f"skimage:{name}"))
+    return folder
+
+
+def test_bf16_with_labelled_photos_is_judged_by_accuracy_as_int8_is(tmp_path, labelled_photos, bf16_cpu, capsys):
+    weights = tmp_path / "tiny.pth"
+    torch.save(make_tiny().state_dict(), weights)
+    args = list(TINY_ARGS)
+    args[args.index("--weights") + 1] = str(weights)
+    assert main(["archive", *args, "--backend", "eager", "--accuracy-photos", str(labelled_photos), "--max-accuracy-drop",
+                 "1", "--model-store", str(tmp_path / "store")]) == 0
+    provenance = _settings(tmp_path / "store" / "tiny.mar")["provenance"]
+    verification = provenance["verification"]
+    assert verification["precision"] == "bf16" and verification["judged_by"] == ["accuracy"]
+    assert set(verification["accuracy"]) == {"fp32", "bf16"} and verification["photos"] == 3
+    assert provenance["accuracy_photos"]["labels"] == "wnids.txt" and "calibration" not in provenance
+    assert "3 held-out photos, judged by accuracy; top-1" in capsys.readouterr().out

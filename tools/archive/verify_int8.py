@@ -133,9 +133,10 @@ def check_shapes(compiled, eager_fp32, target: CompileTarget) -> None:
     with torch.no_grad():
         for batch in sorted({1, target.max_batch}):
             x = target.example(batch)
-            got, want = compiled(x).shape, eager_fp32(x).shape
+            got, want = compiled(x).shape, eager_fp32(x.float()).shape  # x is in the artifact's dtype; eager's is fp32
             if got != want:
-                raise UsageError(f"int8 model returned shape {tuple(got)} at batch {batch}; eager returned {tuple(want)}")
+                raise UsageError(f"{target.precision} model returned shape {tuple(got)} at batch {batch}; eager returned "
+                                 f"{tuple(want)}")
 
 
 def verify_int8(compiled, eager_fp32, target: CompileTarget, photos: PhotoSet, held_out: bool, enforce: bool,
