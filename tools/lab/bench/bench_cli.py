@@ -19,10 +19,11 @@ import signal
 import sys
 from pathlib import Path
 
-from tsvk.common import PRECISIONS
 
 from ... import defaults
 from ... import progress
+from ...archive.backends import get_backend
+from ...archive.precision import AUTO, BUILD_PRECISIONS, choose_precision
 from ...errors import UsageError
 from ...images import SKIMAGE_PHOTOS
 from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, TUNED_VS_GENERATED_SYSTEMS,
@@ -124,11 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
         f"fp16 where torch_tensorrt is missing) and GPU preprocessing; {GPU.jobs} jobs at concurrency {GPU.concurrency}",
     )
     p.add_argument("--backend", choices=BACKENDS, help="our archive's backend (default aoti; --gpu: tensorrt where it imports)")
-    p.add_argument("--precision", choices=PRECISIONS, help="our archive's precision (default fp32; --gpu: fp16)")
+    p.add_argument("--precision", choices=BUILD_PRECISIONS, help="our archive's precision (default fp32; --gpu: fp16; auto: "
+                   "what `tsvk archive` chooses on this machine)")
     p.add_argument(
         "--fast-backend", choices=BACKENDS, help=f"the ours_fast and ceiling_fast rows' backend (default {defaults.FAST_BACKEND})"
     )
-    p.add_argument("--fast-precision", choices=PRECISIONS, help=f"their precision (default {defaults.FAST_PRECISION})")
+    p.add_argument("--fast-precision", choices=BUILD_PRECISIONS, help=f"their precision (default {defaults.FAST_PRECISION}; "
+                   "auto as for --precision)")
     p.add_argument("--ours-workers", type=_positive, help="override the workers `tsvk config` plans for ours (default: its plan)")
     p.add_argument(
         "--tuned-config",
@@ -192,7 +195,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         ours_workers=args.ours_workers,
         tuned_config=args.tuned_config,
         fast_backend=args.fast_backend,
-        fast_precision=args.fast_precision,
+        fast_precision=_resolved(args.fast_precision, args.fast_backend or defaults.FAST_BACKEND, "cpu", args.model),
         warmup=args.warmup,
         warmup_seconds=args.warmup_seconds,
         ceiling_seconds=args.ceiling_seconds,
@@ -207,12 +210,24 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
 def _gpu_overrides(args: argparse.Namespace) -> dict:
     """What --gpu changes: device, precision and (unless named) the backend, with the reason for it."""
     if not args.gpu:
-        return {"backend": args.backend, "precision": args.precision}
+        return {"backend": args.backend, "precision": _resolved(args.precision, args.backend or defaults.BACKEND, "cpu", args.model)}
     if args.backend:
         backend, note = args.backend, "as asked"
     else:
         backend, note = gpu_backend()
-    return {"device": "cuda", "backend": backend, "backend_note": note, "precision": args.precision or "fp16"}
+    precision = _resolved(args.precision, backend, "cuda", args.model)
+    return {"device": "cuda", "backend": backend, "backend_note": note, "precision": precision or "fp16"}
+
+
+def _resolved(precision: str | None, backend: str, device: str, model: str) -> str | None:
+    """--precision auto as `tsvk archive` resolves it on this machine (said once), so each row names what it ran."""
+    if precision != AUTO:
+        return precision
+    from ...archive.build import BuildRequest, requested_task  # torch: only once a build is asked for
+
+    choice = choose_precision(AUTO, get_backend(backend), device, requested_task(BuildRequest(model=model)))
+    print(f"bench: {model} {backend}: {choice.describe()}")
+    return choice.chosen
 
 
 def render_existing(path: Path, tag: str) -> int:
