@@ -1,9 +1,13 @@
-"""tsvk's own engine against clients that send what a well-written client does not: Authorization headers of any
-bytes. Each is answered with a 4xx, never a 500; the server stays healthy and answers the next good request.
+"""tsvk's own engine against clients that send what a well-written client does not: bodies over max_request_size in
+every framing and on any method, Authorization headers of any bytes.
+
+Each is answered with a 4xx, never a 500; the server stays healthy and answers the next good request. The served
+config has a 1 MiB max_request_size, so an over-large body is cheap to send.
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -11,6 +15,7 @@ import requests
 
 from tests.support.engine import running_engine
 from tests.support.handler_fakes import encode, photo
+from tests.support.raw_http import send_chunked
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.serve.ports import serving_on_free_ports
 
@@ -46,6 +51,22 @@ def _assert_still_serving(run) -> None:
     assert requests.get(f"{run.url('inference')}/ping", headers=run.headers("inference"), timeout=30).status_code == 200
     answer = _predict(run, encode(photo("chelsea")))
     assert answer.status_code == 200 and len(answer.json()) == 3, answer.text
+
+
+@pytest.mark.parametrize("method", ["POST", "PUT"])
+def test_a_chunked_body_over_max_request_size_is_refused_413_as_it_arrives(engine, method):
+    answer = send_chunked(engine.url("inference"), method, f"/predictions/{MODEL}", engine.headers("inference"), 4 * LIMIT)
+    assert answer.status == 413, (answer.status, answer.body[:300])
+    body = json.loads(answer.body)
+    assert (body["code"], body["error"], body["source"]) == (413, "request_too_large", "tsvk")
+    assert "max_request_size" in body["message"] and answer.headers.get("connection") == "close"
+    _assert_still_serving(engine)
+
+
+def test_a_content_length_over_max_request_size_is_refused_413_in_the_same_shape(engine):
+    answer = _predict(engine, b"\xff" * (LIMIT + 1))
+    assert answer.status_code == 413 and answer.json()["error"] == "request_too_large", answer.text
+    _assert_still_serving(engine)
 
 
 @pytest.mark.parametrize("authorization", [b"Bearer \xff\xfe", "Bearer ключ".encode(), b"Basic dXNlcjpwYXNz", b"Bearer",

@@ -28,6 +28,7 @@ from starlette.responses import Response
 
 from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
+from ...oip.bounded_body import BodyTooLarge
 from .batcher import Pending, QueueFull
 from .metrics import EngineMetrics
 from .pool import ModelPool
@@ -133,6 +134,8 @@ class InferenceRoutes:
             response = await self.api.route(scope, receive)
         except ClientDisconnect:  # the client left before its body was read: there is no one to answer
             return None
+        except BodyTooLarge:  # the guard in front answers it 413 (tools/oip/server.py)
+            raise
         except Exception:  # noqa: BLE001 - one request's failure: said in the log and to its client, the server goes on
             log.exception("answering %s %s", scope["method"], scope["path"])
             response = torchserve_error(500, "InternalServerException", "the engine failed to answer this request; see its log")
