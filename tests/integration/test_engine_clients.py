@@ -1,8 +1,9 @@
 """tsvk's own engine against clients that send what a well-written client does not: bodies over max_request_size in
-every framing and on any method, Authorization headers of any bytes.
+every framing and on any method, Authorization headers of any bytes, broken multipart forms.
 
-Each is answered with a 4xx, never a 500; the server stays healthy and answers the next good request. The served
-config has a 1 MiB max_request_size, so an over-large body is cheap to send.
+Each is answered with a 4xx in tsvk's error shape that says what was wrong, never a 500 and never an exception's
+text; the server stays healthy and answers the next good request. The served config has a 1 MiB max_request_size, so
+an over-large body is cheap to send.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.integration
 MODEL = "tiny"
 LIMIT_MB = 1
 LIMIT = LIMIT_MB * 2**20
+BOUNDARY = "tsvkboundary"
 
 
 @pytest.fixture(scope="module")
@@ -53,6 +55,12 @@ def _assert_still_serving(run) -> None:
     assert answer.status_code == 200 and len(answer.json()) == 3, answer.text
 
 
+def _assert_no_internals(text: str) -> None:
+    """No exception text, traceback or source path in a body a client reads."""
+    for leak in ("Traceback", ".py", ".cpp", "/__w/", "Error:", "site-packages"):
+        assert leak not in text, (leak, text)
+
+
 @pytest.mark.parametrize("method", ["POST", "PUT"])
 def test_a_chunked_body_over_max_request_size_is_refused_413_as_it_arrives(engine, method):
     answer = send_chunked(engine.url("inference"), method, f"/predictions/{MODEL}", engine.headers("inference"), 4 * LIMIT)
@@ -78,3 +86,35 @@ def test_any_authorization_header_without_the_key_is_refused_not_failed(engine, 
         assert answer.status_code in (400, 401), (path, answer.status_code, answer.text)
         assert "InvalidKeyException" in answer.text
     _assert_still_serving(engine)
+
+
+def _form(boundary: str, image: bytes) -> bytes:
+    return (f"--{boundary}\r\nContent-Disposition: form-data; name=\"data\"; filename=\"photo.jpg\"\r\n"
+            f"Content-Type: image/jpeg\r\n\r\n").encode() + image + f"\r\n--{boundary}--\r\n".encode()
+
+
+@pytest.mark.parametrize("case", ["no boundary parameter", "another boundary", "truncated", "part without a name",
+                                  "not multipart syntax"])
+def test_a_malformed_form_is_refused_400_saying_what_is_wrong(engine, case):
+    content_type, body, says = _malformed_form(case, encode(photo("chelsea")))
+    answer = _predict(engine, body, {"Content-Type": content_type})
+    assert answer.status_code == 400, (case, answer.status_code, answer.text)
+    error = answer.json()
+    assert error["error"] == "bad_request" and says in error["message"], (case, error)
+    _assert_no_internals(answer.text)
+    good = _predict(engine, _form(BOUNDARY, encode(photo("chelsea"))), {"Content-Type": f"multipart/form-data; boundary={BOUNDARY}"})
+    assert good.status_code == 200, good.text
+
+
+def _malformed_form(case: str, image: bytes) -> tuple[str, bytes, str]:
+    """(Content-Type, body, what the refusal must say) for each kind of broken form."""
+    declared = f"multipart/form-data; boundary={BOUNDARY}"
+    if case == "no boundary parameter":
+        return "multipart/form-data", _form(BOUNDARY, image), "no boundary parameter"
+    if case == "another boundary":
+        return declared, _form("someotherboundary", image), "closing boundary"
+    if case == "truncated":
+        return declared, _form(BOUNDARY, image)[: len(image) // 2], "cut short"
+    if case == "part without a name":
+        return declared, f"--{BOUNDARY}\r\nContent-Disposition: form-data\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(), "no name"
+    return declared, f"--{BOUNDARY}junk\r\n\r\n--{BOUNDARY}--\r\n".encode(), "multipart/form-data syntax"
