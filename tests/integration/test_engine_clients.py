@@ -1,9 +1,9 @@
 """tsvk's own engine against clients that send what a well-written client does not: bodies over max_request_size in
-every framing and on any method, Authorization headers of any bytes, broken multipart forms.
+every framing and on any method, Authorization headers of any bytes, broken multipart forms, truncated photos.
 
 Each is answered with a 4xx in tsvk's error shape that says what was wrong, never a 500 and never an exception's
 text; the server stays healthy and answers the next good request. The served config has a 1 MiB max_request_size, so
-an over-large body is cheap to send.
+an over-large body is cheap to send. A truncated JPEG is answered the same way by TorchServe running the same handler.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import requests
 from tests.support.engine import running_engine
 from tests.support.handler_fakes import encode, photo
 from tests.support.raw_http import send_chunked
-from tests.support.torchserve import archive_tiny
+from tests.support.torchserve import archive_tiny, running_torchserve
 from tsvk_tools.serve.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
@@ -25,6 +25,9 @@ pytestmark = pytest.mark.integration
 MODEL = "tiny"
 LIMIT_MB = 1
 LIMIT = LIMIT_MB * 2**20
+# Small enough that the tiny model's preprocessing (resize 40) decodes it whole with torchvision's libjpeg-turbo decoder.
+SMALL_PHOTO = (70, 60)
+TRUNCATED_MESSAGE = "cannot decode the JPEG image (70x60): the JPEG data is truncated or corrupt"
 BOUNDARY = "tsvkboundary"
 
 
@@ -118,3 +121,24 @@ def _malformed_form(case: str, image: bytes) -> tuple[str, bytes, str]:
     if case == "part without a name":
         return declared, f"--{BOUNDARY}\r\nContent-Disposition: form-data\r\n\r\nx\r\n--{BOUNDARY}--\r\n".encode(), "no name"
     return declared, f"--{BOUNDARY}junk\r\n\r\n--{BOUNDARY}--\r\n".encode(), "multipart/form-data syntax"
+
+
+def _truncated_jpeg() -> bytes:
+    data = encode(photo("chelsea", SMALL_PHOTO))
+    return data[: len(data) // 2]  # the header (and its size) intact: it fails at decode
+
+
+def test_a_truncated_jpeg_is_answered_in_tsvks_words_without_the_decoders_internals(engine):
+    answer = _predict(engine, _truncated_jpeg())
+    assert answer.status_code == 400 and answer.json()["error"] == "bad_image", answer.text
+    assert answer.json()["message"] == TRUNCATED_MESSAGE
+    _assert_no_internals(answer.text)
+    worker_logs = "".join(path.read_text() for path in (engine.run_dir / "logs").glob("*.log"))
+    assert "truncated" in worker_logs.split("does not decode")[-1]  # the decoder's own words are in the worker's log
+
+
+def test_torchserve_answers_a_truncated_jpeg_in_the_same_words(store, tmp_path):
+    with running_torchserve(_request(store), tmp_path / "torchserve") as torchserve:
+        answer = _predict(torchserve, _truncated_jpeg())
+    assert answer.status_code == 400 and answer.json()["message"] == TRUNCATED_MESSAGE, answer.text
+    _assert_no_internals(answer.text)
