@@ -27,8 +27,10 @@ class BodyTooLarge(Exception):
 
 def too_large(limit: int, declared: int | None = None) -> RequestTooLarge:
     """The 413 in tsvk's words, naming the limit and the setting that sets it."""
-    size = f"the body is {declared} bytes" if declared is not None else "the body is larger than the limit"
-    return RequestTooLarge(f"{size}; the limit is {limit} bytes (max_request_size in the server's config.properties)")
+    setting = "max_request_size in the server's config.properties"
+    if declared is None:
+        return RequestTooLarge(f"the body passed {limit} bytes, the limit ({setting}), as it arrived: it was not read further")
+    return RequestTooLarge(f"the body is {declared} bytes; the limit is {limit} bytes ({setting})")
 
 
 class BoundedReceive:
