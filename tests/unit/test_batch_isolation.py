@@ -81,20 +81,22 @@ class _Exploding(dict):
 
 
 @pytest.mark.parametrize("error", [RecursionError("deep"), TypeError("unhashable"), KeyError("x"), AttributeError("y")])
-def test_read_request_never_raises(error):
+def test_read_request_never_raises(error, caplog):
     payload = read_request(_Exploding(error), crop=32)
-    assert payload.error.status == 400 and type(error).__name__ in payload.error.message
+    assert payload.error.status == 400 and payload.error.message.startswith("cannot read the request")
+    assert type(error).__name__ not in payload.error.message and type(error).__name__ in caplog.text  # said in the log only
 
 
-def test_an_oip_request_failing_in_an_unforeseen_way_is_answered_in_its_protocol(monkeypatch):
+def test_an_oip_request_failing_in_an_unforeseen_way_is_answered_in_its_protocol(monkeypatch, caplog):
     from tsvk.request import oip
 
     monkeypatch.setattr(oip, "_oip_image", lambda data: 1 / 0)
     payload = read_request({"body": _oip_images()}, crop=32)
-    assert payload.protocol == OIP and payload.error.status == 400 and "ZeroDivisionError" in payload.error.message
+    assert payload.protocol == OIP and payload.error.status == 400 and payload.error.message.startswith("cannot read the request")
+    assert "ZeroDivisionError" not in payload.error.message and "ZeroDivisionError" in caplog.text
 
 
-def test_an_image_whose_preprocessing_raises_fails_alone(served, monkeypatch):
+def test_an_image_whose_preprocessing_raises_fails_alone(served, monkeypatch, caplog):
     """Whatever the transform raises for one image (an extreme shape, say), that request gets a 400 and the
     images beside it are prepared again without it; before, the whole batch was answered 500."""
     service, context = served
@@ -108,7 +110,8 @@ def test_an_image_whose_preprocessing_raises_fails_alone(served, monkeypatch):
     monkeypatch.setattr(service.task, "prepare", prepare)
     answers = service.handle([{"data": _good(2)}, {"data": encode(noise_image(7, 48), "PNG")}, {"data": _good(3)}], context)
     assert context.statuses == {1: (400, "Bad Request")} and answers[1]["error"] == "bad_image"
-    assert "7x48 PNG" in answers[1]["message"] and "cannot allocate" in answers[1]["message"]
+    assert "7x48 PNG" in answers[1]["message"] and "cannot allocate" not in answers[1]["message"]
+    assert "cannot allocate" in caplog.text  # the exception is the worker's log's, not the client's
     assert answers[0] == _alone(service, context, 2) and answers[2] == _alone(service, context, 3)
 
 

@@ -103,8 +103,9 @@ def test_non_images_are_bad_requests(data, message):
 def test_truncated_image_fails_at_decode_with_400(fmt):
     data = encode(noise_image(200, 150), fmt)
     encoded = probe(data[: len(data) // 2], LIMIT)  # header intact
-    with pytest.raises(BadRequest, match=f"cannot decode the {fmt} image"):
+    with pytest.raises(BadRequest, match=f"cannot decode the {fmt} image") as info:
         decode_rgb(encoded)
+    assert info.value.message.endswith(f"the {fmt} data is truncated or corrupt")  # tsvk's words, not the decoder's
 
 
 @pytest.mark.parametrize("fmt", ["TIFF", "ICO"])

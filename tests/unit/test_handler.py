@@ -101,13 +101,14 @@ def test_answers_do_not_depend_on_batch_neighbours(service, context):
     assert list(alone.values()) == pytest.approx(list(among.values()), abs=1e-5)
 
 
-def test_inference_failure_answers_500_for_that_batch_and_the_worker_lives(service, context, monkeypatch):
+def test_inference_failure_answers_500_for_that_batch_and_the_worker_lives(service, context, monkeypatch, caplog):
     def broken(batch):
         raise RuntimeError("kernel exploded")
 
     monkeypatch.setattr(service.model, "forward", broken)
     answers = service.handle([{"data": _good()}, {"data": b""}], context)
-    assert context.statuses[0][0] == 500 and "kernel exploded" in answers[0]["message"]
+    assert context.statuses[0][0] == 500 and answers[0]["message"].startswith("inference failed")
+    assert "kernel exploded" not in answers[0]["message"] and "kernel exploded" in caplog.text  # the log has the cause
     assert context.statuses[1][0] == 400
     monkeypatch.undo()
     context.statuses.clear()

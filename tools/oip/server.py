@@ -26,6 +26,7 @@ from tsvk.request import JsonLimits, check_json, limits_for_pixels, oip
 
 from ..defaults import OIP_JSON_PIXEL_IMAGES
 from ..keys import current_key
+from .bounded_body import CLOSE, BodyTooLarge, BoundedReceive, declared_length, read_body, too_large
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
 from .upstream import TorchServeClient
@@ -54,13 +55,27 @@ class Guard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         refusal = self._refusal(scope)
-        if refusal is None and scope["method"] == "POST" and self.json_paths.match(scope["path"]):
-            body = await _read_body(receive)
-            refusal = self._json_refusal(scope, body)
-            receive = _replay(body, receive)
+        if isinstance(refusal, RequestError):
+            return await _send_refusal(send, refusal)
         if refusal is not None:
             return await _send_error(send, *refusal)
-        return await self.app(scope, receive, send)
+        try:
+            await self._pass_on(scope, BoundedReceive(receive, self.max_request_bytes), send)
+        except BodyTooLarge as err:  # raised while the body was read, before any answer was started
+            await _send_refusal(send, err.refusal)
+
+    async def _pass_on(self, scope, receive: BoundedReceive, send) -> None:
+        """The request to the app, its body bounded as it arrives; on the JSON paths read whole (within the bound)
+        first, and a POST's JSON checked, so that the app behind (KServe's) never reads a body itself."""
+        if not self.json_paths.match(scope["path"]):
+            return await self.app(scope, receive, send)
+        body = await read_body(receive)
+        if body is None:  # the client left before sending its body: there is no one to answer
+            return None
+        refusal = self._json_refusal(scope, body) if scope["method"] == "POST" else None
+        if refusal is not None:
+            return await _send_error(send, *refusal)
+        return await self.app(scope, _replay(body, receive), send)
 
     def _json_refusal(self, scope, body: bytes) -> tuple[int, str] | None:
         """The body's JSON (all of it, or the binary extension's JSON part) checked before anything parses it."""
@@ -73,26 +88,14 @@ class Guard:
             return err.status, f"{err.code}: {err.message}"
         return None
 
-    def _refusal(self, scope) -> tuple[int, str] | None:
+    def _refusal(self, scope) -> tuple[int, str] | RequestError | None:
+        """404 for a path not served; 413 for a body whose Content-Length is over the limit, before it is read."""
         if not self.paths.match(scope["path"]):
             return 404, f"not_found: {scope['path']} is not a path this server serves"
-        headers = dict(scope.get("headers") or [])
-        length = headers.get(b"content-length")
-        if scope["method"] == "POST" and length is None:
-            return 411, "length_required: send a Content-Length header"
-        if length is not None and int(length) > self.max_request_bytes:
-            return 413, f"request_too_large: the body is {int(length)} bytes; the limit is {self.max_request_bytes} (max_request_size)"
+        length = declared_length(dict(scope.get("headers") or []))
+        if length is not None and length > self.max_request_bytes:
+            return too_large(self.max_request_bytes, length)
         return None
-
-
-async def _read_body(receive) -> bytes:
-    """The whole request body (its length already checked against the limit from Content-Length)."""
-    chunks = []
-    while True:
-        message = await receive()
-        chunks.append(message.get("body", b""))
-        if message["type"] != "http.request" or not message.get("more_body"):
-            return b"".join(chunks)
 
 
 def _replay(body: bytes, receive):
@@ -121,9 +124,19 @@ def front_json_limits_for(models) -> JsonLimits:
 
 
 async def _send_error(send, status: int, message: str) -> None:
-    body = json.dumps({"error": message}).encode()
+    """The front's refusal of a path or a JSON body: `{"error": "<code>: <message>"}`."""
+    await _send_json(send, status, {"error": message})
+
+
+async def _send_refusal(send, error: RequestError) -> None:
+    """tsvk's error body (code, type, error, source, message); the connection closes, as the rest of the body is unread."""
+    await _send_json(send, error.status, error.body(), [CLOSE])
+
+
+async def _send_json(send, status: int, document: dict, headers: list[tuple[bytes, bytes]] = ()) -> None:
+    body = json.dumps(document).encode()
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()), *headers]})
     await send({"type": "http.response.body", "body": body})
 
 

@@ -5,7 +5,7 @@ Nothing here imports another room. Like every room's `__init__`, `__all__` is wh
 """
 
 from . import defaults, features
-from .errors import ERROR_SOURCE, RequestError, ServerStopping
+from .errors import ERROR_SOURCE, BadRequest, RequestError, RequestTooLarge, ServerStopping
 from .labels import label_for, labels_from_mapping, load_labels
 from .properties import PropertiesEntry, escape_value, read_properties, read_properties_entries
 from .settings import (ARTIFACT_FORMATS, DEVICES, INTERPOLATIONS, PRECISIONS, SETTINGS_KEY, TASKS, ArtifactSettings,
@@ -15,8 +15,8 @@ from .task_kinds import TASKS as TASK_KINDS, TaskKind, task_kind
 
 __all__ = [
     "ARTIFACT_FORMATS", "DEVICES", "ERROR_SOURCE", "INTERPOLATIONS", "PRECISIONS", "SETTINGS_KEY", "TASKS", "TASK_KINDS",
-    "ArtifactSettings", "DetectSettings", "HandlerSettings", "ModelSource", "PreprocessSettings", "PropertiesEntry",
-    "RequestError", "RuntimeSettings", "ServerStopping", "ServingDefaults", "SettingsError", "TaskKind", "defaults",
+    "ArtifactSettings", "BadRequest", "DetectSettings", "HandlerSettings", "ModelSource", "PreprocessSettings", "PropertiesEntry",
+    "RequestError", "RequestTooLarge", "RuntimeSettings", "ServerStopping", "ServingDefaults", "SettingsError", "TaskKind", "defaults",
     "escape_value", "features", "label_for", "labels_from_mapping", "load_labels", "read_properties",
     "read_properties_entries", "task_kind",
 ]

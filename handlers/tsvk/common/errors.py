@@ -92,6 +92,15 @@ class JsonTooLarge(RequestError):
     code = "json_too_large"
 
 
+class RequestTooLarge(RequestError):
+    """A request body larger than the server's max_request_size: refused from its Content-Length, or as it arrives
+    when it declares none (chunked), after reading no more than the limit and one message."""
+
+    status = 413
+    kind = "PayloadTooLarge"
+    code = "request_too_large"
+
+
 class DeadlineExceeded(RequestError):
     """The request waited longer than the model's deadline before its batch reached the worker."""
 
@@ -118,6 +127,6 @@ class InferenceFailed(RequestError):
 
 
 ERROR_CLASSES = (BadRequest, BadImage, BadTensor, JsonTooDeep, UnsupportedFormat, ImageTooLarge, DecodeTooCostly, JsonTooLarge,
-                 DeadlineExceeded, ServerStopping, InferenceFailed)
+                 RequestTooLarge, DeadlineExceeded, ServerStopping, InferenceFailed)
 PHRASES = {400: "Bad Request", 413: "Payload Too Large", 415: "Unsupported Media Type", 500: "Internal Server Error",
            503: "Service Unavailable"}

@@ -14,6 +14,7 @@ The returned tensor is a channels-last view (HWC memory), which torchvision resi
 from __future__ import annotations
 
 import io
+import logging
 import warnings
 from dataclasses import dataclass
 
@@ -24,6 +25,8 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..common.defaults import MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
 from ..common.errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
 from .jpeg_scans import scan_work
+
+log = logging.getLogger(__name__)
 
 # torchvision 0.29 deprecates its decoders in favour of TorchCodec, which a stock TorchServe image
 # does not have; they are still the fastest here (docs/handler.md), so say it once, not per image.
@@ -81,11 +84,13 @@ def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS,
     except ImageTooLarge:
         raise
     except Image.DecompressionBombError as err:
-        raise ImageTooLarge(f"image is too large to decode safely: {err}") from None
+        _log_refusal("an image too large to decode safely", err)
+        raise ImageTooLarge("image declares more pixels than the decoder opens safely") from None
     except UnidentifiedImageError:
         raise _unrecognised(data) from None
     except Exception as err:  # noqa: BLE001 - a broken header is the client's problem, not ours
-        raise BadImage(f"image header is corrupt or truncated: {err}") from None
+        _log_refusal("an image header that does not read", err)
+        raise BadImage("image header is corrupt or truncated") from None
     if fmt in _JPEG_FORMATS:
         check_jpeg_work(data, width, height, max_jpeg_scans, max_jpeg_scan_blocks)
     return EncodedImage(data, fmt, width, height, mode, orientation)
@@ -161,7 +166,20 @@ def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
     except BadImage:
         raise
     except Exception as err:  # noqa: BLE001 - truncated or corrupt data: fail this request only
-        raise BadImage(f"cannot decode the {image.format} image ({image.width}x{image.height}): {err}") from None
+        raise _undecodable(image, err) from None
+
+
+def _undecodable(image: EncodedImage, err: Exception) -> BadImage:
+    """The client is told what is wrong in tsvk's words; the decoder's own message, which names its source files and
+    internals (torchvision's C++ paths, say), goes to the worker's log only."""
+    _log_refusal(f"a {image.width}x{image.height} {image.format} image that does not decode", err)
+    kind = "JPEG" if image.is_jpeg else image.format
+    return BadImage(f"cannot decode the {image.format} image ({image.width}x{image.height}): the {kind} data is truncated or corrupt")
+
+
+def _log_refusal(what: str, err: Exception) -> None:
+    """One line in the worker's log with the exception a client's answer leaves out."""
+    log.warning("refused %s: %s: %s", what, type(err).__name__, err)
 
 
 def apply_orientation(image: torch.Tensor, orientation: int) -> torch.Tensor:

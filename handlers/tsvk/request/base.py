@@ -3,12 +3,15 @@ the `Request` each protocol's reader returns."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 import numpy as np
 
 from ..common.errors import BadRequest, RequestError
+
+log = logging.getLogger(__name__)
 
 PREDICTIONS = "predictions"  # TorchServe's /predictions shapes: an image in, {label: probability} out
 OIP = "oip"  # the Open Inference Protocol: tensors in, tensors out
@@ -30,5 +33,7 @@ class Request:
 
 
 def unreadable(err: Exception) -> BadRequest:
-    """A 400 for a request that made reading it fail in a way no check foresaw, naming what happened."""
-    return BadRequest(f"cannot read the request: {type(err).__name__}: {str(err)[:200]}")
+    """A 400 for a request that made reading it fail in a way no check foresaw. The exception goes to the worker's log,
+    not to the client: its text can name the server's files and libraries."""
+    log.warning("cannot read a request: %s: %s", type(err).__name__, err, exc_info=err)
+    return BadRequest("cannot read the request: it failed in a way no check foresaw (the worker's log has the cause)")

@@ -61,8 +61,10 @@ def parse_json(data: bytes | bytearray | str, limits: JsonLimits = JsonLimits())
     check_json(raw, limits)
     try:
         return json.loads(raw)
-    except (ValueError, RecursionError) as err:
-        raise BadRequest(f"request body looks like JSON but does not parse: {err}") from None
+    except json.JSONDecodeError as err:
+        raise BadRequest(f"request body looks like JSON but does not parse (line {err.lineno}, column {err.colno})") from None
+    except (ValueError, RecursionError):
+        raise BadRequest("request body looks like JSON but does not parse") from None
 
 
 def check_json(raw: bytes | bytearray, limits: JsonLimits = JsonLimits()) -> None:

@@ -30,9 +30,10 @@ import torch
 from ..common import features
 from .deadline import arrival_times, batch_time_budget_s, deadline_from_config, request_age_ms
 from ..preprocess.decode import EncodedImage, probe
-from ..common.errors import PHRASES, BadImage, BadRequest, DeadlineExceeded, InferenceFailed, RequestError
+from ..common.errors import PHRASES, BadImage, DeadlineExceeded, InferenceFailed, RequestError
 from .heap import HeapTrimmer
 from ..request import Request, read_request, write_answer, write_error
+from ..request.base import unreadable
 from ..common.labels import load_labels
 from ..tasks.loaded_model import LoadedModel
 from ..model.loading import bind_worker_device, load_model, worker_device
@@ -222,7 +223,7 @@ class VisionService:
             except RequestError as err:
                 failed[position] = err.detached()
             except Exception as err:  # noqa: BLE001 - whatever the request holds, fail it alone
-                failed[position] = BadRequest(f"cannot read the request: {type(err).__name__}: {err}")
+                failed[position] = unreadable(err)
         return StageResult(admitted, failed)
 
     def _image_or_pixels(self, request: Request) -> EncodedImage | torch.Tensor:
@@ -272,9 +273,9 @@ class VisionService:
             return Prepared([], None, failing)
         try:
             prepared = self._prepare(rest, encoded)
-        except Exception as err:  # noqa: BLE001 - each image prepares alone but not together: the backend is at fault
+        except Exception:  # noqa: BLE001 - each image prepares alone but not together: the backend is at fault
             log.exception("preprocessing failed again for the %d images that prepare alone", len(rest))
-            error = InferenceFailed(f"preprocessing failed: {type(err).__name__}: {err}")
+            error = InferenceFailed("preprocessing failed for this batch (the worker's log has the cause)")
             return Prepared([], None, {**failing, **{p: error for p in rest}})
         return Prepared(prepared.positions, prepared.batch, {**failing, **prepared.failed})
 
@@ -288,10 +289,11 @@ class VisionService:
         400, whatever the exception (its transform is what the image asks for: an extreme shape, say)."""
         try:
             self._prepare([position], encoded)
-        except Exception as err:  # noqa: BLE001
+        except Exception:  # noqa: BLE001
             image = encoded[position].image
             size = f"{image.width}x{image.height} {image.format} " if isinstance(image, EncodedImage) else ""
-            return BadImage(f"cannot preprocess the {size}image: {type(err).__name__}: {str(err)[:200]}")
+            log.warning("the %simage of request %d fails to prepare alone", size, position, exc_info=True)
+            return BadImage(f"cannot preprocess the {size}image: its transform fails on it (an extreme shape, say)")
         return None
 
     def _infer(self, prepared: Prepared, read: Mapping[int, Admitted], started: float) -> StageResult:
@@ -304,9 +306,9 @@ class VisionService:
             answers = self.task.answer_within(
                 prepared.batch, [read[p].options for p in prepared.positions], started + budget if budget else None
             )
-        except Exception as err:  # noqa: BLE001 - the model failing fails this batch, not the worker
+        except Exception:  # noqa: BLE001 - the model failing fails this batch, not the worker
             log.exception("inference failed for a batch of %d", len(prepared.positions))
-            error = InferenceFailed(f"inference failed: {type(err).__name__}: {err}")
+            error = InferenceFailed("inference failed for this batch (the worker's log has the cause)")
             return StageResult(failed={p: error for p in prepared.positions})
         unanswered = prepared.positions[len(answers) :]
         if unanswered:

@@ -26,9 +26,12 @@ from typing import Any, Callable
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 
+from tsvk.common import RequestError
 from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
+from ...oip.bounded_body import BodyTooLarge
 from .batcher import Pending, QueueFull
+from .forms import read_form
 from .metrics import EngineMetrics
 from .pool import ModelPool
 
@@ -47,6 +50,11 @@ REQUEST_ID_HEADER = "x-request-id"
 def torchserve_error(status: int, kind: str, message: str) -> Response:
     """TorchServe's own error body (its ErrorResponse: code, type, message), written as its frontend writes it."""
     return answer(status, json.dumps({"code": status, "type": kind, "message": message}, indent=2).encode() + b"\n", JSON_TYPE)
+
+
+def tsvk_error(error: RequestError) -> Response:
+    """A refusal of the engine's own in tsvk's error shape (code, type, error, source, message), as the handler writes."""
+    return answer(error.status, json.dumps(error.body()).encode(), JSON_TYPE)
 
 
 def answer(status: int, body: bytes, content_type: str | None = None) -> Response:
@@ -101,7 +109,10 @@ class PredictionsApi:
             )
         if pool.batcher.full():  # refused before its body is read: under a burst the refusals stay fast
             return _queue_full(model)
-        inputs = await self._inputs(request)
+        try:
+            inputs = await self._inputs(request)
+        except RequestError as err:
+            return tsvk_error(err)
         try:
             pending = pool.batcher.submit(Pending(inputs, parse_arrival(request.headers.get(ARRIVAL_HEADER))))
         except QueueFull:
@@ -111,10 +122,10 @@ class PredictionsApi:
         return answer(status, body)
 
     async def _inputs(self, request: Request) -> dict[str, Any]:
-        """The handler's view of the request: the raw body, or a multipart form's fields (bytes each)."""
+        """The handler's view of the request: the raw body, or a multipart form's fields (bytes each); BadRequest
+        for a form that cannot be read."""
         if request.headers.get("content-type", "").lower().startswith(MULTIPART):
-            form = await request.form(max_files=64, max_fields=64, max_part_size=self.max_form_part_bytes)
-            return {name: await _bytes(value) for name, value in form.multi_items()}
+            return await read_form(request, self.max_form_part_bytes)
         return {"body": await request.body()}
 
 
@@ -133,6 +144,8 @@ class InferenceRoutes:
             response = await self.api.route(scope, receive)
         except ClientDisconnect:  # the client left before its body was read: there is no one to answer
             return None
+        except BodyTooLarge:  # the guard in front answers it 413 (tools/oip/server.py)
+            raise
         except Exception:  # noqa: BLE001 - one request's failure: said in the log and to its client, the server goes on
             log.exception("answering %s %s", scope["method"], scope["path"])
             response = torchserve_error(500, "InternalServerException", "the engine failed to answer this request; see its log")
@@ -150,7 +163,3 @@ def _queue_full(model: str) -> Response:
     )
 
 
-async def _bytes(value: Any) -> bytes:
-    if isinstance(value, str):
-        return value.encode("utf-8")
-    return await value.read()

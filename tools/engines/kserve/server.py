@@ -87,8 +87,7 @@ class _TokenGuard:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and self.key is not None:
-            authorization = dict(scope.get("headers") or []).get(b"authorization", b"").decode("latin-1") or None
-            if not self.key.allows(authorization):
+            if not self.key.allows(dict(scope.get("headers") or []).get(b"authorization")):
                 response = torchserve_error(400, "InvalidKeyException",
                                             "Token Authorization failed. Token either incorrect, expired, or not provided correctly")
                 return await response(scope, receive, send)

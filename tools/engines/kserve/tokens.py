@@ -7,6 +7,7 @@ and kept while the engine runs (no expiry, so nothing to renew); `tsvk keys --re
 
 from __future__ import annotations
 
+import hmac
 import json
 import os
 import secrets
@@ -50,6 +51,11 @@ class InferenceKey:
             self._stamp = stamp
         return self._key
 
-    def allows(self, authorization: str | None) -> bool:
+    def allows(self, authorization: bytes | str | None) -> bool:
+        """Whether the header carries the key, compared as bytes in constant time: a header holds whatever bytes the
+        client sent, and comparing text that is not ASCII raises (a 500) where the answer is simply no."""
         key = self.current()
-        return key is not None and authorization is not None and secrets.compare_digest(authorization.strip(), f"Bearer {key}")
+        if key is None or authorization is None:
+            return False
+        given = authorization.encode("utf-8", "surrogatepass") if isinstance(authorization, str) else authorization
+        return hmac.compare_digest(given.strip(), f"Bearer {key}".encode())
