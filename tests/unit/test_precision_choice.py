@@ -21,6 +21,7 @@ from tsvk_tools.cli import main
 from tsvk_tools.client.demo import describe_precision
 from tsvk_tools.images import SKIMAGE_PHOTOS, image_bytes
 from tsvk_tools.doctor.archive_rules import _cpu_precision, read_archive
+from tsvk_tools.serve import precision_check
 from tsvk_tools.serve.precision_check import emulated_precision_lines, served_archives
 
 from tests.unit.test_archive import TINY_ARGS
@@ -222,3 +223,14 @@ def test_bf16_with_labelled_photos_is_judged_by_accuracy_as_int8_is(tmp_path, la
     assert set(verification["accuracy"]) == {"fp32", "bf16"} and verification["photos"] == 3
     assert provenance["accuracy_photos"]["labels"] == "wnids.txt" and "calibration" not in provenance
     assert "3 held-out photos, judged by accuracy; top-1" in capsys.readouterr().out
+
+
+def test_tsvk_config_warns_when_this_cpu_would_emulate_an_archives_bf16(bf16_archive, tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(precision_check, "cpu_flags", lambda: AVX2_ONLY)
+    output = tmp_path / "generated.properties"
+    assert main(["config", "--model-store", str(bf16_archive.parent), "--output", str(output)]) == 0
+    err = capsys.readouterr().err
+    assert "tsvk: warning: tiny.mar holds a bf16 model on a CPU without" in err and output.is_file()
+    monkeypatch.setattr(precision_check, "cpu_flags", lambda: ZEN4)
+    assert main(["config", "--model-store", str(bf16_archive.parent), "--output", str(output)]) == 0
+    assert "warning" not in capsys.readouterr().err
