@@ -81,9 +81,12 @@ def test_an_unknown_argument_is_refused_with_the_usage(bare_dir):
     assert result.returncode == 2 and "usage: scripts/system-deps.sh [--torchserve] [--test] [--check]" in result.stderr
 
 
+ASKED = [((), BUILDING), (("--torchserve",), SERVING), (("--test",), SERVING + TESTS_ONLY),
+         (("--torchserve", "--test"), SERVING + TESTS_ONLY)]
+
+
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="switches to the user nobody: needs root and setpriv")
-@pytest.mark.parametrize("words, packages", [((), BUILDING), (("--torchserve",), SERVING), (("--test",), SERVING + TESTS_ONLY),
-                                             (("--torchserve", "--test"), SERVING + TESTS_ONLY)], ids=["setup", "torchserve", "test", "both"])
+@pytest.mark.parametrize("words, packages", ASKED, ids=["setup", "torchserve", "test", "both"])
 def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir, words, packages):
     started = time.monotonic()
     result = _run(bare_dir, *words, user=65534)  # nobody
