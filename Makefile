@@ -16,6 +16,10 @@ PYTEST_ARGS ?=
 
 opt = $(if $(2),$(1) $(2))
 switch = $(if $(2),$(1))
+# TorchServe's frontend runs on Java: a target that starts TorchServe installs Java 17 first (as root; else it stops
+# with the apt-get line). `make setup` installs none, and ENGINE=kserve, tsvk's own engine, needs none.
+java = @scripts/system-deps.sh --torchserve
+java_unless_kserve = $(if $(filter kserve,$(ENGINE)),,$(java))
 
 # k8s/helm.mk's targets set up the venv first, as every target here does.
 kube_setup := setup
@@ -77,7 +81,7 @@ takes_doctor := CONFIG
 takes_predict := IMAGE MODEL PREDICT_PROTOCOL
 takes_draw := IMAGE MODEL OUTPUT
 takes_batch := MODEL INPUT OUTPUT WORKERS BATCH COLUMN RAY MAX_REQUEST_MB
-takes_demo := MODEL IMAGE
+takes_demo := MODEL IMAGE ENGINE
 takes_bench := $(bench_takes) $(triton_takes)
 takes_triton-venv := $(triton_takes)
 takes_bench-central := $(bench_takes)
@@ -118,17 +122,17 @@ help: ## list the targets and their options
 	@echo "Options (VAR=value; docs/commands.md says which target takes which, and its default):"
 	@sed -nE 's/^\| `([A-Z_]+)(=1)?` \|.*/\1/p' docs/commands.md | sort -u | fmt -w 100 | sed 's/^/  /'
 
-setup: $(VENV)/.tsvk-setup ## install the system packages (as root) and create or update the venv with pinned versions (idempotent)
+setup: $(VENV)/.tsvk-setup ## install the system packages for building (as root; no Java) and create or update the venv with pinned versions (idempotent)
 
 $(VENV)/.tsvk-setup: $(VENV)/.tsvk-python
-	@java -version 2>&1 | grep -qE 'version "(1[7-9]|2[0-9])' || { echo "TorchServe needs Java 17+: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	@touch $@
 
-system-deps: ## install the missing system packages for building and serving (Java 17, a C++ compiler, Python venv and headers) as root, else print the apt-get line
+system-deps: ## install the missing system packages for building and tsvk's own engine (a C++ compiler, Python venv and headers) as root, else print the apt-get line; the targets that start TorchServe add Java 17
 	@scripts/system-deps.sh
 
-# the venv alone, without the Java check: `make gpu-check` runs its GPU steps and writes its report without Java
-$(VENV)/.tsvk-python: requirements.txt setup.cfg pyproject.toml scripts/system-deps.sh
+# the venv: the building packages first, then the pinned Python packages (TorchServe's pip package too: it needs Java
+# only to start, which the targets that start it install); the version lives in handlers/tsvk/__init__.py
+$(VENV)/.tsvk-python: requirements.txt setup.cfg pyproject.toml scripts/system-deps.sh handlers/tsvk/__init__.py
 	@scripts/system-deps.sh
 	@test -x $(PYTHON) || $(SYSTEM_PYTHON) -m venv $(VENV)
 	$(PYTHON) -m pip install -q --upgrade pip
@@ -147,9 +151,11 @@ config: setup ## write the TorchServe config (VCPUS, WORKERS, GPUS, BATCH, MODEL
 	$(TSVK) config $(config_flags)
 
 tune: setup ## measure workers x threads x batch x delay on a real TorchServe -> configs/tuned.properties (MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES)
+	$(java)
 	$(TSVK) tune $(tune_flags)
 
 serve: setup ## start TorchServe (or ENGINE=kserve: tsvk's own engine, no Java) on CONFIG (and the OIP front, PROTOCOL=oip) and wait until every model is ready
+	$(java_unless_kserve)
 	$(TSVK) serve $(call opt,--config,$(CONFIG)) $(call opt,--protocol,$(PROTOCOL)) $(call opt,--allocator,$(ALLOCATOR)) $(call opt,--engine,$(ENGINE))
 
 stop: ## stop the TorchServe (and OIP front) that `make serve` started (no other)
@@ -170,10 +176,12 @@ draw: setup ## draw a served detector's boxes or segmenter's label map over IMAG
 batch: setup ## score INPUT (a folder, a text file of paths or URLs, a Parquet/CSV table) with model_store/MODEL.mar into OUTPUT (.jsonl or .parquet), resumable (WORKERS BATCH COLUMN RAY)
 	$(TSVK) batch $(batch_flags)
 
-demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE)
-	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE))
+demo: setup ## set up, archive, configure, serve, classify a real photo, stop (MODEL, IMAGE; ENGINE=kserve: tsvk's own engine, no Java)
+	$(java_unless_kserve)
+	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE)) $(call opt,--engine,$(ENGINE))
 
 bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
+	$(java)
 	@$(MAKE) --no-print-directory triton-venv || echo "bench: the Triton venv could not be built; the triton row is left out"
 	$(TSVK) bench $(bench_flags)
 
@@ -187,9 +195,11 @@ $(TRITON_VENV)/.tsvk-triton: requirements-triton.txt
 	@touch $@
 
 bench-central: setup ## the central figure: stock TorchServe defaults vs ours, ResNet-152 at concurrency 32 (as bench)
+	$(java)
 	$(TSVK) bench --central-figure $(bench_flags)
 
 bench-tuned: setup ## ours with configs/tuned.properties vs ours with the generated config, alternating rounds -> benchmarks/results/*-tuned-<model>.* (MODEL ROUNDS ROUND_SECONDS CONCURRENCY)
+	$(java)
 	$(TSVK) bench --tuned-vs-generated $(bench_flags)
 
 bench-preprocess: setup ## preprocessing images/s of each backend vs TorchServe's PIL path (ratios, one run)
@@ -199,24 +209,29 @@ bench-compile: setup ## archive time per backend and compiled vs eager img/s (MO
 	TORCHINDUCTOR_CACHE_DIR=$$(mktemp -d) $(TSVK) bench compile $(call opt,--model,$(MODEL))
 
 bench-pinning: setup ## serving with and without core pinning, alternating rounds (MODEL, WORKERS)
+	$(java)
 	$(TSVK) bench pinning $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS))
 
 bench-engines: setup ## TorchServe and the kserve engine on one archive: cold start and the whole server's memory, alternating rounds (MODEL, WORKERS, ROUNDS)
+	$(java)
 	$(TSVK) bench engines $(call opt,--model,$(MODEL)) $(call opt,--workers,$(WORKERS)) $(call opt,--rounds,$(ROUNDS))
 
 bench-protocol: setup ## the kserve engine answering the Open Inference Protocol's REST vs /predictions, alternating rounds, client hey (ARCHIVE or MODEL)
 	$(TSVK) bench protocol $(call opt,--archive,$(ARCHIVE)) $(call opt,--model,$(MODEL))
 
 bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
+	$(java)
 	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))
 
 gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
 robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine) -> benchmarks/results/robustness-*
+	$(java_unless_kserve)
 	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL)) $(call opt,--engine,$(ENGINE))
 
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
+	$(java)
 	$(TSVK) soak $(call opt,--minutes,$(MINUTES)) $(call opt,--model,$(MODEL)) $(call opt,--allocator,$(ALLOCATOR))
 
 test: setup helm-install-tools ## install the tests' system packages (bubblewrap, hey, curl, jemalloc, prometheus) and run every test (unit, real TorchServe integration, helm)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The system packages tsvk needs beyond Python, in one place. Each entry: the Debian package, what needs it
-# (serve: building and serving archives; test: only the tests), how to tell it is there, and why.
-#   scripts/system-deps.sh          the packages for building and serving: `make setup` runs this
-#   scripts/system-deps.sh --test   those and the tests' own: `make test` and CI's .ci/run run this
+# (build: building archives and serving them on tsvk's own engine; torchserve: the TorchServe engine; test: only
+# the tests), how to tell it is there, and why.
+#   scripts/system-deps.sh               the packages for building and for the kserve engine: `make setup` runs this
+#   scripts/system-deps.sh --torchserve  those and Java: the make targets that start TorchServe run this
+#   scripts/system-deps.sh --test        all of them and the tests' own: `make test` and CI's .ci/run run this
 # As root (or with passwordless sudo) where apt-get exists: installs what is missing.
 # Otherwise: prints the one `apt-get install` line to run and exits 1, at once.
 #   --check: only says what is missing (exit 1 if anything is), installs nothing.
@@ -15,10 +17,10 @@ has_jemalloc() { /sbin/ldconfig -p 2>/dev/null | grep -q 'libjemalloc\.so\.2'; }
 
 # package            for    check                  why
 PACKAGES=(
-  "openjdk-17-jre-headless|serve|has_java17|TorchServe's frontend runs on Java 17+"
-  "python3-venv|serve|has_venv|make setup builds .venv with python3 -m venv"
-  "g++|serve|command -v g++|AOTInductor (the default backend) compiles the model with a C++ compiler"
-  "python3-dev|serve|has_python_headers|torch's Inductor includes Python.h when it compiles"
+  "python3-venv|build|has_venv|make setup builds .venv with python3 -m venv"
+  "g++|build|command -v g++|AOTInductor (the default backend) compiles the model with a C++ compiler"
+  "python3-dev|build|has_python_headers|torch's Inductor includes Python.h when it compiles"
+  "openjdk-17-jre-headless|torchserve|has_java17|TorchServe's frontend runs on Java 17+ (tsvk's own engine needs no Java)"
   "bubblewrap|test|command -v bwrap|tests/helm run the chart's pod spec in a sandbox"
   "hey|test|command -v hey|the load generator of tsvk robustness (overload burst)"
   "curl|test|command -v curl|the chart's archive-download init container, run by tests/helm and the pod sandbox"
@@ -26,20 +28,21 @@ PACKAGES=(
   "prometheus|test|command -v prometheus|tests/helm ask a real Prometheus the chart's dashboard and autoscaling queries"
 )
 
-wanted=serve
+wanted=(build)
 check_only=
 for arg in "$@"; do
   case "$arg" in
-    --test) wanted=test ;;
+    --torchserve) wanted+=(torchserve) ;;
+    --test) wanted+=(torchserve test) ;;
     --check) check_only=1 ;;
-    *) echo "usage: scripts/system-deps.sh [--test] [--check]" >&2; exit 2 ;;
+    *) echo "usage: scripts/system-deps.sh [--torchserve] [--test] [--check]" >&2; exit 2 ;;
   esac
 done
 
 missing=()
 for entry in "${PACKAGES[@]}"; do
   IFS='|' read -r package needed_by check _why <<<"$entry"
-  [[ "$needed_by" == serve || "$wanted" == test ]] || continue
+  [[ " ${wanted[*]} " == *" $needed_by "* ]] || continue
   eval "$check" >/dev/null 2>&1 || missing+=("$package")
 done
 ((${#missing[@]})) || exit 0

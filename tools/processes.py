@@ -108,6 +108,13 @@ def recorded_if_ours(path: Path, notes: int = 0, markers: tuple[str, ...] = ()) 
     return recorded
 
 
+def net_connections(process: psutil.Process, kind: str = "inet") -> list:
+    """A process's sockets. psutil 6 renamed connections() net_connections(); kserve holds an install that pip
+    resolves to psutil 5.9, while requirements.txt pins 7, so tsvk asks whichever this psutil has."""
+    read = getattr(process, "net_connections", None) or process.connections
+    return read(kind)
+
+
 def process_start_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()

@@ -34,6 +34,24 @@ def test_the_product_cli_stands_without_the_lab(monkeypatch):
     assert set(commands) == COMMANDS - LAB_COMMANDS
 
 
+def test_the_lab_s_commands_by_name_are_the_ones_it_registers():
+    """`tsvk --help` and the choice of parser go by cli.LAB_COMMAND_NAMES, without importing the lab."""
+    def names(parser):
+        return set(next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices)
+
+    assert names(cli.build_parser()) - names(cli.build_parser(lab=False)) == set(cli.LAB_COMMAND_NAMES) == LAB_COMMANDS
+    assert all(name in cli.build_parser(lab=False).format_help() for name in cli.LAB_COMMAND_NAMES)
+
+
+def test_tsvk_version_is_the_run_time_package_s(capsys):
+    import tsvk
+
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    assert capsys.readouterr().out == f"tsvk {tsvk.__version__}\n"
+
+
 def test_bench_goes_through_argparse_and_hands_every_word_to_its_own_parser(monkeypatch):
     seen = []
     monkeypatch.setattr(bench_run, "main", lambda argv: seen.append(argv) or 0)

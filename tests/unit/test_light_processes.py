@@ -7,6 +7,7 @@ runs in a fresh interpreter, so what this test process has already imported cann
 
 from __future__ import annotations
 
+import argparse
 import subprocess
 import sys
 
@@ -74,8 +75,12 @@ def test_every_command_parses_without_torch_the_lab_s_included():
 def test_a_product_command_gets_the_product_s_parser_and_a_lab_command_the_whole_one():
     from tsvk_tools import cli
 
-    assert "robustness" not in cli.parser_for(["status"]).format_usage() + cli.parser_for(["status"]).format_help()
+    def commands(parser):
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    assert "robustness" not in commands(cli.parser_for(["status"])) and "robustness" not in cli.parser_for(["status"]).format_usage()
     assert cli.parser_for(["robustness"]).parse_args(["robustness"]).command == "robustness"
+    assert "robustness" not in commands(cli.parser_for(["--help"])), "tsvk --help names the lab's commands without loading them"
     assert "robustness" in cli.parser_for(["--help"]).format_help()
 
 

@@ -98,7 +98,7 @@ OPTIONS = [
     Option("TOKEN_EXPIRY_MIN", "--token-expiry-min", "config", "30"),
     Option("PROTOCOL", "--protocol", "config serve", "oip"),
     Option("ALLOCATOR", "--allocator", "serve soak", "glibc"),
-    Option("ENGINE", "--engine", "serve robustness", "kserve"),
+    Option("ENGINE", "--engine", "serve demo robustness", "kserve"),
     Option("DRAIN_TIMEOUT", "--drain-timeout", "stop clean", "10"),
     Option("PREDICT_PROTOCOL", "--protocol", "predict", "oip-grpc"),
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),

@@ -1,7 +1,8 @@
 """scripts/system-deps.sh: the one list of system packages, and what a user without root is told.
 
-`make setup` runs the script for the packages building and serving need; `make test` and .ci/run run it
-with --test, adding the tests' own, so what CI needs is what the README's two commands install. Without root (and
+`make setup` runs the script for the packages building and tsvk's own engine need, no Java; the targets that start
+TorchServe add Java with --torchserve; `make test` and .ci/run run it with --test, adding Java and the tests' own, so
+what CI needs is what the README's two commands install. Without root (and
 without sudo) it must stop at once with the single line to run.
 """
 
@@ -50,7 +51,9 @@ def _run(tmp_path: Path, *args: str, user: int | None = None) -> subprocess.Comp
     return subprocess.run([*prefix, shutil.which("bash"), str(script), *args], env=env, capture_output=True, text=True, timeout=30)
 
 
-SERVING = ("openjdk-17-jre-headless", "python3-venv", "g++", "python3-dev")
+BUILDING = ("python3-venv", "g++", "python3-dev")
+JAVA = ("openjdk-17-jre-headless",)
+SERVING = BUILDING + JAVA
 TESTS_ONLY = ("bubblewrap", "hey", "curl", "libjemalloc2", "prometheus")
 
 
@@ -62,20 +65,28 @@ def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
         assert package in result.stderr
 
 
-def test_building_and_serving_ask_for_no_test_package(bare_dir):
-    result = _run(bare_dir, "--check")
+def _missing(result: subprocess.CompletedProcess) -> list[str]:
+    return result.stderr.split("system packages missing: ", 1)[1].split(" (install with", 1)[0].split()
+
+
+@pytest.mark.parametrize("words, packages", [((), BUILDING), (("--torchserve",), SERVING)], ids=["setup", "torchserve"])
+def test_building_asks_for_no_java_and_torchserve_for_java_but_no_test_package(bare_dir, words, packages):
+    result = _run(bare_dir, "--check", *words)
     assert result.returncode == 1
-    missing = result.stderr.split("system packages missing: ", 1)[1].split(" (install with", 1)[0].split()
-    assert missing == list(SERVING)
+    assert _missing(result) == list(packages)
 
 
 def test_an_unknown_argument_is_refused_with_the_usage(bare_dir):
     result = _run(bare_dir, "--tests")
-    assert result.returncode == 2 and "usage: scripts/system-deps.sh [--test] [--check]" in result.stderr
+    assert result.returncode == 2 and "usage: scripts/system-deps.sh [--torchserve] [--test] [--check]" in result.stderr
+
+
+ASKED = [((), BUILDING), (("--torchserve",), SERVING), (("--test",), SERVING + TESTS_ONLY),
+         (("--torchserve", "--test"), SERVING + TESTS_ONLY)]
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("setpriv"), reason="switches to the user nobody: needs root and setpriv")
-@pytest.mark.parametrize("words, packages", [((), SERVING), (("--test",), SERVING + TESTS_ONLY)], ids=["setup", "test"])
+@pytest.mark.parametrize("words, packages", ASKED, ids=["setup", "torchserve", "test", "both"])
 def test_without_root_or_sudo_it_stops_at_once_with_the_apt_line(bare_dir, words, packages):
     started = time.monotonic()
     result = _run(bare_dir, *words, user=65534)  # nobody
@@ -100,4 +111,5 @@ def test_make_setup_and_ci_use_the_one_list():
         assert package not in ci, f".ci/run names {package} itself instead of leaving it to scripts/system-deps.sh"
     assert makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split()[0] == "$(VENV)/.tsvk-python"  # setup builds the venv first
     venv_recipe = makefile.split("$(VENV)/.tsvk-python:", 1)[1].split("\n\n", 1)[0]
-    assert venv_recipe.splitlines()[1].split() == ["@scripts/system-deps.sh"], "the serving packages, alone, come before the venv"
+    assert venv_recipe.splitlines()[1].split() == ["@scripts/system-deps.sh"], "the building packages, alone, come before the venv"
+    assert "java" not in makefile.split("$(VENV)/.tsvk-setup:", 1)[1].split("\n\n", 1)[0], "make setup checks no Java"

@@ -27,15 +27,20 @@ from ..fsutil import atomic_path, scratch_dir
 from ..limits import model_name_problem
 
 LABELS_FILE = "index_to_name.json"
+HANDLER_FILES = "handler_files"  # the installed copy of handlers/*.py, inside tsvk_tools (setup.cfg)
 
 
 def handler_sources(task: str = "classify") -> tuple[Path, Path]:
-    """The task's thin handler module and the run-time package it imports, from this checkout."""
+    """The task's thin handler module and the run-time package it imports: the copies an installed tsvk carries
+    (setup.cfg's tsvk_tools.handler_files), else a checkout's, beside the package in handlers/."""
     package = Path(tsvk.__file__).resolve().parent
-    handler = package.parent / task_kind(task).handler_file
-    if not handler.is_file():
-        raise UsageError(f"handler {handler} not found: run tsvk from a checkout of the toolkit (pip install -e .)")
-    return handler, package
+    name = task_kind(task).handler_file
+    folders = (Path(__file__).resolve().parents[1] / HANDLER_FILES, package.parent)
+    found = next((folder / name for folder in folders if (folder / name).is_file()), None)
+    if found is None:
+        raise UsageError(f"handler {name} is in none of {', '.join(map(str, folders))}: reinstall tsvk (pip install tsvk, "
+                         "or pip install -e . in a checkout)")
+    return found, package
 
 
 def handler_files_changed(archive: Path) -> list[str]:

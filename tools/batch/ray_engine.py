@@ -16,7 +16,7 @@ from typing import Callable
 
 import numpy as np
 
-from ..errors import UsageError
+from ..extras import missing_extra
 from .plan import BatchPlan
 from .ray_actor import ArchiveActor, not_done
 from .scorer import WorkerSpec
@@ -45,8 +45,8 @@ def import_ray():
     try:
         import ray
         import ray.data  # noqa: F401 - Ray Data is an extra of ray
-    except ImportError:
-        raise UsageError("--ray needs Ray Data: pip install 'ray[data]' (or `pip install tsvk[ray]`)") from None
+    except ImportError as err:
+        raise missing_extra("--ray (Ray Data)", "ray", err) from None
     return ray
 
 

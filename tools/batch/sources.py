@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Iterator
 
 from ..errors import UsageError
+from ..extras import missing_extra
 
 KINDS = ("folder", "text", "csv", "parquet")
 TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
@@ -98,6 +99,6 @@ def _check_column(path: Path, column: str, names: list[str]) -> None:
 def _pyarrow_parquet():
     try:
         import pyarrow.parquet as parquet
-    except ImportError:
-        raise UsageError("Parquet needs pyarrow: pip install pyarrow (make setup installs it)") from None
+    except ImportError as err:
+        raise missing_extra("Parquet input (pyarrow)", "parquet", err) from None
     return parquet

@@ -8,6 +8,7 @@ import os
 from pathlib import Path
 
 from ..errors import UsageError
+from ..extras import missing_extra
 
 OUTPUT_FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
 PARQUET_ROWS_PER_GROUP = 8192
@@ -25,8 +26,8 @@ def write_parquet(journal: Path, output: Path) -> None:
     try:
         import pyarrow as pa
         import pyarrow.parquet as parquet
-    except ImportError:
-        raise UsageError("Parquet output needs pyarrow: pip install pyarrow (make setup installs it)") from None
+    except ImportError as err:
+        raise missing_extra("Parquet output (pyarrow)", "parquet", err) from None
     schema = pa.schema([("id", pa.int64()), ("input", pa.string()), ("status", pa.int32()), ("code", pa.string()),
                         ("answer", pa.string())])
     partial = output.with_name(output.name + ".tmp")

@@ -1,4 +1,5 @@
-"""`tsvk demo` (`make demo`): archive a model, generate a config, start TorchServe, classify a real photo, stop.
+"""`tsvk demo` (`make demo`): archive a model, generate a config, start TorchServe (or, `--engine kserve`, tsvk's own
+engine, with no Java), classify a real photo, stop.
 
 Shows true labels on a machine that cannot download torchvision's pretrained weights too: it then
 archives EfficientNet-Lite0 (tools/archive/zoo/efficientnet_lite0.py) with the ImageNet weights that the
@@ -16,9 +17,10 @@ from .. import defaults
 from .. import progress
 from ..archive.archive_info import handler_differences, read_archive_settings
 from ..archive.build_cli import build_modules
+from ..arguments import add_engine_argument
+from ..engines.running import engine_label, start_serving
 from ..errors import UsageError, WeightsUnavailable
 from .predict import predict
-from ..serve.server import start_torchserve
 from ..serve.serving_config import ServingRequest, write_config
 
 if TYPE_CHECKING:
@@ -111,7 +113,7 @@ def imagenet_categories() -> list[str]:
     return list(ResNet50_Weights.IMAGENET1K_V2.meta["categories"])
 
 
-def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -> int:
+def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path, engine: str = defaults.ENGINE) -> int:
     print(f"[demo] 1/4 archive {model} into {store}")
     served = ensure_archive(model, store)
     print(f"[demo]     {describe_precision(store / f'{served}.mar')}")
@@ -121,8 +123,8 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
         f"[demo]     {plan.vcpus} vCPUs: {plan.models[0].workers} worker(s) x {plan.models[0].intra_op_threads} thread(s), "
         f"batch {plan.models[0].batch}"
     )
-    print("[demo] 3/4 start TorchServe and wait for the model")
-    run = start_torchserve(config, run_dir)
+    print(f"[demo] 3/4 start {engine_label(engine)} and wait for the model")
+    run = start_serving(engine, config, run_dir)
     try:
         with progress.step("load the model", f"{served} READY (at most {defaults.READY_TIMEOUT_S} s)"):
             run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
@@ -130,12 +132,12 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path) -
         print(predict(run_dir, image, served))
     finally:
         run.stop()
-        print("[demo] TorchServe stopped")
+        print(f"[demo] {engine_label(engine)} stopped")
     return 0
 
 
 def register(commands) -> None:
-    p = commands.add_parser("demo", help="archive a model, generate a config, start TorchServe, classify a photo, stop")
+    p = commands.add_parser("demo", help="archive a model, write a config, start TorchServe (or --engine kserve), classify a photo, stop")
     p.add_argument(
         "--model",
         default=defaults.MODEL,
@@ -145,9 +147,10 @@ def register(commands) -> None:
     p.add_argument("--image", default=defaults.IMAGE, help="an image file, or skimage:<name> (chelsea, coffee, astronaut)")
     p.add_argument("--model-store", type=Path, default=Path(defaults.MODEL_STORE))
     p.add_argument("--config", type=Path, default=DEMO_CONFIG, help="the config the demo writes")
-    p.add_argument("--run-dir", type=Path, default=DEMO_RUN_DIR, help="working dir, logs and key file of the demo's TorchServe")
+    p.add_argument("--run-dir", type=Path, default=DEMO_RUN_DIR, help="working dir, logs and key file of the demo's server")
+    add_engine_argument(p)
     p.set_defaults(func=cmd_demo)
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    return run_demo(args.model, args.image, args.model_store, args.config, args.run_dir)
+    return run_demo(args.model, args.image, args.model_store, args.config, args.run_dir, args.engine)

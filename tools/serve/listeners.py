@@ -27,6 +27,8 @@ from typing import Iterable
 
 import psutil
 
+from ..processes import net_connections
+
 _PIDFD_GETFD = 438  # the same number on every Linux architecture (Linux 5.6+)
 _SO_ATTACH_FILTER = 26  # asm-generic/socket.h; socket module does not name it
 ACCEPT_QUEUE_WAIT_S = 2.0  # a handshake half done on a slow network completes within a round trip or two
@@ -69,7 +71,7 @@ def client_listeners(pid: int, kept_ports: Iterable[int]) -> dict[int, int]:
     """Process `pid`'s listening TCP sockets that clients send requests to: {file descriptor: port}."""
     kept = set(kept_ports)
     try:
-        return {c.fd: c.laddr.port for c in psutil.Process(pid).net_connections("tcp")
+        return {c.fd: c.laddr.port for c in net_connections(psutil.Process(pid), "tcp")
                 if c.status == psutil.CONN_LISTEN and c.laddr.port not in kept and c.fd >= 0}
     except psutil.Error:
         return {}

@@ -31,6 +31,7 @@ from .allocator import allocator_env
 from .torchserve_drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
 from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
 from ..errors import PortTaken, UsageError
+from ..extras import missing_extra
 from ..keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
 from ..oip.process import stop_front
 from ..processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
@@ -263,8 +264,12 @@ def group_is_ours(pgid: int, started_at: float | None) -> bool:
 
 
 def _torchserve_bin() -> str:
+    """This venv's torchserve, else the one on PATH; TorchServe is an extra, so its absence is said in one line."""
     local = Path(sys.executable).with_name("torchserve")
-    return str(local) if local.exists() else (shutil.which("torchserve") or "torchserve")
+    found = str(local) if local.exists() else shutil.which("torchserve")
+    if found is None:
+        raise missing_extra("the TorchServe engine (tsvk's own, --engine kserve, needs neither it nor Java)", "torchserve")
+    return found
 
 
 def _server_env(run_dir: Path, extra: dict[str, str] | None) -> dict[str, str]:

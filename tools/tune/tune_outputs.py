@@ -13,6 +13,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from ..extras import install_line
 from ..fsutil import write_text_atomic
 from ..serve.serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
 from .decide import spread
@@ -238,7 +239,7 @@ def write_pareto_chart(document: dict, path: Path) -> Path | None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        print("tune: matplotlib is not installed, no chart (pip install matplotlib)")
+        print(f"tune: matplotlib is not installed, no chart ({install_line('tune')})")
         return None
     rows = [r for r in document["candidates"] if (r.get("measurement") or {}).get("p99_ms") and "misses" in r]
     if not rows:

@@ -19,6 +19,7 @@ from tsvk.common import task_kind
 from tsvk.model import write_ir_zip
 
 from ...errors import UsageError
+from ...extras import missing_extra
 from .base import Backend, CompileTarget
 from .export import SEGMENT_MIN_SIDE
 
@@ -28,12 +29,12 @@ def require_openvino(precision: str = "fp32"):
     try:
         import openvino as ov
     except ImportError as err:
-        raise UsageError(f"--backend openvino needs openvino: pip install openvino (import failed: {err})") from None
+        raise missing_extra("--backend openvino", "openvino", err) from None
     if precision == "int8":
         try:
             import nncf  # noqa: F401
         except ImportError as err:
-            raise UsageError(f"--precision int8 needs nncf: pip install nncf (import failed: {err})") from None
+            raise missing_extra("--backend openvino --precision int8 (nncf)", "openvino", err) from None
     return ov
 
 

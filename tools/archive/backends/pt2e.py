@@ -19,6 +19,7 @@ import zipfile
 from pathlib import Path
 
 from ...errors import UsageError
+from ...extras import missing_extra
 from .base import CompileTarget
 
 CALIBRATION_CHUNK = 8  # photos per calibration forward (at most the exported batch range): the observers see every photo
@@ -31,7 +32,7 @@ def require_torchao():
         from torchao.quantization.pt2e import quantize_pt2e
         from torchao.quantization.pt2e.quantizer import x86_inductor_quantizer
     except ImportError as err:
-        raise UsageError(f"--backend aoti --precision int8 needs torchao: pip install torchao (import failed: {err})") from None
+        raise missing_extra("--backend aoti --precision int8 (torchao)", "int8", err) from None
     return quantize_pt2e, x86_inductor_quantizer
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...errors import UsageError
+from ...extras import install_line
 from .base import Backend, CompileTarget
 
 
@@ -28,7 +29,7 @@ def require_tensorrt():
     try:
         import torch_tensorrt
     except Exception as err:  # ImportError, or OSError for libcuda.so.1 on a driver-less machine
-        missing.append(f"an importable torch-tensorrt (pip install torch-tensorrt; import failed: {err})")
+        missing.append(f"an importable torch-tensorrt ({install_line('gpu')}; import failed: {err})")
         torch_tensorrt = None
     if missing:
         raise UsageError("--backend tensorrt needs " + " and ".join(missing) + "; nothing was written")

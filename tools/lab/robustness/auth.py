@@ -19,6 +19,7 @@ from tsvk.common import read_properties
 from ...keys import current_key, is_key_refusal, stop_key_renewer
 from ...oip.config import is_oip_config, read_front_config
 from ...oip.process import front_pid, front_urls
+from ...processes import net_connections
 from . import checks, watch
 from .checks import judged
 from .client import send
@@ -193,7 +194,7 @@ def listening_addresses(run, ports: dict[str, int]) -> dict[int, list[str]]:
     wanted, found = set(ports.values()), {}
     for process in [*watch.tree(run), *_front_process(run)]:
         try:
-            connections = process.net_connections(kind="inet")
+            connections = net_connections(process, "inet")
         except psutil.Error:
             continue
         for conn in connections:
