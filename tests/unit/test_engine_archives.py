@@ -162,3 +162,29 @@ def test_a_member_named_outside_the_archive_is_refused(tmp_path, member):
     _, lines = _one_refused(tmp_path, "evil")
     assert "outside the archive's directory" in lines["evil.mar"]
     assert not (tmp_path / "escape.py").exists()
+
+
+@pytest.mark.parametrize("name, mar_name, allowed", [
+    ("../outside", "good.mar", "use letters, digits"),
+    ("a/b", "good.mar", "use letters, digits"),
+    ("/abs", "good.mar", "use letters, digits"),
+    ("x\x00y", "good.mar", "use letters, digits"),
+    ("a\nb", "good.mar", "use letters, digits"),
+    (".hidden", "good.mar", "starting with a letter or digit"),
+    ("ok", "../good.mar", "the file name of an archive in the model store"),
+    ("ok", "/etc/passwd", "the file name of an archive in the model store"),
+    ("ok", "sub/good.mar", "the file name of an archive in the model store"),
+    ("ok", "..", "the file name of an archive in the model store"),
+])
+def test_a_model_name_or_mar_name_leading_out_of_the_store_or_run_dir_is_refused_saying_what_is_allowed(tmp_path, name, mar_name,
+                                                                                                         allowed):
+    store, run = tmp_path / "store", tmp_path / "run"
+    store.mkdir()
+    _served_archive(store / "good.mar")
+    models = {"good": {"1.0": {"marName": "good.mar"}}, name: {"1.0": {"marName": mar_name}}}
+    served, refused = open_archives({"model_store": str(store), "models": json.dumps(models)}, run / "models")
+    assert [model.name for model in served] == ["good"]
+    [line] = [refusal.line() for refusal in refused]
+    assert line.startswith(f"not serving model {name!r}: ") and allowed in line and "\n" not in line
+    assert sorted(os.listdir(tmp_path)) == ["run", "store"] and os.listdir(run) == ["models"]
+    assert os.listdir(run / "models") == ["good"]

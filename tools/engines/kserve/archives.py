@@ -4,7 +4,10 @@ refused with one line each, naming the archive and why.
 The engine serves tsvk archives as they are: their `tsvk` package, handler module and artifact, unpacked into the
 run directory the way TorchServe unpacks them into its temp directory. An archive whose manifest names one of
 TorchServe's stock handlers (`image_classifier`, a module TorchServe ships), a handler that is not tsvk's, or an
-artifact the archive does not hold cannot be served here; the others still start.
+artifact the archive does not hold cannot be served here; the others still start. A model of the config whose name
+breaks torch-model-archiver's rule (tools/limits.py), or whose `marName` is not a file name of the model store, is
+refused the same way: its name becomes a directory of the run directory and its archive a path of the store, so
+neither may lead elsewhere.
 
 Unpacking is bounded: an archive that is not a readable zip, whose members would unpack to more than
 `tsvk.engine.max_unpacked_mb` in all, one of whose large members deflates more than a zip bomb's ratio, whose member
@@ -28,6 +31,7 @@ import yaml
 from tsvk.common import HandlerSettings, SettingsError
 
 from ... import defaults
+from ...limits import model_name_problem
 
 MANIFEST = "MAR-INF/MANIFEST.json"
 TSVK_SERVICES = (
@@ -64,9 +68,10 @@ class ServedModel:
 class Refusal:
     archive: Path
     reason: str
+    shown: str = ""  # what the line names when the archive's file name would not say it (a refused entry)
 
     def line(self) -> str:
-        return f"not serving {self.archive.name}: {self.reason}"
+        return f"not serving {self.shown or self.archive.name}: {self.reason}"
 
 
 def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[ServedModel], list[Refusal]]:
@@ -78,7 +83,12 @@ def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[Ser
     served, refused = [], []
     for name, versions in _models(properties).items():
         version, entry = next(iter(versions.items()))
-        archive = store / entry.get("marName", f"{name}.mar")
+        mar_name = entry.get("marName", f"{name}.mar")
+        problem = model_name_problem(name) or mar_name_problem(mar_name)
+        if problem is not None:
+            refused.append(Refusal(Path(), problem, shown=f"model {name!r}"))
+            continue
+        archive = store / mar_name
         try:
             served.append(_open(archive, name, version, entry, unpack_to / name, queue_size, gpus, limit))
         except ArchiveRefused as err:
@@ -88,6 +98,19 @@ def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[Ser
 
 class ArchiveRefused(Exception):
     """Why the engine cannot serve an archive."""
+
+
+def mar_name_problem(mar_name: object) -> str | None:
+    """Why a `marName` cannot name an archive of the model store (it would reach a file elsewhere), or None."""
+    if isinstance(mar_name, str) and _is_file_name(mar_name):
+        return None
+    return (f"marName {mar_name!r} is not allowed: it must be the file name of an archive in the model store, "
+            "with no '/', '\\', NUL, and not '.' or '..'")
+
+
+def _is_file_name(name: str) -> bool:
+    """One entry of one directory: no separator, NUL, nor the directory itself or its parent."""
+    return name not in ("", ".", "..") and not any(c in name for c in "/\\\0")
 
 
 def max_unpacked_bytes(properties: dict[str, str]) -> int:
