@@ -34,10 +34,12 @@ from tests.support.torchserve import archive_tiny, post_concurrently, running_to
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.engines.kserve.engine_process import find_engine
+from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
+from tsvk_tools.errors import UsageError
 from tsvk_tools.engines.kserve.files import STATUS_FILE
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
+from tsvk_tools.keys import KEY_FILE
 from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc
 from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
 
@@ -257,6 +259,25 @@ def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(
     finally:
         assert tsvk(["stop", "--run-dir", str(run_dir)]) == 0
     assert "stopped engine kserve" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the run directory to another user needs root")
+def test_with_token_authorization_a_run_directory_of_another_user_is_refused_at_start(tmp_path):
+    store, run_dir = tmp_path / "store", tmp_path / "run"
+    store.mkdir()
+    run_dir.mkdir(mode=0o700)
+    os.chown(run_dir, os.geteuid() + 12345, -1)
+    inference, metrics = free_ports(2)
+    config = tmp_path / "config.properties"
+    config.write_text(f"model_store={store}\nmodels={{}}\ninference_address=http://127.0.0.1:{inference}\n"
+                      f"metrics_address=http://127.0.0.1:{metrics}\n")  # token authorization on: TorchServe's default
+    run = start_engine(config, run_dir)
+    try:
+        with pytest.raises(UsageError, match=r"not starting: the run directory .* belongs to uid \d+, not to this user"):
+            run.wait_ready(timeout=120)
+    finally:
+        run.stop(drain_timeout=5)
+    assert not (run_dir / KEY_FILE).exists()
 
 
 def _on_jemalloc(run_dir: Path) -> dict[str, bool]:
