@@ -188,3 +188,10 @@ def test_a_model_name_or_mar_name_leading_out_of_the_store_or_run_dir_is_refused
     assert line.startswith(f"not serving model {name!r}: ") and allowed in line and "\n" not in line
     assert sorted(os.listdir(tmp_path)) == ["run", "store"] and os.listdir(run) == ["models"]
     assert os.listdir(run / "models") == ["good"]
+
+
+def test_settings_with_several_problems_are_still_refused_in_one_line(tmp_path):
+    settings = {"tsvk": {"model_name": "m", "artifact": {"file": "model.pt"}}}  # no format, no source: a problem a line
+    _served_archive(tmp_path / "unset.mar", {"model-config.yaml": yaml.safe_dump(settings).encode()})
+    _, lines = _one_refused(tmp_path, "unset")
+    assert "cannot be read" in lines["unset.mar"] and "source" in lines["unset.mar"]

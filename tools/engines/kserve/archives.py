@@ -62,6 +62,7 @@ class ServedModel:
     response_timeout_s: int
     queue_size: int
     gpu_ids: tuple[int, ...] = ()
+    startup_timeout_s: float = defaults.STARTUP_TIMEOUT_S  # a worker that has not loaded by then is given up
 
 
 @dataclass(frozen=True)
@@ -71,7 +72,8 @@ class Refusal:
     shown: str = ""  # what the line names when the archive's file name would not say it (a refused entry)
 
     def line(self) -> str:
-        return f"not serving {self.shown or self.archive.name}: {self.reason}"
+        """One line, even where the reason was several (a settings error lists each problem on a line of its own)."""
+        return f"not serving {self.shown or self.archive.name}: {' '.join(self.reason.split())}"
 
 
 def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[ServedModel], list[Refusal]]:
@@ -80,6 +82,7 @@ def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[Ser
     queue_size = int(properties.get("job_queue_size", DEFAULT_QUEUE_SIZE))
     gpus = tuple(range(int(properties.get("number_of_gpu", 0) or 0)))
     limit = max_unpacked_bytes(properties)
+    startup_s = int(properties.get("default_startup_timeout", defaults.STARTUP_TIMEOUT_S))
     served, refused = [], []
     for name, versions in _models(properties).items():
         version, entry = next(iter(versions.items()))
@@ -90,6 +93,7 @@ def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[Ser
             continue
         archive = store / mar_name
         try:
+            entry = {"startupTimeout": startup_s, **entry}  # the config's default, unless the model's entry says
             served.append(_open(archive, name, version, entry, unpack_to / name, queue_size, gpus, limit))
         except ArchiveRefused as err:
             refused.append(Refusal(archive, str(err)))
@@ -156,6 +160,7 @@ def _open(archive: Path, name: str, version: str, entry: dict, directory: Path, 
         int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)),
         queue_size,
         gpus,
+        int(entry["startupTimeout"]),
     )
 
 
