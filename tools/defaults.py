@@ -88,6 +88,20 @@ READY_TIMEOUT_S = 600  # how long `tsvk serve` waits for every model to be ready
 # answered before it stops TorchServe anyway; the chart's terminationGracePeriodSeconds follows it.
 DRAIN_TIMEOUT_S = 30
 STOP_GRACE_S = 3  # after the drain, how long TorchServe may take to exit before it is killed (nothing is in flight then)
+# How long a worker may take to load its archive before it is given up: TorchServe 0.12's default_startup_timeout
+# (ConfigManager.getDefaultStartupTimeout); a config's default_startup_timeout and a model's startupTimeout override it.
+STARTUP_TIMEOUT_S = 120
+# What unpacking one archive may write (the kserve engine: tools/engines/kserve/archives.py), checked from the zip's
+# directory before a byte is written and counted again while writing (a header may lie). 8 GiB: the largest archive
+# tsvk builds (a ViT-H/14 or a detector with its compiled kernels, fp32) unpacks to under 3 GiB; the rest is room.
+# Set by config.properties' tsvk.engine.max_unpacked_mb.
+ENGINE_MAX_UNPACKED_MB = 8192
+# A member's uncompressed / compressed size. Weights deflate about 1.1x, Python and YAML 3-6x; deflate itself stops
+# near 1,032x, where zip bombs sit. Only members larger than ENGINE_RATIO_FROM_MB are measured: a small file fills no disk.
+ENGINE_MAX_MEMBER_RATIO = 100
+ENGINE_RATIO_FROM_MB = 1
+# Left free on the run directory's disk once an archive is unpacked: the logs, the status file, workers' temporaries.
+ENGINE_DISK_RESERVE_MB = 512
 
 # What `tsvk predict` and `tsvk demo` classify when no image is named.
 IMAGE = "skimage:chelsea"

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import re
 
-# torch-model-archiver's model-name rule: a letter or digit, then letters, digits, '_', '-', '.'.
+# torch-model-archiver's model-name rule: a letter or digit, then letters, digits, '_', '-', '.' (pytorch/serve
+# model-archiver/model_archiver/model_packaging_utils.py, check_model_name_regex_or_exit); tsvk adds a length. A name
+# so made holds no path separator and cannot be '.' or '..': the kserve engine unpacks each model under its name.
 MODEL_NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 JAVA_INT_MAX = 2**31 - 1
 

@@ -6,7 +6,9 @@ and headers of TorchServe's own answers (/ping, an unknown model or version, a r
 runs no Java and its workers import the archive's own tsvk (checked in the worker). Also: an archive the engine
 cannot serve is refused in one line naming it while the others start (the engine on jemalloc, where installed: every
 process of it maps the allocator asked for), and a worker killed mid-batch has its
-requests answered 503 within a second and is replaced.
+requests answered 503 within a second and is replaced. What the engine is given at start is bounded: a zip bomb, a
+truncated archive, a model name or marName leading out of the run directory or the store are refused alone; with
+token authorization on, a run directory of another user's stops the start.
 """
 
 from __future__ import annotations
@@ -34,12 +36,16 @@ from tests.support.torchserve import archive_tiny, post_concurrently, running_to
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.engines.kserve.engine_process import find_engine
-from tsvk_tools.engines.kserve.files import STATUS_FILE
+from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
+from tsvk_tools.errors import UsageError
+from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
+from tsvk_tools.keys import KEY_FILE
 from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc
 from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+from tsvk_tools.serve.serving_config import write_config
+from tsvk.common import escape_value, read_properties
 
 pytestmark = pytest.mark.integration
 
@@ -257,6 +263,53 @@ def test_an_archive_it_cannot_serve_is_refused_in_one_line_and_the_others_start(
     finally:
         assert tsvk(["stop", "--run-dir", str(run_dir)]) == 0
     assert "stopped engine kserve" in capsys.readouterr().out
+
+
+def test_archives_that_cannot_be_unpacked_safely_and_entries_leading_out_are_refused_alone_the_others_serve(tmp_path):
+    store = archive_tiny(tmp_path / "store")
+    config = tmp_path / "engine.properties"
+    write_config(_request(store), config)
+    with zipfile.ZipFile(store / "bomb.mar", "w", zipfile.ZIP_DEFLATED) as bomb:
+        bomb.writestr("padding.bin", bytes(64 * 2**20))  # 64 MiB of zeros in about 64 KiB
+    (store / "cut.mar").write_bytes((store / f"{CLASSIFIER}.mar").read_bytes()[:4096])
+    properties = read_properties(config)
+    models = json.loads(properties["models"])
+    entry = next(iter(models[CLASSIFIER].values()))
+    models.update({"bomb": {"1.0": {**entry, "marName": "bomb.mar"}}, "cut": {"1.0": {**entry, "marName": "cut.mar"}},
+                   "../escape": {"1.0": entry}, "outside": {"1.0": {**entry, "marName": f"../store/{CLASSIFIER}.mar"}}})
+    config.write_text("".join(f"{key}={escape_value(value)}\n" for key, value in {**properties, "models": json.dumps(models)}.items()))
+    run = start_engine(config, tmp_path / "run")
+    try:
+        run.wait_ready(timeout=300)
+        refusals = run.refusals()
+        assert len(refusals) == 4, refusals
+        assert any(line.startswith("not serving bomb.mar: ") and "zip bomb" in line for line in refusals), refusals
+        assert any(line.startswith("not serving cut.mar: ") and "not a readable model archive" in line for line in refusals), refusals
+        assert any(line.startswith("not serving model '../escape': ") and "use letters, digits" in line for line in refusals), refusals
+        assert any(line.startswith("not serving model 'outside': ") and "marName" in line for line in refusals), refusals
+        assert sorted(os.listdir(tmp_path / "run" / MODELS_DIR)) == [CLASSIFIER]
+        assert _post(run, f"/predictions/{CLASSIFIER}", encode(photo("chelsea"))).status_code == 200
+    finally:
+        run.stop(drain_timeout=5)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving the run directory to another user needs root")
+def test_with_token_authorization_a_run_directory_of_another_user_is_refused_at_start(tmp_path):
+    store, run_dir = tmp_path / "store", tmp_path / "run"
+    store.mkdir()
+    run_dir.mkdir(mode=0o700)
+    os.chown(run_dir, os.geteuid() + 12345, -1)
+    inference, metrics = free_ports(2)
+    config = tmp_path / "config.properties"
+    config.write_text(f"model_store={store}\nmodels={{}}\ninference_address=http://127.0.0.1:{inference}\n"
+                      f"metrics_address=http://127.0.0.1:{metrics}\n")  # token authorization on: TorchServe's default
+    run = start_engine(config, run_dir)
+    try:
+        with pytest.raises(UsageError, match=r"not starting: the run directory .* belongs to uid \d+, not to this user"):
+            run.wait_ready(timeout=120)
+    finally:
+        run.stop(drain_timeout=5)
+    assert not (run_dir / KEY_FILE).exists()
 
 
 def _on_jemalloc(run_dir: Path) -> dict[str, bool]:

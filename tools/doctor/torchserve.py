@@ -8,6 +8,8 @@ kept in the Properties object and never looked at, so a misspelt key is silently
 
 from __future__ import annotations
 
+from .. import defaults
+
 KEYS = frozenset({
     "debug", "inference_address", "management_address", "metrics_address", "load_models", "blacklist_env_vars",
     "default_workers_per_model", "default_response_timeout", "default_startup_timeout", "unregister_model_timeout",
@@ -34,7 +36,7 @@ MODEL_FIELDS = frozenset({"defaultVersion", "marName", "minWorkers", "maxWorkers
 # Fields of an archive's model-config.yaml that override the same model's `models=` entry (ModelConfig.java).
 ARCHIVE_OVERRIDES = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout", "startupTimeout")
 
-DEFAULT_STARTUP_TIMEOUT_S = 120  # getDefaultStartupTimeout
+DEFAULT_STARTUP_TIMEOUT_S = defaults.STARTUP_TIMEOUT_S  # getDefaultStartupTimeout
 DEFAULT_RESPONSE_TIMEOUT_S = 120  # getDefaultResponseTimeout
 DEFAULT_JOB_QUEUE_SIZE = 100  # getJobQueueSize
 DEFAULT_MAX_REQUEST_SIZE = 6_553_500  # getMaxRequestSize

@@ -26,7 +26,7 @@ from .files import LOG, PID_FILE, WORKER_MARKER
 ENGINE = "kserve"
 SERVER_MODULE = "tsvk_tools.engines.kserve"
 MARKERS = (SERVER_MODULE, WORKER_MARKER)
-_REFUSAL = re.compile(r"not serving \S+: .*")
+_REFUSAL = re.compile(r"not serving .+")  # an archive's name, or a refused entry of the config (its name quoted)
 
 
 class EngineRun(TorchServeRun):

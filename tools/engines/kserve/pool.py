@@ -102,12 +102,20 @@ class WorkerProcess:
         return self.handle.pid if self.handle else None
 
     async def start(self) -> str | None:
-        """Start the process and wait until its service has loaded: None, or the one-line reason it cannot."""
+        """Start the process and wait until its service has loaded: None, or the one-line reason it cannot. A worker that
+        hangs while loading is ended after the startup timeout: otherwise the server would wait for it forever, never
+        serving its model nor saying why."""
         ours, theirs = socket.socketpair()
         with open(self.start_info.log, "ab") as out, theirs:
             self.handle = await self._forked(theirs, out) or await self._spawned(theirs, out)
         self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
-        message = await wire.read_message(self.reader)
+        timeout = self.model.startup_timeout_s
+        try:
+            message = await asyncio.wait_for(wire.read_message(self.reader), timeout)
+        except asyncio.TimeoutError:
+            await self.kill()
+            return (f"it had not loaded {timeout:g} s after it started (the model's startupTimeout, else the config's "
+                    "default_startup_timeout); it was ended")
         if isinstance(message, tuple) and message[0] == wire.READY:
             self.loaded = True
             return None

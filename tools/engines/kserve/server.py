@@ -6,7 +6,9 @@ kserve` does (engine_process.py). The REST server is KServe's (its data plane fo
 only the served paths, bodies no larger than max_request_size, /v2 JSON bounded before it is parsed, and the
 inference key checked on every path when token authorization is on. The gRPC Open Inference Protocol server is
 started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST server stops
-accepting and answers what it holds (uvicorn's graceful shutdown), then the workers are ended.
+accepting and answers what it holds (uvicorn's graceful shutdown), then the workers are ended. With token
+authorization on, a run directory another user owns or others may write is refused before the keys are written
+(tokens.py); with it off (the chart's pods, whose run directory is an emptyDir of their own) there are no keys to keep.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .forkserver import ForkServer, worker_env
 from .metrics import EngineMetrics, MetricsServer
 from .pool import ModelPool, WorkerStart
 from .predictions import PING_PATH, PREDICTIONS_PATH, InferenceRoutes, PredictionsApi, torchserve_error
-from .tokens import InferenceKey, auth_enabled, write_keys
+from .tokens import InferenceKey, auth_enabled, run_dir_problem, write_keys
 
 log = logging.getLogger("tsvk.engine")
 
@@ -113,6 +115,9 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     properties = read_properties(config)
     key = None
     if auth_enabled(properties):
+        if (problem := run_dir_problem(run_dir)) is not None:
+            log.error("not starting: %s", problem)
+            return 2
         write_keys(run_dir)
         key = InferenceKey(run_dir)
     served, refused = open_archives(properties, run_dir / MODELS_DIR)

@@ -16,6 +16,21 @@ from pathlib import Path
 from ...keys import KEY_FILE, read_key_file
 
 API_KEY = "API"
+SHARED_WRITE = 0o022  # group or others may write: they could replace the key file between its writing and its reading
+
+
+def run_dir_problem(run_dir: Path) -> str | None:
+    """Why the keys may not be written to `run_dir`: it is another user's (who could read or replace them), or its group
+    or others may write it (and so swap the key file for one whose key they know). None: it is safe for them.
+    `tsvk serve` narrows a run directory of its user's to 0700 before the engine starts; this holds for any start."""
+    info = Path(run_dir).stat()
+    if info.st_uid != os.geteuid():
+        return (f"the run directory {run_dir} belongs to uid {info.st_uid}, not to this user (uid {os.geteuid()}): "
+                "its owner could read or replace the keys kept there; choose a --run-dir of your own")
+    if info.st_mode & SHARED_WRITE:
+        return (f"the run directory {run_dir} may be written by its group or others (mode {info.st_mode & 0o777:o}): "
+                f"they could replace the keys kept there; run `chmod 700 {run_dir}` or choose another --run-dir")
+    return None
 
 
 def auth_enabled(properties: dict[str, str]) -> bool:
