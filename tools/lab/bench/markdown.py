@@ -114,7 +114,8 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
     lines = [
         f"# Benchmark: {options['model']}{_device_title(options)}, {options['jobs']} jobs, concurrency {options['concurrency']}",
         "",
-        f"{result['created']} on {machine['vcpus']} vCPUs ({machine['cpu']}, {machine['memory_gib']} GiB){_gpus(machine)}, "
+        f"{result['created']} on {machine['vcpus']} vCPUs ({machine['cpu']}{_flags(machine)}, {machine['memory_gib']} GiB)"
+        f"{_gpus(machine)}, "
         f"torch {result['software'].get('torch')}, TorchServe {result['software'].get('torchserve')}; "
         f"git {str(result['git'].get('commit'))[:10]}{' (dirty)' if result['git'].get('dirty') else ''}.",
         "",
@@ -179,6 +180,11 @@ def _device_title(options: dict) -> str:
 
 def _gpus(machine: dict) -> str:
     return f", GPU: {', '.join(machine['gpus'])}" if machine.get("gpus") else ""
+
+
+def _flags(machine: dict) -> str:
+    """The CPU's flags that decide the fastest artifact (results written before they were recorded have none)."""
+    return f" with {' '.join(machine['cpu_flags'])}" if machine.get("cpu_flags") else ""
 
 
 def _met(met) -> str:

@@ -15,6 +15,7 @@ from datetime import datetime
 from pathlib import Path
 
 from tsvk.common import task_kind
+from tsvk.model import cpu_flags
 
 from ...fsutil import point_latest
 from .chart import write_chart
@@ -327,12 +328,19 @@ def write_json_and_markdown(result: dict, markdown: str, output_dir: Path, stamp
     return base
 
 
+# The CPU flags that decide which artifact is fastest (int8 needs VNNI, bf16 AVX-512 BF16 or AMX): every result names
+# those its CPU has, since a ratio measured on one of these CPUs says little about another.
+REPORTED_CPU_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_int8", "amx_bf16")
+
+
 def machine_info(vcpus: int, device: str = "cpu") -> dict:
     import psutil
 
+    present = cpu_flags()
     info = {
         "vcpus": vcpus,
         "cpu": _cpu_model(),
+        "cpu_flags": [flag for flag in REPORTED_CPU_FLAGS if flag in present],
         "host": platform.node(),
         "loadavg_end": list(os.getloadavg()),
         "memory_gib": round(psutil.virtual_memory().total / 2**30, 1),
