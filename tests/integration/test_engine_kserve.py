@@ -23,10 +23,12 @@ import time
 import zipfile
 from pathlib import Path
 
+import grpc
 import numpy as np
 import psutil
 import pytest
 import requests
+from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc
 from PIL import Image
 
 from tests.support.engine import running_engine
@@ -41,7 +43,7 @@ from tsvk_tools.errors import UsageError
 from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
-from tsvk_tools.keys import KEY_FILE
+from tsvk_tools.keys import KEY_FILE, current_key
 from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc
 from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
 from tsvk_tools.serve.serving_config import write_config
@@ -365,3 +367,33 @@ def test_the_protocol_over_grpc_and_rest_answers_as_predictions(tmp_path):
             answer = json.loads(predict(engine.run_dir, "skimage:chelsea", CLASSIFIER, protocol))
             assert list(answer) == list(expected)
             assert np.allclose(list(answer.values()), list(expected.values()), atol=1e-6)
+
+
+def test_with_token_authorization_every_grpc_call_needs_the_key(tmp_path):
+    """Health, metadata and inference alike: a call without the key, or with another, is refused UNAUTHENTICATED before
+    KServe's handler runs; with the key each answers."""
+    store = archive_tiny(tmp_path / "store")
+    rest_port, grpc_port = free_ports(2)
+    request = _request(store, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port)
+    with running_engine(request, tmp_path / "grpc") as engine, grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
+        stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
+        calls = {
+            "ServerLive": (stub.ServerLive, pb.ServerLiveRequest()),
+            "ServerReady": (stub.ServerReady, pb.ServerReadyRequest()),
+            "ServerMetadata": (stub.ServerMetadata, pb.ServerMetadataRequest()),
+            "ModelReady": (stub.ModelReady, pb.ModelReadyRequest(name=CLASSIFIER)),
+            "ModelMetadata": (stub.ModelMetadata, pb.ModelMetadataRequest(name=CLASSIFIER)),
+        }
+        key = current_key(engine.run_dir)
+        for name, (call, message) in calls.items():
+            for metadata in ((), (("authorization", "Bearer not-the-key"),), (("authorization", "Bearer"),)):
+                with pytest.raises(grpc.RpcError) as refused:
+                    call(message, metadata=metadata, timeout=10)
+                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
+                assert "InvalidKeyException" in refused.value.details() and key not in refused.value.details()
+            call(message, metadata=(("authorization", f"Bearer {key}"),), timeout=10)
+        assert stub.ModelMetadata(pb.ModelMetadataRequest(name=CLASSIFIER), metadata=(("authorization", f"Bearer {key}"),),
+                                  timeout=10).name == CLASSIFIER
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(pb.ModelInferRequest(model_name=CLASSIFIER), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED

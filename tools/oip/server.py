@@ -219,8 +219,9 @@ def torchserve_dataplane(registry, health):
     return TorchServeDataPlane()
 
 
-def grpc_server(config: FrontConfig, server):
-    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused."""
+def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
+    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused; `interceptors` run
+    before KServe's (the engine's key check)."""
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
     from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
@@ -238,7 +239,7 @@ def grpc_server(config: FrontConfig, server):
         async def start(self, max_workers):
             limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
             self._server = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                                      interceptors=(ExceptionToStatusInterceptor(),),
+                                      interceptors=(*interceptors, ExceptionToStatusInterceptor()),
                                       options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
             grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
                 ServingOnly(self._data_plane, self._model_repository_extension), self._server)

@@ -19,7 +19,7 @@ from ...oip.config import ModelTensors
 from ...oip.forward import ForwardedError, TorchServeModel, _Answer
 from .batcher import Pending, QueueFull
 from .pool import ModelPool
-from .tokens import InferenceKey
+from .tokens import KEY_REFUSED, InferenceKey
 
 
 class EngineModel(TorchServeModel):
@@ -41,8 +41,7 @@ class EngineModel(TorchServeModel):
         if self.key is not None:
             authorization = {name.lower(): value for name, value in (headers or {}).items()}.get("authorization")
             if not self.key.allows(authorization):
-                raise ForwardedError(401, "InvalidKeyException: Token Authorization failed. Token either incorrect, expired, "
-                                          "or not provided correctly")
+                raise ForwardedError(401, f"InvalidKeyException: {KEY_REFUSED}")
         return await super().predict(payload, headers, response_headers)
 
     async def _send(self, item: tuple[bytes, str], headers: dict[str, str]) -> _Answer:

@@ -33,7 +33,7 @@ from .forkserver import ForkServer, worker_env
 from .metrics import EngineMetrics, MetricsServer
 from .pool import ModelPool, WorkerStart
 from .predictions import PING_PATH, PREDICTIONS_PATH, InferenceRoutes, PredictionsApi, torchserve_error
-from .tokens import InferenceKey, auth_enabled, run_dir_problem, write_keys
+from .tokens import KEY_REFUSED, InferenceKey, auth_enabled, run_dir_problem, write_keys
 
 log = logging.getLogger("tsvk.engine")
 
@@ -90,8 +90,7 @@ class _TokenGuard:
     async def __call__(self, scope, receive, send):
         if scope["type"] == "http" and self.key is not None:
             if not self.key.allows(dict(scope.get("headers") or []).get(b"authorization")):
-                response = torchserve_error(400, "InvalidKeyException",
-                                            "Token Authorization failed. Token either incorrect, expired, or not provided correctly")
+                response = torchserve_error(400, "InvalidKeyException", KEY_REFUSED)
                 return await response(scope, receive, send)
         return await self.app(scope, receive, send)
 
@@ -133,7 +132,7 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     server, rest = _servers(properties, engine, key, served, grace_s)
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(properties, server)))
+        servers.append(asyncio.create_task(_grpc(properties, server, key)))
     await loading
     _register_oip_models(server, engine, key, properties)
     await servers[0]  # until SIGTERM; uvicorn answers what it holds first
@@ -218,12 +217,16 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-async def _grpc(properties: dict[str, str], server) -> None:
-    """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port)."""
+async def _grpc(properties: dict[str, str], server, key: InferenceKey | None) -> None:
+    """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port); with
+    token authorization on, every call needs the key (grpc_auth.py)."""
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
                         max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
-    await grpc_server(front, server).start(GRPC_THREADS)
+    from .grpc_auth import KeyInterceptor  # grpc: imported once the config serves the protocol
+
+    interceptors = (KeyInterceptor(key.allows),) if key is not None else ()
+    await grpc_server(front, server, interceptors).start(GRPC_THREADS)
 
 
 def _max_images(properties: dict[str, str]) -> int:

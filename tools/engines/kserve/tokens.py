@@ -16,6 +16,8 @@ from pathlib import Path
 from ...keys import KEY_FILE, read_key_file
 
 API_KEY = "API"
+# What a request without the key is told, on every path and RPC (TorchServe's own words, after its exception's name).
+KEY_REFUSED = "Token Authorization failed. Token either incorrect, expired, or not provided correctly"
 SHARED_WRITE = 0o022  # group or others may write: they could replace the key file between its writing and its reading
 
 
