@@ -38,6 +38,8 @@ from tests.support.torchserve import archive_tiny, post_concurrently, running_to
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
+from tsvk.worker import ARRIVAL_HEADER
+from tsvk_tools.engines.kserve.arrival import TRUSTED_PROXIES_KEY
 from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
 from tsvk_tools.errors import UsageError
 from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE
@@ -397,3 +399,24 @@ def test_with_token_authorization_every_grpc_call_needs_the_key(tmp_path):
         with pytest.raises(grpc.RpcError) as refused:
             stub.ModelInfer(pb.ModelInferRequest(model_name=CLASSIFIER), timeout=10)
         assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+
+@pytest.mark.parametrize("trusted, status", [(None, 200), ("127.0.0.0/8", 503)])
+def test_an_arrival_stamp_is_believed_only_from_a_trusted_proxy(tmp_path, trusted, status):
+    """A request stamped ten minutes ago, against a one-minute deadline: from a peer the config does not trust the
+    engine stamps it itself and answers it; from a trusted proxy the stamp stands and the request is shed unread."""
+    store = archive_tiny(tmp_path / "store")
+    extra = {TRUSTED_PROXIES_KEY: trusted} if trusted else {}
+    with running_engine(_request(store, deadline_ms=60_000), tmp_path / "engine", extra_properties=extra) as engine:
+        headers = {**engine.headers("inference"), ARRIVAL_HEADER: f"t={time.time() - 600:.6f}"}
+        response = _post(engine, f"/predictions/{CLASSIFIER}", image_bytes("skimage:chelsea"), headers=headers)
+        assert response.status_code == status, response.text
+        if status == 503:
+            assert response.json()["error"] == "deadline_exceeded"
+
+
+def test_a_trusted_proxies_value_that_is_no_address_stops_the_start_naming_it(tmp_path):
+    store = archive_tiny(tmp_path / "store")
+    with pytest.raises(UsageError, match="tsvk.trusted_proxies must list IP addresses or networks"):
+        with running_engine(_request(store), tmp_path / "engine", timeout=60, extra_properties={TRUSTED_PROXIES_KEY: "proxy"}):
+            pass

@@ -11,11 +11,15 @@ from tsvk_tools.serve.serving_config import ServingRequest, write_config
 
 
 @contextlib.contextmanager
-def running_engine(request: ServingRequest, workdir: Path, timeout: float = 300) -> Iterator[EngineRun]:
-    """Generate the config, start the engine on it, wait until /ping is healthy, always stop."""
+def running_engine(request: ServingRequest, workdir: Path, timeout: float = 300,
+                   extra_properties: dict[str, str] | None = None) -> Iterator[EngineRun]:
+    """Generate the config (plus `extra_properties`, keys the generator does not write), start the engine on it, wait
+    until /ping is healthy, always stop."""
     workdir.mkdir(parents=True, exist_ok=True)
     config = workdir / "engine.properties"
     write_config(request, config)
+    with config.open("a") as properties:
+        properties.writelines(f"{key}={value}\n" for key, value in (extra_properties or {}).items())
     run = start_engine(config, workdir / "engine-run")
     try:
         run.wait_ready(timeout=timeout)

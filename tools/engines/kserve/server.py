@@ -28,6 +28,7 @@ from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_
 from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
                            torchserve_dataplane)
 from .archives import open_archives
+from .arrival import ArrivalStamp, trusted_networks
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .forkserver import ForkServer, worker_env
 from .metrics import EngineMetrics, MetricsServer
@@ -112,6 +113,11 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     """The fork server is already importing torch (launch.py); the archives are opened and the workers asked for,
     then KServe is imported while they load (cold start: the slowest part runs alone)."""
     properties = read_properties(config)
+    try:
+        networks = trusted_networks(properties)
+    except ValueError as err:
+        log.error("not starting: %s", err)
+        return 2
     key = None
     if auth_enabled(properties):
         if (problem := run_dir_problem(run_dir)) is not None:
@@ -129,10 +135,10 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
-    server, rest = _servers(properties, engine, key, served, grace_s)
+    server, rest = _servers(properties, engine, (key, networks), served, grace_s)
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(properties, server, key)))
+        servers.append(asyncio.create_task(_grpc(properties, server, key, networks)))
     await loading
     _register_oip_models(server, engine, key, properties)
     await servers[0]  # until SIGTERM; uvicorn answers what it holds first
@@ -149,8 +155,10 @@ def _import_kserve() -> None:
     import kserve.protocol.rest.server  # noqa: F401
 
 
-def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, served: list, grace_s: float):
-    """KServe's model server and REST server, with the front's guards and TorchServe's inference API in front of its app."""
+def _servers(properties: dict[str, str], engine: _Engine, trust: tuple, served: list, grace_s: float):
+    """KServe's model server and REST server, with the front's guards and TorchServe's inference API in front of its app;
+    `trust` is the inference key (None: token authorization off) and the proxies whose arrival stamps are believed."""
+    key, networks = trust
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
@@ -162,9 +170,10 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
     server.dataplane = torchserve_dataplane(server.registered_models, _Health(engine))
     app.add_exception_handler(ForwardedError, forwarded_error_handler)
     inference = InferenceRoutes(app, PredictionsApi(engine.pools, engine.healthy, _max_request_bytes(properties), engine.metrics))
-    guarded = _TokenGuard(Guard(inference, max_request_bytes=_max_request_bytes(properties),
-                                json_limits=front_json_limits_for(m.settings.preprocess for m in served),
-                                paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS), key=key)
+    guarded = ArrivalStamp(_TokenGuard(Guard(inference, max_request_bytes=_max_request_bytes(properties),
+                                             json_limits=front_json_limits_for(m.settings.preprocess for m in served),
+                                             paths=f"{PROTOCOL_PATHS}|{ENGINE_PATHS}", json_paths=PROTOCOL_PATHS), key=key),
+                           networks)
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, port, workers=1,
                       grace_period=grace_s)
     # uvicorn serves the guards, then TorchServe's paths, in front of KServe's app (which RESTServer.start still
@@ -217,15 +226,15 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-async def _grpc(properties: dict[str, str], server, key: InferenceKey | None) -> None:
+async def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple) -> None:
     """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port); with
-    token authorization on, every call needs the key (grpc_auth.py)."""
+    token authorization on, every call needs the key, and every call's arrival is stamped (grpc_guards.py)."""
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
                         max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
-    from .grpc_auth import KeyInterceptor  # grpc: imported once the config serves the protocol
+    from .grpc_guards import GrpcArrivalStamp, KeyInterceptor  # grpc: once the config serves the protocol
 
-    interceptors = (KeyInterceptor(key.allows),) if key is not None else ()
+    interceptors = ((KeyInterceptor(key.allows),) if key is not None else ()) + (GrpcArrivalStamp(networks),)
     await grpc_server(front, server, interceptors).start(GRPC_THREADS)
 
 
