@@ -23,12 +23,10 @@ import time
 import zipfile
 from pathlib import Path
 
-import grpc
 import numpy as np
 import psutil
 import pytest
 import requests
-from kserve.protocol.grpc import grpc_predict_v2_pb2 as pb, grpc_predict_v2_pb2_grpc
 from PIL import Image
 
 from tests.support.engine import running_engine
@@ -372,33 +370,35 @@ def test_the_protocol_over_grpc_and_rest_answers_as_predictions(tmp_path):
 
 
 def test_with_token_authorization_every_grpc_call_needs_the_key(tmp_path):
-    """Health, metadata and inference alike: a call without the key, or with another, is refused UNAUTHENTICATED before
-    KServe's handler runs; with the key each answers."""
+    """Health, metadata and inference alike, asked by Triton's own gRPC client: a call without the key, or with another,
+    is refused UNAUTHENTICATED before KServe's handler runs; with the key each answers."""
+    from tritonclient.grpc import InferenceServerClient, InferInput
+    from tritonclient.utils import InferenceServerException
+
     store = archive_tiny(tmp_path / "store")
     rest_port, grpc_port = free_ports(2)
     request = _request(store, protocol="oip", oip_rest_port=rest_port, oip_grpc_port=grpc_port)
-    with running_engine(request, tmp_path / "grpc") as engine, grpc.insecure_channel(f"127.0.0.1:{grpc_port}") as channel:
-        stub = grpc_predict_v2_pb2_grpc.GRPCInferenceServiceStub(channel)
-        calls = {
-            "ServerLive": (stub.ServerLive, pb.ServerLiveRequest()),
-            "ServerReady": (stub.ServerReady, pb.ServerReadyRequest()),
-            "ServerMetadata": (stub.ServerMetadata, pb.ServerMetadataRequest()),
-            "ModelReady": (stub.ModelReady, pb.ModelReadyRequest(name=CLASSIFIER)),
-            "ModelMetadata": (stub.ModelMetadata, pb.ModelMetadataRequest(name=CLASSIFIER)),
-        }
+    with running_engine(request, tmp_path / "grpc") as engine:
+        client = InferenceServerClient(f"127.0.0.1:{grpc_port}")
         key = current_key(engine.run_dir)
-        for name, (call, message) in calls.items():
-            for metadata in ((), (("authorization", "Bearer not-the-key"),), (("authorization", "Bearer"),)):
-                with pytest.raises(grpc.RpcError) as refused:
-                    call(message, metadata=metadata, timeout=10)
-                assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED, name
-                assert "InvalidKeyException" in refused.value.details() and key not in refused.value.details()
-            call(message, metadata=(("authorization", f"Bearer {key}"),), timeout=10)
-        assert stub.ModelMetadata(pb.ModelMetadataRequest(name=CLASSIFIER), metadata=(("authorization", f"Bearer {key}"),),
-                                  timeout=10).name == CLASSIFIER
-        with pytest.raises(grpc.RpcError) as refused:
-            stub.ModelInfer(pb.ModelInferRequest(model_name=CLASSIFIER), timeout=10)
-        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        image = InferInput("images", [1], "BYTES")
+        image.set_data_from_numpy(np.array([image_bytes("skimage:chelsea")], dtype=np.object_))
+        calls = {
+            "ServerLive": lambda headers: client.is_server_live(headers=headers),
+            "ServerReady": lambda headers: client.is_server_ready(headers=headers),
+            "ServerMetadata": lambda headers: client.get_server_metadata(headers=headers),
+            "ModelReady": lambda headers: client.is_model_ready(CLASSIFIER, headers=headers),
+            "ModelMetadata": lambda headers: client.get_model_metadata(CLASSIFIER, headers=headers),
+            "ModelInfer": lambda headers: client.infer(CLASSIFIER, [image], headers=headers),
+        }
+        for name, call in calls.items():
+            for headers in (None, {"authorization": "Bearer not-the-key"}, {"authorization": "Bearer"}):
+                with pytest.raises(InferenceServerException) as refused:
+                    call(headers)
+                assert refused.value.status() == "StatusCode.UNAUTHENTICATED", name
+                assert "InvalidKeyException" in refused.value.message() and key not in refused.value.message()
+            assert call({"authorization": f"Bearer {key}"}), name
+        client.close()
 
 
 @pytest.mark.parametrize("trusted, status", [(None, 200), ("127.0.0.0/8", 503)])

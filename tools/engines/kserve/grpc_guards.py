@@ -13,6 +13,7 @@ a context whose metadata carries the stamp the engine believes (arrival.py: a tr
 
 from __future__ import annotations
 
+from collections import namedtuple
 from typing import Callable
 
 import grpc
@@ -24,6 +25,9 @@ from .arrival import header_kept, stamp
 from .tokens import KEY_REFUSED
 
 AUTHORIZATION = "authorization"  # gRPC metadata keys are lower case
+# A server call's metadata items as grpcio hands them over (1.85: a namedtuple of the same name and fields in
+# _cython/_cygrpc/metadata.pyx.pxi): KServe's `to_headers` reads `.key` and `.value`, others unpack them.
+Metadatum = namedtuple("Metadatum", ("key", "value"))
 
 
 class KeyInterceptor(aio.ServerInterceptor):
@@ -74,11 +78,12 @@ class _StampedContext:
         self._networks = networks
 
     def invocation_metadata(self):
-        metadata = tuple(self._context.invocation_metadata() or ())
-        given = any(key == ARRIVAL_HEADER.lower() for key, _ in metadata)
+        metadata = tuple(Metadatum(*item) for item in self._context.invocation_metadata() or ())
+        given = any(item.key == ARRIVAL_HEADER.lower() for item in metadata)
         if header_kept(given, self._networks, _peer_host(self._context.peer())):
             return metadata
-        return (*((key, value) for key, value in metadata if key != ARRIVAL_HEADER.lower()), (ARRIVAL_HEADER.lower(), stamp()))
+        kept = (item for item in metadata if item.key != ARRIVAL_HEADER.lower())
+        return (*kept, Metadatum(ARRIVAL_HEADER.lower(), stamp()))
 
     def __getattr__(self, name):
         return getattr(self._context, name)
