@@ -33,12 +33,14 @@ def resnet18_weights(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="session")
 def resnet18_store(tmp_path_factory, resnet18_weights) -> Path:
-    """A model store holding one AOTInductor resnet18 archive (max batch 4), built once per session."""
+    """A model store holding one AOTInductor resnet18 fp32 archive (max batch 4), built once per session: fp32 whatever
+    the CPU, since the tests serving it compare its answers with the eager model's."""
     from tsvk_tools.archive.pack import build_archive
     from tsvk_tools.archive.build import BuildRequest
     from tsvk.common.settings import ServingDefaults
 
     store = tmp_path_factory.mktemp("store")
-    request = BuildRequest(model="resnet18", weights=str(resnet18_weights), max_batch=4, serving=ServingDefaults(batch_size=4))
+    request = BuildRequest(model="resnet18", weights=str(resnet18_weights), precision="fp32", max_batch=4,
+                           serving=ServingDefaults(batch_size=4))
     build_archive(request, store)
     return store

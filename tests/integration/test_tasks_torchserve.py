@@ -44,7 +44,9 @@ def served(tmp_path_factory):
     weights = {DETECTOR: decisive_weights(DETECTOR, work / "detector.pt"), SEGMENTER: decisive_weights(SEGMENTER, work / "seg.pt", std=1.0)}
     build_archive(BuildRequest(model=DETECTOR, backend="torchscript", weights=str(weights[DETECTOR]), max_batch=4,
                               score_threshold=SCORE_THRESHOLD), store)
-    build_archive(BuildRequest(model=SEGMENTER, backend="export", weights=str(weights[SEGMENTER]), max_batch=4), store)
+    # fp32 whatever the CPU: the label maps are compared with torchvision's eager fp32 model
+    build_archive(BuildRequest(model=SEGMENTER, backend="export", weights=str(weights[SEGMENTER]), precision="fp32", max_batch=4),
+                  store)
     request = serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=500, auth=False)
     with running_torchserve(request, work) as run:
         yield run.url("inference"), weights
