@@ -135,7 +135,7 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
-    server, rest = _servers(properties, engine, (key, networks), served, grace_s)
+    server, rest = _servers(properties, engine, key, networks, served, grace_s)
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
         servers.append(asyncio.create_task(_grpc(properties, server, key, networks)))
@@ -155,10 +155,10 @@ def _import_kserve() -> None:
     import kserve.protocol.rest.server  # noqa: F401
 
 
-def _servers(properties: dict[str, str], engine: _Engine, trust: tuple, served: list, grace_s: float):
+def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, networks: tuple, served: list,
+             grace_s: float):
     """KServe's model server and REST server, with the front's guards and TorchServe's inference API in front of its app;
-    `trust` is the inference key (None: token authorization off) and the proxies whose arrival stamps are believed."""
-    key, networks = trust
+    `key` is None with token authorization off, `networks` the proxies whose arrival stamps are believed."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
