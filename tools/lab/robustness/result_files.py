@@ -31,6 +31,7 @@ def envelope(kind: str, vcpus: int, parts: dict, started: datetime, git: dict | 
         "passed": bool(checks) and all(checks.values()),
         "checks": checks,
         "reasons": reasons,
+        "weaknesses": {f"{part}: {name}": why for part, figures in parts.items() for name, why in figures.get("weaknesses", {}).items()},
         "parts": parts,
     }
 
@@ -47,6 +48,14 @@ def write(result: dict, name: str, output_dir: Path = RESULTS_DIR, extra_md: str
     return written
 
 
+def _weaknesses(weaknesses: dict[str, str]) -> list[str]:
+    """What the engine under test does not hold for a reason outside tsvk's code, listed apart from the checks."""
+    if not weaknesses:
+        return []
+    return ["", "Not held by this engine, for a reason outside tsvk's code (not counted as checks):", "",
+            *(f"- **{name}**: {why}" for name, why in weaknesses.items())]
+
+
 def render(result: dict, title: str) -> str:
     lines = [
         f"# {title}: {'all checks passed' if result['passed'] else 'SOME CHECKS FAILED'}",
@@ -61,6 +70,7 @@ def render(result: dict, title: str) -> str:
     ]
     reasons = result.get("reasons", {})
     lines += [f"| {name} | {'yes' if ok else '**no**'} | {reasons.get(name, '')} |" for name, ok in result["checks"].items()]
+    lines += _weaknesses(result.get("weaknesses", {}))
     for part, figures in result["parts"].items():
         lines += [
             "",

@@ -16,7 +16,7 @@ from ...engines.kserve.engine_process import ENGINE as KSERVE
 
 from ... import progress
 from ...errors import UsageError
-from . import auth, checks, hostile, parts
+from . import auth, checks, clients, hostile, parts
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
 from .drain_measure import stop_under_load
@@ -130,6 +130,7 @@ def run_robustness(
         figures["overload"] = _timed("overload", lambda: parts.overload(service, args.overload_factor))
         figures["worker kill"] = _timed("worker kill", lambda: parts.worker_kill(service, 8, args.kill_load_s))
         figures["auth and surface"] = _timed("auth and surface", lambda: auth.surface(service))
+        figures["hostile clients"] = _timed("hostile clients", lambda: clients.hostile_clients(service, engine))
     figures["inputs"] = counted_inputs(figures)
     if engine != KSERVE:
         expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)

@@ -163,3 +163,29 @@ class PeakWorkerRss(Periodic):
 def worker_rss(run: TorchServeRun) -> dict[str, float]:
     """ "worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
     return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}
+
+
+@dataclass
+class PeakTotalRss(Periodic):
+    """Samples the RSS of the whole server (every process of our TorchServe or engine, and `extra`) in the background:
+    `growth_mb` is the largest total seen beyond the total when sampling began."""
+
+    run: TorchServeRun
+    extra: list = field(default_factory=list)
+    interval: float = 0.05
+    before_mb: float = 0.0
+    peak_mb: float = 0.0
+
+    def __enter__(self):
+        self.before_mb = self.peak_mb = self.total_mb()
+        return super().__enter__()
+
+    def total_mb(self) -> float:
+        return sum(sample(self.run, self.extra).rss_mb.values())
+
+    def tick(self) -> None:
+        self.peak_mb = max(self.peak_mb, self.total_mb())
+
+    @property
+    def growth_mb(self) -> float:
+        return self.peak_mb - self.before_mb
