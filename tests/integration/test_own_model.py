@@ -8,6 +8,7 @@ sees is the same, a state_dict whose `fc` has 3 outputs, saved with torch.save(m
 from __future__ import annotations
 
 import io
+import json
 from pathlib import Path
 
 import pytest
@@ -69,5 +70,13 @@ def test_the_eager_artifact_is_built_for_the_head_of_the_checkpoint(fine_tuned, 
     with the handler's own loader and checks it against the checkpoint's model."""
     weights, labels = fine_tuned
     assert tsvk(["compile", "--model", "resnet18", "--backend", "eager", "--weights", str(weights),
-                 "--labels", str(labels), "--output-dir", str(tmp_path), "--quiet"]) == 0
-    assert (tmp_path / "resnet18" / "report.json").is_file()
+                 "--labels", str(labels), "--output-dir", str(tmp_path), "--precision", "fp32", "--quiet"]) == 0
+    report = json.loads((tmp_path / "resnet18" / "report.json").read_text())
+    verification = report["provenance"]["verification"]
+    assert verification["passed"] and verification["top1_agreement"] == 1.0, verification
+    assert verification["max_abs_diff"] <= verification["allowed_abs_diff"], verification
+    assert report["provenance"]["weights"]["random"] is False, report["provenance"]["weights"]
+    artifact = torch.load(tmp_path / "resnet18" / report["artifact"]["file"], weights_only=True)
+    checkpoint = torch.load(weights, weights_only=True)
+    assert artifact["fc.weight"].shape == (len(LABELS), 512)  # the head of the checkpoint, not ImageNet's 1000 classes
+    assert all(torch.equal(artifact[name], tensor) for name, tensor in checkpoint.items())
