@@ -33,7 +33,7 @@ def test_helm_template_deploys_a_tuned_config(helm, tmp_path):
                             cwd=REPO, capture_output=True, text=True, check=False, env={**os.environ})
     assert result.returncode == 0, result.stdout + result.stderr
     config = (build / "config.properties").read_text()
-    assert "# tuned: 2 worker(s): 9.9 img/s" in config and "tsvk.threads.resnet50=1,1" in config
+    assert "tsvk.tuned.resnet50=2 worker(s): 9.9 img/s" in config and "tsvk.threads.resnet50=1,1" in config
     assert "model_store=/home/model-server/model-store" in config and "disable_token_authorization=true" in config
     documents = [d for d in yaml.safe_load_all((build / "manifests.yaml").read_text()) if d]
     configmap = next(d for d in documents if d["kind"] == "ConfigMap" and "config.properties" in d.get("data", {}))

@@ -8,11 +8,10 @@ findings. The ranges come from tools/limits.py, the worker and thread rule from 
 from __future__ import annotations
 
 import difflib
-import json
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
-from tsvk.common import HandlerSettings
+from tsvk.common import HandlerSettings, ServedConfig
 from tsvk.worker import THREADS_KEY_PREFIX
 
 from ..limits import BOUNDS, JAVA_INT_MAX
@@ -228,31 +227,14 @@ def _port(address: str, default: int) -> int:
 
 
 def parse_models(props: Properties) -> tuple[dict[str, dict], list[Finding]]:
-    """`models=` as {name: default version's entry}; a value TorchServe cannot parse is an error."""
-    raw = props.get("models") or props.get("model_snapshot")
-    if not raw:
-        return {}, []
-    key = "models" if props.get("models") else "model_snapshot"
-    try:
-        data = json.loads(raw)
-    except ValueError as err:
-        return {}, [
-            Finding(
-                ERROR,
-                props.where(key),
-                f"{key} is not valid JSON ({err})",
-                "TorchServe refuses to start",
-                'models={"<name>": {"1.0": {"marName": "<name>.mar", "minWorkers": 1, ...}}}',
-            )
-        ]
-    data = data.get("models", {}) if key == "model_snapshot" else data
-    models = {}
-    for name, versions in data.items() if isinstance(data, dict) else ():
-        chosen = [v for v in versions.values() if isinstance(v, dict) and v.get("defaultVersion")] or [
-            v for v in versions.values() if isinstance(v, dict)
-        ]
-        models[name] = chosen[0] if chosen else {}
-    return models, []
+    """`models=` (or `model_snapshot`) as {name: default version's entry}; a value TorchServe cannot parse is an error."""
+    config = ServedConfig.of(props.values)
+    if config.problem is None:
+        return {model.name: dict(model.fields) for model in config.models}, []
+    return {model.name: dict(model.fields) for model in config.models}, [
+        Finding(ERROR, props.where(config.models_key), config.problem, "TorchServe refuses to start",
+                'models={"<name>": {"1.0": {"marName": "<name>.mar", "minWorkers": 1, ...}}}')
+    ]
 
 
 RULES = (unknown_keys, exposure, auth, limits, threads)

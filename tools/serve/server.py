@@ -23,7 +23,7 @@ from pathlib import Path
 
 import psutil
 
-from tsvk.common import read_properties
+from tsvk.common import ServedConfig, read_properties
 from tsvk.worker import STOP_MARKER_ENV
 
 from .. import defaults
@@ -286,10 +286,7 @@ def _server_env(run_dir: Path, extra: dict[str, str] | None) -> dict[str, str]:
 
 
 def _configured_models(properties: dict[str, str]) -> list[str]:
-    try:
-        return list(json.loads(properties.get("models", "{}")))
-    except ValueError:
-        return []
+    return list(ServedConfig.of(properties).model_names)
 
 
 def _get(url: str, headers: dict[str, str], timeout: float = 5) -> tuple[int, str]:

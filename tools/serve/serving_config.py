@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tsvk.common import HandlerSettings, ServingDefaults, escape_value, read_properties, task_kind
+from tsvk.common import TUNED_KEY_PREFIX, HandlerSettings, ServedConfig, ServingDefaults, escape_value, task_kind
 from tsvk.worker import DEADLINE_KEY_PREFIX, THREADS_KEY_PREFIX, threads_from_config
 
 from .. import defaults
@@ -145,23 +145,17 @@ def plan_with_choices(request: ServingRequest, choices: dict[str, ModelChoice], 
 
 def tuned_choices(config: Path) -> dict[str, ModelChoice]:
     """Per model, the numbers a config written by `tsvk tune` holds, with the measurement behind them
-    (the `# tuned:` comment above its threads line). Refused when the file holds no tuned model."""
+    (its `tsvk.tuned.<model>` line). Refused when the file holds no tuned model."""
     if not Path(config).is_file():
         raise UsageError(f"--tuned {config}: no such file; write it with `tsvk tune`")
-    properties, text = read_properties(config), Path(config).read_text()
-    entries = json.loads(properties.get("models", "{}"))
+    served = ServedConfig.read(config)
     choices = {}
-    for name, versions in entries.items():
-        entry, threads = versions.get(MODEL_VERSION, {}), threads_from_config(properties, name)
-        note = re.search(rf"^# tuned: (.*)\n{re.escape(THREADS_KEY_PREFIX + name)}=", text, re.M)
-        if threads is not None and note is not None:
-            choices[name] = ModelChoice(
-                entry["minWorkers"], threads[0], threads[1], entry["batchSize"], entry["maxBatchDelay"], note.group(1)
-            )
+    for model in served.models:
+        threads, measured = threads_from_config(served.properties, model.name), served.tuned(model.name)
+        if threads is not None and measured is not None:
+            choices[model.name] = ModelChoice(model.workers, threads[0], threads[1], model.batch_size, model.max_batch_delay_ms, measured)
     if not choices:
-        raise UsageError(
-            f"--tuned {config} holds no tuned model (no `# tuned:` line above a tsvk.threads.<model> line); write it with `tsvk tune`"
-        )
+        raise UsageError(f"--tuned {config} holds no tuned model (no {TUNED_KEY_PREFIX}<model> line); write it with `tsvk tune`")
     return choices
 
 
@@ -471,14 +465,20 @@ def _deadlines(plan: ServingPlan) -> list[tuple[str, str, str]]:
 
 
 def _threads(plan: ServingPlan) -> list[tuple[str, str, str]]:
-    return [(_threads_why(plan, m), f"{THREADS_KEY_PREFIX}{m.name}", f"{m.intra_op_threads},{m.inter_op_threads}") for m in plan.models]
+    lines = []
+    for m in plan.models:
+        lines.append((_threads_why(plan, m), f"{THREADS_KEY_PREFIX}{m.name}", f"{m.intra_op_threads},{m.inter_op_threads}"))
+        if m.measured:
+            lines.append((f"{m.name}: what `tsvk tune` measured for these workers, threads, batch and delay (`tsvk config --tuned` "
+                          "reads it back)", f"{TUNED_KEY_PREFIX}{m.name}", m.measured))
+    return lines
 
 
 def _threads_why(plan: ServingPlan, model: ModelPlan) -> str:
     if model.measured:
         return (
             f"{model.name}: {model.intra_op_threads} intra-op, {model.inter_op_threads} inter-op torch thread(s) per worker, "
-            f"read by the tsvk handler at load\n# tuned: {model.measured}"
+            "read by the tsvk handler at load"
         )
     return (
         f"{model.name}: {plan.vcpus} vCPUs / {plan.total_workers} worker(s) = {model.intra_op_threads} torch thread(s) per worker, "

@@ -8,10 +8,9 @@ which the kubelet shows as the container's last state and restarts with a back-o
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from tsvk.common import read_properties
+from tsvk.common import ServedConfig, read_properties
 
 # load_models values that name no archive: TorchServe's own keywords.
 _KEYWORDS = {"", "all", "standalone"}
@@ -24,14 +23,7 @@ def archives_loaded(props: dict[str, str]) -> list[str]:
         if item in _KEYWORDS or "://" in item:
             continue
         files.append(item.partition("=")[2] or item)
-    try:
-        models = json.loads(props.get("models") or "{}")
-    except json.JSONDecodeError:
-        models = {}
-    for versions in models.values():
-        for entry in versions.values():
-            if entry.get("marName"):
-                files.append(entry["marName"])
+    files += [model.mar_name for model in ServedConfig.of(props).models if model.fields.get("marName")]
     return sorted(set(files))
 
 

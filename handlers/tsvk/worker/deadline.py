@@ -20,12 +20,12 @@ batch in parts stops before a part that would pass it.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any
 
 from ..common.defaults import BATCH_TIME_SHARE, RESPONSE_TIMEOUT_S
+from ..common.served_config import ServedConfig
 
 log = logging.getLogger(__name__)
 
@@ -50,26 +50,17 @@ def deadline_from_config(properties: dict[str, str], model_name: str) -> int | N
 def response_timeout_from_config(properties: dict[str, str], model_name: str) -> int:
     """The model's response timeout in seconds as TorchServe applies it: its entry in `models`, else
     `default_response_timeout`, else TorchServe's own default (the same 120 s as tsvk's)."""
-    fallback = _positive_int(properties.get("default_response_timeout")) or RESPONSE_TIMEOUT_S
-    try:
-        versions = json.loads(properties.get("models") or "{}").get(model_name) or {}
-        timeouts = [_positive_int(v.get("responseTimeout")) for v in versions.values() if isinstance(v, dict)]
-    except (ValueError, AttributeError):  # a models value TorchServe would refuse: its default applies
-        return fallback
-    return min((t for t in timeouts if t), default=fallback)
+    config = ServedConfig.of(properties)
+    model = config.model(model_name)
+    if model is not None and model.response_timeout_s > 0:
+        return model.response_timeout_s
+    fallback = config.integer("default_response_timeout", RESPONSE_TIMEOUT_S)
+    return fallback if fallback > 0 else RESPONSE_TIMEOUT_S
 
 
 def batch_time_budget_s(properties: dict[str, str], model_name: str) -> float:
     """Seconds one batch may take before its remaining parts are refused rather than computed."""
     return BATCH_TIME_SHARE * response_timeout_from_config(properties, model_name)
-
-
-def _positive_int(value: Any) -> int | None:
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        return None
-    return number if number > 0 else None
 
 
 def parse_arrival(value: Any) -> float | None:

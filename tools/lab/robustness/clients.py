@@ -30,6 +30,7 @@ from .auth import _front_process
 from .checks import Verdict, judged
 from .client import send
 from .corpus import seed_images
+from .hostile import send_grpc
 from .parts import Service
 from .raw_http import FRAMINGS, UNFRAMED, send_body
 
@@ -171,8 +172,6 @@ def oversize_grpc(service: Service, limit: int) -> tuple[dict, dict[str, Verdict
     """A ModelInferRequest of OVERSIZE_FACTOR limits to the served gRPC (the engine's, or the OIP front's): refused by
     the transport's message bound, before any of it is parsed."""
     from tritonclient.grpc import service_pb2  # the front's client: only when a run sends gRPC
-
-    from .hostile import send_grpc
 
     if service.front is None:
         return {"sent": False}, {"a gRPC message over the limit is refused": checks.failed("no gRPC served")}
