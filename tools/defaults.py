@@ -7,6 +7,7 @@ default from this one module and each is written once. The Makefile leaves its v
 that `tsvk` decides, and tests check that docs/commands.md and the Helm chart say the same.
 """
 
+from tsvk.common import TORCHSERVE
 from tsvk.common.defaults import (BATCH, DEVICE, MASK_THRESHOLD, MAX_BATCH, MAX_BATCH_DELAY_MS, MAX_DETECTIONS,  # noqa: F401
                                   PRECISION, RESPONSE_TIMEOUT_S, SCORE_THRESHOLD, TASK, TOPK)
 
@@ -90,7 +91,7 @@ DRAIN_TIMEOUT_S = 30
 STOP_GRACE_S = 3  # after the drain, how long TorchServe may take to exit before it is killed (nothing is in flight then)
 # How long a worker may take to load its archive before it is given up: TorchServe 0.12's default_startup_timeout
 # (ConfigManager.getDefaultStartupTimeout); a config's default_startup_timeout and a model's startupTimeout override it.
-STARTUP_TIMEOUT_S = 120
+STARTUP_TIMEOUT_S = TORCHSERVE.startup_timeout_s
 # What unpacking one archive may write (the kserve engine: tools/engines/kserve/archives.py), checked from the zip's
 # directory before a byte is written and counted again while writing (a header may lie). 8 GiB: the largest archive
 # tsvk builds (a ViT-H/14 or a detector with its compiled kernels, fp32) unpacks to under 3 GiB; the rest is room.

@@ -195,3 +195,11 @@ def test_settings_with_several_problems_are_still_refused_in_one_line(tmp_path):
     _served_archive(tmp_path / "unset.mar", {"model-config.yaml": yaml.safe_dump(settings).encode()})
     _, lines = _one_refused(tmp_path, "unset")
     assert "cannot be read" in lines["unset.mar"] and "source" in lines["unset.mar"]
+
+
+@pytest.mark.parametrize("models, says", [("{not json", "models is not valid JSON"),
+                                          (json.dumps({"odd": {"1.0": {"batchSize": "eight"}}}), "batchSize must be a whole number")])
+def test_a_models_value_it_cannot_read_is_refused_in_one_line_not_raised(tmp_path, models, says):
+    served, refused = open_archives({"model_store": str(tmp_path), "models": models}, tmp_path / "unpacked")
+    assert served == [] and len(refused) == 1
+    assert refused[0].line().startswith("not serving models=: ") and says in refused[0].line()

@@ -8,7 +8,7 @@ kept in the Properties object and never looked at, so a misspelt key is silently
 
 from __future__ import annotations
 
-from .. import defaults
+from tsvk.common import TORCHSERVE
 
 KEYS = frozenset({
     "debug", "inference_address", "management_address", "metrics_address", "load_models", "blacklist_env_vars",
@@ -36,10 +36,10 @@ MODEL_FIELDS = frozenset({"defaultVersion", "marName", "minWorkers", "maxWorkers
 # Fields of an archive's model-config.yaml that override the same model's `models=` entry (ModelConfig.java).
 ARCHIVE_OVERRIDES = ("minWorkers", "maxWorkers", "batchSize", "maxBatchDelay", "responseTimeout", "startupTimeout")
 
-DEFAULT_STARTUP_TIMEOUT_S = defaults.STARTUP_TIMEOUT_S  # getDefaultStartupTimeout
-DEFAULT_RESPONSE_TIMEOUT_S = 120  # getDefaultResponseTimeout
-DEFAULT_JOB_QUEUE_SIZE = 100  # getJobQueueSize
-DEFAULT_MAX_REQUEST_SIZE = 6_553_500  # getMaxRequestSize
+DEFAULT_STARTUP_TIMEOUT_S = TORCHSERVE.startup_timeout_s  # getDefaultStartupTimeout
+DEFAULT_RESPONSE_TIMEOUT_S = TORCHSERVE.response_timeout_s  # getDefaultResponseTimeout
+DEFAULT_JOB_QUEUE_SIZE = TORCHSERVE.job_queue_size  # getJobQueueSize
+DEFAULT_MAX_REQUEST_SIZE = TORCHSERVE.max_request_size  # getMaxRequestSize
 DEFAULT_ALLOWED_URLS = "file://.*|http(s)?://.*"  # any http(s) URL
 DEFAULT_ADDRESSES = {"management_address": "http://127.0.0.1:8081", "metrics_address": "http://127.0.0.1:8082",
                      "grpc_management_address": "127.0.0.1"}

@@ -23,17 +23,24 @@ MODELS_KEY = "models"
 SNAPSHOT_KEY = "model_snapshot"  # KServe's TorchServe configs: {"models": {...}} inside it, read where `models` is absent
 MODEL_STORE_KEY = "model_store"
 TUNED_KEY_PREFIX = "tsvk.tuned."  # tsvk.tuned.<model>=<what `tsvk tune` measured for the numbers of its models= entry>
-# TorchServe 0.12.0's values where config.properties or a `models=` entry says nothing (ConfigManager.java getters,
-# ModelManager.java): its own, not tsvk's (tsvk's generator always writes them).
-TORCHSERVE_WORKERS = 1
-TORCHSERVE_BATCH_SIZE = 1
-TORCHSERVE_MAX_BATCH_DELAY_MS = 100
-TORCHSERVE_STARTUP_TIMEOUT_S = 120
-TORCHSERVE_RESPONSE_TIMEOUT_S = RESPONSE_TIMEOUT_S
-TORCHSERVE_JOB_QUEUE_SIZE = 100
-TORCHSERVE_MAX_REQUEST_SIZE = 6_553_500
-TORCHSERVE_MODEL_STORE = "model_store"
 
+
+@dataclass(frozen=True)
+class TorchServeDefaults:
+    """TorchServe 0.12.0's values where config.properties or a `models=` entry says nothing (ConfigManager.java's
+    getters, ModelManager.java): its own, not tsvk's (tsvk's generator writes every one of them)."""
+
+    workers: int = 1
+    batch_size: int = 1
+    max_batch_delay_ms: int = 100
+    response_timeout_s: int = RESPONSE_TIMEOUT_S
+    startup_timeout_s: int = 120
+    job_queue_size: int = 100
+    max_request_size: int = 6_553_500
+    model_store: str = "model_store"
+
+
+TORCHSERVE = TorchServeDefaults()
 
 @dataclass(frozen=True)
 class ModelEntry:
@@ -59,7 +66,12 @@ class ServedConfig:
 
     properties: Mapping[str, str]
     models: tuple[ModelEntry, ...] = ()
-    problem: str | None = None  # why `models=` could not be read (TorchServe refuses such a config); None: it was
+    problems: tuple[str, ...] = ()  # what of `models=` could not be read (TorchServe refuses such a config), each alone
+
+    @property
+    def problem(self) -> str | None:
+        """Every problem on one line; None where `models=` was read whole."""
+        return "; ".join(self.problems) or None
 
     @property
     def models_key(self) -> str:
@@ -72,8 +84,8 @@ class ServedConfig:
 
     @classmethod
     def of(cls, properties: Mapping[str, str]) -> ServedConfig:
-        models, problem = _models(properties)
-        return cls(dict(properties), models, problem)
+        models, problems = _models(properties)
+        return cls(dict(properties), models, problems)
 
     def get(self, key: str, default: str | None = None) -> str | None:
         return self.properties.get(key, default)
@@ -91,7 +103,7 @@ class ServedConfig:
 
     @property
     def model_store(self) -> Path:
-        return Path(self.properties.get(MODEL_STORE_KEY) or TORCHSERVE_MODEL_STORE)
+        return Path(self.properties.get(MODEL_STORE_KEY) or TORCHSERVE.model_store)
 
     def archive_of(self, model: ModelEntry) -> Path:
         return model.archive(self.model_store)
@@ -101,12 +113,12 @@ class ServedConfig:
         value = str(self.properties.get(key, "")).strip()
         return int(value) if value.lstrip("-").isdigit() else default
 
-    def max_request_bytes(self, default: int = TORCHSERVE_MAX_REQUEST_SIZE) -> int:
+    def max_request_bytes(self, default: int = TORCHSERVE.max_request_size) -> int:
         return self.integer("max_request_size", default)
 
     @property
     def job_queue_size(self) -> int:
-        return self.integer("job_queue_size", TORCHSERVE_JOB_QUEUE_SIZE)
+        return self.integer("job_queue_size", TORCHSERVE.job_queue_size)
 
     @property
     def auth_enabled(self) -> bool:
@@ -114,16 +126,16 @@ class ServedConfig:
         return str(self.properties.get("disable_token_authorization", "false")).strip().lower() != "true"
 
 
-def _models(properties: Mapping[str, str]) -> tuple[tuple[ModelEntry, ...], str | None]:
+def _models(properties: Mapping[str, str]) -> tuple[tuple[ModelEntry, ...], tuple[str, ...]]:
     key = ServedConfig(properties).models_key
     try:
         parsed = json.loads(properties.get(key) or "{}")
     except ValueError as err:
-        return (), f"{key} is not valid JSON ({err})"
+        return (), (f"{key} is not valid JSON ({err})",)
     if key == SNAPSHOT_KEY and isinstance(parsed, dict):
         parsed = parsed.get(MODELS_KEY, {})
     if not isinstance(parsed, dict):
-        return (), f"{key} must be a JSON object of model name -> {{version -> settings}}, got {type(parsed).__name__}"
+        return (), (f"{key} must be a JSON object of model name -> {{version -> settings}}, got {type(parsed).__name__}",)
     defaults = _entry_defaults(properties)
     entries, problems = [], []
     for name, versions in parsed.items():
@@ -135,7 +147,7 @@ def _models(properties: Mapping[str, str]) -> tuple[tuple[ModelEntry, ...], str 
             entries.append(_entry(name, version, written, defaults))
         except (TypeError, ValueError) as err:
             problems.append(f"{key} entry {name!r}: {err}")
-    return tuple(entries), "; ".join(problems) or None
+    return tuple(entries), tuple(problems)
 
 
 def _default_version(versions: Mapping[str, Mapping]) -> tuple[str, Mapping]:
@@ -145,10 +157,10 @@ def _default_version(versions: Mapping[str, Mapping]) -> tuple[str, Mapping]:
 
 def _entry_defaults(properties: Mapping[str, str]) -> dict[str, int]:
     config = ServedConfig(properties)
-    return {"minWorkers": config.integer("default_workers_per_model", TORCHSERVE_WORKERS), "batchSize": TORCHSERVE_BATCH_SIZE,
-            "maxBatchDelay": TORCHSERVE_MAX_BATCH_DELAY_MS,
-            "responseTimeout": config.integer("default_response_timeout", TORCHSERVE_RESPONSE_TIMEOUT_S),
-            "startupTimeout": config.integer("default_startup_timeout", TORCHSERVE_STARTUP_TIMEOUT_S)}
+    return {"minWorkers": config.integer("default_workers_per_model", TORCHSERVE.workers), "batchSize": TORCHSERVE.batch_size,
+            "maxBatchDelay": TORCHSERVE.max_batch_delay_ms,
+            "responseTimeout": config.integer("default_response_timeout", TORCHSERVE.response_timeout_s),
+            "startupTimeout": config.integer("default_startup_timeout", TORCHSERVE.startup_timeout_s)}
 
 
 def _entry(name: str, version: str, written: Mapping[str, Any], defaults: Mapping[str, int]) -> ModelEntry:

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 
 import yaml
 
-from tsvk.common import HandlerSettings, SettingsError
+from tsvk.common import HandlerSettings, ModelEntry, ServedConfig, SettingsError
 
 from ... import defaults
 from ...limits import model_name_problem
@@ -39,7 +39,6 @@ TSVK_SERVICES = (
     "tsvk/service.py",
 )  # the run-time package every tsvk archive carries (the second: packed before it had rooms)
 TSVK_HANDLER = "tsvk/handler.py"
-DEFAULT_QUEUE_SIZE = 100  # TorchServe 0.12's job_queue_size when the config has none
 MAX_UNPACKED_KEY = "tsvk.engine.max_unpacked_mb"  # config.properties: what one archive may unpack to, MiB
 MB = 2**20
 COPY_CHUNK = MB  # bytes read and written at a time while unpacking
@@ -77,26 +76,21 @@ class Refusal:
 
 
 def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[ServedModel], list[Refusal]]:
-    """Every model of the config's `models`, unpacked under `unpack_to`, or refused."""
-    store = Path(properties.get("model_store", defaults.MODEL_STORE))
-    queue_size = int(properties.get("job_queue_size", DEFAULT_QUEUE_SIZE))
-    gpus = tuple(range(int(properties.get("number_of_gpu", 0) or 0)))
+    """Every model of the config's `models`, unpacked under `unpack_to`, or refused (an entry the config's reader
+    could not read is refused by what it says)."""
+    config = ServedConfig.of(properties)
+    gpus = tuple(range(config.integer("number_of_gpu", 0)))
     limit = max_unpacked_bytes(properties)
-    startup_s = int(properties.get("default_startup_timeout", defaults.STARTUP_TIMEOUT_S))
-    served, refused = [], []
-    for name, versions in _models(properties).items():
-        version, entry = next(iter(versions.items()))
-        mar_name = entry.get("marName", f"{name}.mar")
-        problem = model_name_problem(name) or mar_name_problem(mar_name)
+    served, refused = [], [Refusal(Path(), problem, shown="models=") for problem in config.problems]
+    for model in config.models:
+        problem = model_name_problem(model.name) or mar_name_problem(model.mar_name)
         if problem is not None:
-            refused.append(Refusal(Path(), problem, shown=f"model {name!r}"))
+            refused.append(Refusal(Path(), problem, shown=f"model {model.name!r}"))
             continue
-        archive = store / mar_name
         try:
-            entry = {"startupTimeout": startup_s, **entry}  # the config's default, unless the model's entry says
-            served.append(_open(archive, name, version, entry, unpack_to / name, queue_size, gpus, limit))
+            served.append(_open(config.archive_of(model), model, unpack_to / model.name, config.job_queue_size, gpus, limit))
         except ArchiveRefused as err:
-            refused.append(Refusal(archive, str(err)))
+            refused.append(Refusal(config.archive_of(model), str(err)))
     return served, refused
 
 
@@ -125,14 +119,6 @@ def max_unpacked_bytes(properties: dict[str, str]) -> int:
     return int(value) * MB
 
 
-def _models(properties: dict[str, str]) -> dict[str, dict]:
-    try:
-        models = json.loads(properties.get("models") or "{}")
-    except ValueError as err:
-        raise ArchiveRefused(f"the config's models= is not JSON: {err}") from None
-    return {name: versions for name, versions in models.items() if isinstance(versions, dict) and versions}
-
-
 def refusal_reason(archive: Path, limit: int = defaults.ENGINE_MAX_UNPACKED_MB * MB) -> str | None:
     """Why the engine would refuse `archive` at start (what its one-line refusal says after the name); None: it serves it."""
     try:
@@ -142,26 +128,12 @@ def refusal_reason(archive: Path, limit: int = defaults.ENGINE_MAX_UNPACKED_MB *
     return None
 
 
-def _open(archive: Path, name: str, version: str, entry: dict, directory: Path, queue_size: int, gpus: tuple[int, ...],
-          limit: int) -> ServedModel:
+def _open(archive: Path, model: ModelEntry, directory: Path, queue_size: int, gpus: tuple[int, ...], limit: int) -> ServedModel:
     handler, settings_file, settings = _servable(archive, limit)
     _unpack(archive, directory, limit)
-    return ServedModel(
-        name,
-        version,
-        archive,
-        directory,
-        handler,
-        settings_file,
-        settings,
-        int(entry.get("minWorkers", 1)),
-        int(entry.get("batchSize", 1)),
-        int(entry.get("maxBatchDelay", 100)),
-        int(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S)),
-        queue_size,
-        gpus,
-        int(entry["startupTimeout"]),
-    )
+    return ServedModel(model.name, model.version, archive, directory, handler, settings_file, settings, model.workers,
+                       model.batch_size, model.max_batch_delay_ms, model.response_timeout_s, queue_size, gpus,
+                       model.startup_timeout_s)
 
 
 def _servable(archive: Path, limit: int) -> tuple[str, str, HandlerSettings]:
