@@ -11,7 +11,6 @@ import json
 import shutil
 import subprocess
 import sys
-import zipfile
 from pathlib import Path
 
 import yaml
@@ -20,8 +19,9 @@ import tsvk
 from tsvk.common import SETTINGS_KEY, TASK_KINDS as TASKS, task_kind
 
 from .. import progress
-from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION
+from .archive_info import MODEL_CONFIG_NAME, MODEL_VERSION, handler_differences
 from .build import BuildRequest, BuildResult, build
+from .mar import ModelArchive
 from ..errors import UsageError
 from ..fsutil import atomic_path, scratch_dir
 from ..limits import model_name_problem
@@ -47,15 +47,9 @@ def handler_files_changed(archive: Path) -> list[str]:
     """The handler files an archive bundles that differ from this checkout's, or that only one of them has: an
     archive serves its own copy of the handler, so one built before a change goes on serving the old code."""
     handlers = {kind.handler_file: name for name, kind in TASKS.items()}
-    with zipfile.ZipFile(archive) as bundle:
-        names = bundle.namelist()
-        task = next((handlers[name] for name in names if name in handlers), "classify")
-        handler, package = handler_sources(task)
-        packed = {name: bundle.read(name) for name in names
-                  if name == handler.name or (name.startswith(f"{package.name}/") and name.endswith(".py"))}
-    tree = {handler.name: handler.read_bytes(),
-            **{f"{package.name}/{path.relative_to(package).as_posix()}": path.read_bytes() for path in package.rglob("*.py")}}
-    return sorted(name for name in set(tree) | set(packed) if tree.get(name) != packed.get(name))
+    task = next((handlers[name] for name in sorted(ModelArchive(archive).names) if name in handlers), "classify")
+    handler, package = handler_sources(task)
+    return handler_differences(archive, package, handler)
 
 
 def build_archive(request: BuildRequest, model_store: Path, force: bool = False) -> tuple[Path, BuildResult]:

@@ -16,11 +16,11 @@ import json
 import os
 import re
 import shutil
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
+from ..archive.mar import ArchiveError, ModelArchive
 from ..errors import UsageError
 
 STATE_SUFFIX = ".batch"  # results.jsonl -> results.jsonl.batch/
@@ -77,13 +77,16 @@ class RunState:
         return count
 
     def unpack_archive(self, archive: Path) -> Path:
-        """The .mar unpacked once (TorchServe unpacks it for its workers the same way)."""
+        """The .mar unpacked once, within the bounds every reader of an archive keeps (tools/archive/mar.py), as
+        TorchServe unpacks it for its workers."""
         target = self.path(ARCHIVE_DIR)
         if not target.is_dir():
             partial = self.path(ARCHIVE_DIR + ".tmp")
             shutil.rmtree(partial, ignore_errors=True)
-            with zipfile.ZipFile(archive) as packed:
-                packed.extractall(partial)
+            try:
+                ModelArchive(archive).unpack(partial)
+            except ArchiveError as err:
+                raise UsageError(f"{archive} cannot be unpacked: {err}") from err
             os.replace(partial, target)
         return target
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import ast
 import importlib.metadata
 import importlib.util
-import json
 import re
 import sys
 import zipfile
@@ -24,12 +23,12 @@ from tsvk.common import HandlerSettings, SETTINGS_KEY, SettingsError
 from tsvk.model import BF16_REMEDY, REMEDY, cpu_flags, emulated_bf16, mismatch_here, recorded_target
 
 from ..archive.archive_info import MODEL_CONFIG_NAME
+from ..archive.mar import MANIFEST, ArchiveError, ModelArchive
 from ..serve.serving_config import batch_problem
 from . import torchserve as ts
 from .config_rules import Context, ServedModel, is_true
 from .findings import ERROR, WARNING, Finding
 
-MANIFEST = "MAR-INF/MANIFEST.json"
 LOAD_TIME_MARGIN = 2.0  # a worker loads with fewer threads than the build had, beside other workers
 
 
@@ -47,13 +46,12 @@ class Archive:
 def read_archive(path: Path) -> Archive:
     archive = Archive(Path(path))
     try:
-        with zipfile.ZipFile(path) as mar:
-            archive.names = set(mar.namelist())
-            archive.manifest = json.loads(mar.read(MANIFEST)) if MANIFEST in archive.names else {}
-            if MODEL_CONFIG_NAME in archive.names:
-                archive.model_config = yaml.safe_load(mar.read(MODEL_CONFIG_NAME)) or {}
-            archive.sources = {n: mar.read(n).decode(errors="replace") for n in archive.names if n.endswith(".py")}
-    except (OSError, zipfile.BadZipFile, ValueError, yaml.YAMLError) as err:
+        mar = ModelArchive(path)
+        archive.names, archive.manifest = mar.names, mar.manifest
+        archive.sources = {name: data.decode(errors="replace") for name, data in mar.python_files().items()}
+        if MODEL_CONFIG_NAME in archive.names:
+            archive.model_config = yaml.safe_load(mar.read(MODEL_CONFIG_NAME)) or {}
+    except (ArchiveError, yaml.YAMLError) as err:
         archive.problem = f"cannot be read as a .mar ({err})"
         return archive
     if isinstance(archive.model_config, dict) and SETTINGS_KEY in archive.model_config:
