@@ -43,7 +43,7 @@ config_flags = $(strip $(call opt,--vcpus,$(VCPUS)) $(call opt,--workers,$(WORKE
   $(call opt,--management-address,$(MANAGEMENT_ADDRESS)) $(call opt,--metrics-address,$(METRICS_ADDRESS)) \
   $(call opt,--grpc-inference-port,$(GRPC_INFERENCE_PORT)) $(call opt,--grpc-management-port,$(GRPC_MANAGEMENT_PORT)) \
   $(call opt,--oip-address,$(OIP_ADDRESS)) $(call opt,--oip-rest-port,$(OIP_REST_PORT)) $(call opt,--oip-grpc-port,$(OIP_GRPC_PORT)) \
-  $(call opt,--output,$(CONFIG)))
+  $(call opt,--tls-key,$(TLS_KEY)) $(call opt,--tls-cert,$(TLS_CERT)) $(call opt,--output,$(CONFIG)))
 
 tune_flags = $(strip $(call opt,--models,$(MODELS)) $(call opt,--p99-ms,$(P99_MS)) $(call opt,--min-img-s,$(MIN_IMG_S)) \
   $(call opt,--memory-mb,$(MEMORY_MB)) $(call opt,--minutes,$(MINUTES)) $(call opt,--vcpus,$(VCPUS)) \
@@ -72,7 +72,7 @@ takes_system-deps :=
 takes_archive := $(build_takes) FORCE
 takes_compile := $(build_takes)
 takes_config := VCPUS WORKERS GPUS BATCH MAX_BATCH_DELAY MODELS AUTH PINNING RESPONSE_TIMEOUT CONCURRENCY MAX_REQUEST_MB \
-  DEADLINE_MS TOKEN_EXPIRY_MIN PROTOCOL MEMORY_MB CONFIG $(listen_takes)
+  DEADLINE_MS TOKEN_EXPIRY_MIN PROTOCOL MEMORY_MB CONFIG TLS_KEY TLS_CERT $(listen_takes)
 takes_tune := MODELS P99_MS MIN_IMG_S MEMORY_MB MINUTES VCPUS CONCURRENCY AUTH CONFIG
 takes_serve := CONFIG PROTOCOL ALLOCATOR ENGINE
 takes_stop := DRAIN_TIMEOUT

@@ -79,6 +79,9 @@ MANAGEMENT_ADDRESS = "http://127.0.0.1:8081"
 METRICS_ADDRESS = "http://127.0.0.1:8082"
 GRPC_INFERENCE_PORT = 7070
 GRPC_MANAGEMENT_PORT = 7071
+# The ciphers an https or TLS gRPC listener of tsvk's engine offers under TLS 1.2: forward-secret AEAD only (TLS 1.3's
+# suites are OpenSSL's own); TorchServe's frontend offers two ECDHE-RSA suites, which this includes.
+TLS_CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20"
 
 # Where things are, relative to the working directory.
 MODEL_STORE = "model_store"

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -27,6 +28,7 @@ from typing import Callable
 
 from .errors import UsageError
 from .processes import Owned, read_pid_file, signal_if_ours, start_detached, write_pid_file
+from .tls import root_certificate, verifying
 
 KEY_FILE = "key_file.json"
 RENEWER_PID_FILE = "key-renewer.pid"
@@ -68,15 +70,16 @@ def call_with_fresh_key(send: Callable[[dict[str, str]], tuple[int, bytes]], run
     return status, body
 
 
-def renew_keys(run_dir: Path, management_url: str, kinds: tuple[str, ...] = KEY_TYPES) -> None:
-    """Ask TorchServe for new keys with the API key; it rewrites the key file itself."""
+def renew_keys(run_dir: Path, management_url: str, kinds: tuple[str, ...] = KEY_TYPES, tls: ssl.SSLContext | None = None) -> None:
+    """Ask TorchServe for new keys with the API key; it rewrites the key file itself. `tls` verifies an https management
+    address (TorchServeRun.client_tls: the config's certificate_file)."""
     api_key = read_key_file(run_dir).get("API", {}).get("key")
     if not api_key:
         raise UsageError(f"no API key in {Path(run_dir) / KEY_FILE}: token authorization is off or TorchServe is not running")
     for kind in kinds:
         request = urllib.request.Request(f"{management_url}/token?type={kind}", headers={"Authorization": f"Bearer {api_key}"})
         try:
-            with urllib.request.urlopen(request, timeout=10) as response:
+            with urllib.request.urlopen(request, timeout=10, context=tls) as response:
                 response.read()
         except (urllib.error.URLError, OSError) as err:
             raise UsageError(f"TorchServe refused to renew the {kind} key at {management_url}: {err}") from err
@@ -98,9 +101,11 @@ def start_key_renewer(run) -> subprocess.Popen | None:
     if run.properties.get("disable_token_authorization", "false").lower() == "true":
         return None
     watched = run.owned_process
+    certificate = root_certificate(run.properties)
     command = [sys.executable, "-m", "tsvk_tools.keys", "--run-dir", str(run.run_dir), "--management-url", run.url("management"),
                "--period-s", str(renewal_period_s(run.properties)), "--watch-pid", str(watched.pid),
-               "--watch-started-at", str(watched.started_at or 0), *[f"--watch-marker={m}" for m in watched.markers]]
+               "--watch-started-at", str(watched.started_at or 0), *[f"--watch-marker={m}" for m in watched.markers],
+               *(["--certificate-file", str(certificate)] if certificate else [])]
     child = start_detached(command, run.run_dir / "logs" / "key-renewer.log", cwd=run.run_dir)
     write_pid_file(run.run_dir / RENEWER_PID_FILE, child.owned)
     return child.process
@@ -116,20 +121,21 @@ def stop_key_renewer(run_dir: Path) -> None:
     pid_file.unlink(missing_ok=True)
 
 
-def renew_while_running(run_dir: Path, management_url: str, period: float, watched: Owned) -> int:
+def renew_while_running(run_dir: Path, management_url: str, period: float, watched: Owned,
+                        tls: ssl.SSLContext | None = None) -> int:
     """The renewer's loop: renew every `period` s until the watched TorchServe is gone."""
     next_renewal = time.monotonic() + period
     while watched.group_is_ours():
         if time.monotonic() >= next_renewal:
-            next_renewal = time.monotonic() + _renew_logged(run_dir, management_url, period)
+            next_renewal = time.monotonic() + _renew_logged(run_dir, management_url, period, tls)
         time.sleep(min(1.0, period / 4))
     return 0
 
 
-def _renew_logged(run_dir: Path, management_url: str, period: float) -> float:
+def _renew_logged(run_dir: Path, management_url: str, period: float, tls: ssl.SSLContext | None) -> float:
     """Renew once; seconds until the next try (sooner after a failure)."""
     try:
-        renew_keys(run_dir, management_url)
+        renew_keys(run_dir, management_url, tls=tls)
     except UsageError as err:
         print(f"{time.strftime('%H:%M:%S')} key renewal failed, retrying in 2 s: {err}", flush=True)
         return 2.0
@@ -145,9 +151,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--watch-pid", type=int, required=True)
     parser.add_argument("--watch-started-at", type=float, required=True)
     parser.add_argument("--watch-marker", action="append", default=[])
+    parser.add_argument("--certificate-file", type=Path, help="an https management address: the config's certificate_file, trusted")
     args = parser.parse_args(argv)
     watched = Owned(args.watch_pid, args.watch_started_at, tuple(args.watch_marker))
-    return renew_while_running(args.run_dir, args.management_url, args.period_s, watched)
+    return renew_while_running(args.run_dir, args.management_url, args.period_s, watched, verifying(args.certificate_file))
 
 
 if __name__ == "__main__":

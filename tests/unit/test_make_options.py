@@ -128,6 +128,8 @@ OPTIONS = [
     Option("OIP_ADDRESS", "--oip-address", "config", "0.0.0.0"),
     Option("OIP_REST_PORT", "--oip-rest-port", "config", "18000"),
     Option("OIP_GRPC_PORT", "--oip-grpc-port", "config", "18001"),
+    Option("TLS_KEY", "--tls-key", "config", "/etc/tsvk/key.pem"),
+    Option("TLS_CERT", "--tls-cert", "config", "/etc/tsvk/cert.pem"),
 ]
 # What a target takes on the command line beyond its OPTIONS rows: Make's own settings, passed to no tsvk flag.
 TAKEN_BESIDES_OPTIONS = {

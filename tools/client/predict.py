@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -17,6 +18,7 @@ from ..images import image_bytes
 from ..keys import call_with_fresh_key
 from ..engines.running import find_serving
 from ..oip.client import predict_oip
+from ..tls import raise_if_unverified
 
 
 PREDICT_PROTOCOLS = ("predictions", "oip-rest", "oip-grpc")
@@ -34,7 +36,7 @@ def ask(run_dir: Path, image: str, model: str | None = None) -> tuple[bytes, obj
     """The image's bytes as sent, and the running model's answer to them (parsed JSON)."""
     run, model = _running_model(run_dir, model)
     url, body = f"{run.url('inference')}/predictions/{model}", image_bytes(image)
-    status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth), run.run_dir)
+    status, answer = call_with_fresh_key(lambda auth: _post(url, body, auth, run.client_tls), run.run_dir)
     if status != 200:
         raise UsageError(f"{model} answered {status}: {answer.decode(errors='replace')}")
     return body, json.loads(answer)
@@ -51,15 +53,19 @@ def _running_model(run_dir: Path, model: str | None):
     return run, model
 
 
-def _post(url: str, body: bytes, auth: dict[str, str]) -> tuple[int, bytes]:
-    """One POST stamped with its start time (X-Request-Start), so a server deadline can apply."""
+def _post(url: str, body: bytes, auth: dict[str, str], tls: ssl.SSLContext) -> tuple[int, bytes]:
+    """One POST stamped with its start time (X-Request-Start), so a server deadline can apply; `tls` verifies an https
+    server (the run's certificate_file: tools/tls.py)."""
     headers = {"Content-Type": "application/octet-stream", ARRIVAL_HEADER: f"t={time.time():.6f}", **auth}
     request = urllib.request.Request(url, data=body, method="POST", headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=120) as response:
+        with urllib.request.urlopen(request, timeout=120, context=tls) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as err:
         return err.code, err.read()
+    except urllib.error.URLError as err:
+        raise_if_unverified(url, err)
+        raise UsageError(f"{url} did not answer: {err.reason}") from None
 
 
 def register(commands) -> None:

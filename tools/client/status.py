@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import stat
 import time
 import urllib.error
@@ -113,12 +114,12 @@ def _key_file(run_dir: Path) -> dict | None:
 def _models(run: TorchServeRun) -> list[dict] | dict:
     """Each registered model with its batch settings and its workers' states, or the API's error."""
     base, headers = run.url("management"), run.headers("management")
-    listing = _get_json(f"{base}/models", headers)
+    listing = _get_json(f"{base}/models", headers, run.client_tls)
     if "error" in listing:
         return listing
     models = []
     for entry in listing.get("models", []):
-        described = _get_json(f"{base}/models/{entry['modelName']}", headers)
+        described = _get_json(f"{base}/models/{entry['modelName']}", headers, run.client_tls)
         info = described[0] if isinstance(described, list) and described else {}
         workers = [{"id": w.get("id"), "status": w.get("status"), "pid": w.get("pid"), "gpu": w.get("gpu"),
                     "memory_mb": round(w.get("memoryUsage", 0) / 2**20, 1)} for w in info.get("workers", [])]
@@ -155,10 +156,10 @@ def _front(run: TorchServeRun, properties: dict[str, str]) -> dict | None:
     return {"running": pid is not None, "pid": pid, "rest": rest, "grpc": grpc}
 
 
-def _get_json(url: str, headers: dict[str, str]):
+def _get_json(url: str, headers: dict[str, str], tls: ssl.SSLContext):
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S) as response:
+        with urllib.request.urlopen(request, timeout=API_TIMEOUT_S, context=tls) as response:
             return json.loads(response.read())
     except urllib.error.HTTPError as err:
         return {"error": f"{url} answered {err.code}: {err.read().decode(errors='replace')[:200]}"}

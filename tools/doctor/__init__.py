@@ -21,7 +21,7 @@ from ..errors import UsageError
 from . import torchserve as ts
 from .archive_rules import Archive, check_archive, check_served, install_deps, read_archive
 from .config_rules import RULES, Context, ServedModel, parse_models
-from .engine_rules import engine_findings, engine_for
+from .engine_rules import engine_findings, engine_for, tls_findings
 from .findings import ERROR, Finding, exit_status
 from .properties import Properties, read
 
@@ -89,7 +89,7 @@ def diagnose(config: Path, archive_paths: list[Path], vcpus: int | None = None,
         archive = archives.get(model.name)
         if archive is not None:
             findings += check_archive(archive, install_deps(ctx)) + check_served(ctx, model, archive)
-    findings += engine_findings(engine, [archive.path for archive in archives.values()])
+    findings += engine_findings(engine, [archive.path for archive in archives.values()]) + tls_findings(engine, props)
     return findings, [str(config)] + [str(a.path) for a in archives.values()]
 
 

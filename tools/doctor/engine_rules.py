@@ -13,7 +13,9 @@ from pathlib import Path
 from .. import defaults
 from ..engines.kserve.archives import refusal_reason
 from ..engines.running import engine_of, find_serving
-from .findings import ERROR, Finding
+from ..tls import TlsError, served_tls, tls_warnings
+from .findings import ERROR, WARNING, Finding
+from .properties import Properties
 
 KSERVE = "kserve"
 
@@ -40,3 +42,17 @@ def engine_findings(engine: str, archives: list[Path]) -> list[Finding]:
                                     "the engine starts without this model (the others still serve) and answers 404 for it",
                                     "serve it with TorchServe (--engine torchserve), or build it with `tsvk archive`"))
     return findings
+
+
+def tls_findings(engine: str, props: Properties) -> list[Finding]:
+    """The engine's own start-up check of the config's TLS (tools/tls.py): an error where it would not start, a
+    warning per line it would log; none for TorchServe, which serves what it is given (a made-up certificate too)."""
+    if engine != KSERVE:
+        return []
+    try:
+        tls = served_tls(props.values)
+    except TlsError as err:
+        return [Finding(ERROR, props.path.name, f"the kserve engine does not start: {err}",
+                        "it serves no TLS it was not given and never falls back to plain HTTP", "set what the line says")]
+    return [Finding(WARNING, props.where("private_key_file"), line, "the engine serves it, and says so in its log", "see the line")
+            for line in tls_warnings(tls, props.values)]

@@ -100,6 +100,10 @@ def _register_config(commands) -> None:
         help="gRPC ports: TorchServe always opens them, on localhost",
     )
     p.add_argument("--grpc-management-port", type=positive_int, default=defaults.GRPC_MANAGEMENT_PORT)
+    p.add_argument("--tls-key", type=Path, help="with --tls-cert: serve every address as https, and gRPC over TLS, with this "
+                   "PEM private key (unencrypted, readable by its owner only; RSA for TorchServe): written as private_key_file")
+    p.add_argument("--tls-cert", type=Path, help="the PEM certificate of --tls-key (certificate_file); it must name the hosts "
+                   "clients connect to, 127.0.0.1 for tsvk's own (default: plain http)")
     p.add_argument(
         "--tuned",
         type=Path,
@@ -290,7 +294,7 @@ def cmd_keys(args: argparse.Namespace) -> int:
     if args.renew and engine_of(run) == "kserve":
         raise UsageError("--renew renews TorchServe's keys; the kserve engine's keys are made at its start and do not expire")
     if args.renew:
-        renew_keys(run.run_dir, run.url("management"))
+        renew_keys(run.run_dir, run.url("management"), tls=run.client_tls)
     key = current_key(run.run_dir, args.kind)
     if key is None:
         raise UsageError(f"no {args.kind} key in {run.run_dir / KEY_FILE}: token authorization is off")

@@ -7,6 +7,7 @@ the `authorization` metadata (gRPC), and is read again from the key file when To
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -14,14 +15,18 @@ from tsvk.request import oip
 
 from ..errors import UsageError
 from ..keys import current_key
+from ..tls import tls_of
 from .config import read_front_config
 from .process import front_pid, front_urls
 
 
 def predict_oip(run, model: str, image: bytes, grpc: bool) -> str:
-    """The top-k of one image as {label: probability}, asked over the Open Inference Protocol."""
+    """The top-k of one image as {label: probability}, asked over the Open Inference Protocol; over TLS where the config
+    serves it, verified against its certificate_file (tools/tls.py)."""
     rest, target = run.oip_urls() if hasattr(run, "oip_urls") else _front_urls(run)  # the kserve engine speaks it itself
-    client = _grpc_client(target) if grpc else _http_client(rest)
+    tls = tls_of(run.properties)
+    certificate = tls.cert_file if tls is not None else None
+    client = _grpc_client(target, certificate if tls is not None and tls.grpc else None) if grpc else _http_client(rest, certificate)
     probabilities, labels = _infer(client, model, image, run.run_dir, grpc)
     return json.dumps({_text(label): float(p) for label, p in zip(labels[0], probabilities[0])}, indent=2)
 
@@ -33,16 +38,25 @@ def _front_urls(run) -> tuple[str, str]:
     return front_urls(read_front_config(run.config))
 
 
-def _http_client(rest: str):
+def _http_client(rest: str, certificate: Path | None):
+    """tritonclient's REST client; for an https URL, verified (host name included) against the system's authorities and
+    `certificate`."""
     import tritonclient.http as client
 
-    return client, client.InferenceServerClient(rest.removeprefix("http://"))
+    scheme, _, address = rest.partition("://")
+    if scheme != "https":
+        return client, client.InferenceServerClient(address)
+    options = {"ca_certs": str(certificate)} if certificate is not None else None  # its transport's own default context
+    return client, client.InferenceServerClient(address, ssl=True, ssl_options=options)
 
 
-def _grpc_client(target: str):
+def _grpc_client(target: str, certificate: Path | None):
+    """tritonclient's gRPC client; over TLS with `certificate` as its root where the config serves gRPC with TLS."""
     import tritonclient.grpc as client
 
-    return client, client.InferenceServerClient(target)
+    if certificate is None:
+        return client, client.InferenceServerClient(target)
+    return client, client.InferenceServerClient(target, ssl=True, root_certificates=str(certificate))
 
 
 def _infer(client, model: str, image: bytes, run_dir, grpc: bool, attempts: int = 3):

@@ -18,6 +18,7 @@ from tsvk.request import oip
 from .. import defaults
 from ..archive.archive_info import read_archive_settings
 from ..errors import UsageError
+from ..tls import ServedTls, is_https, tls_of
 
 KEY_PREFIX = "tsvk.oip."
 ADDRESS_KEY = KEY_PREFIX + "address"
@@ -51,6 +52,12 @@ class FrontConfig:
     max_images: int  # images (or pixel rows) in one request
     max_request_bytes: int  # the largest request body, as TorchServe's max_request_size
     models: tuple[ModelTensors, ...]
+    tls: ServedTls | None = None  # the config's key and certificate (tools/tls.py); None: plain text
+
+    @property
+    def rest_tls(self) -> bool:
+        """The front's REST is https where TorchServe's inference address is (the API it stands beside)."""
+        return self.tls is not None and is_https(self.torchserve_url)
 
 
 def is_oip_config(properties: dict[str, str]) -> bool:
@@ -71,6 +78,7 @@ def read_front_config(config_path: Path) -> FrontConfig:
         max_images=int(properties.get(MAX_IMAGES_KEY, defaults.OIP_MAX_IMAGES)),
         max_request_bytes=int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20)),
         models=model_tensors(properties),
+        tls=tls_of(properties),
     )
 
 

@@ -8,6 +8,7 @@ still the process we started.
 from __future__ import annotations
 
 import os
+import ssl
 import sys
 import time
 import urllib.error
@@ -16,6 +17,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 from ..processes import read_pid_file, reap, start_detached, stop_group, write_pid_file
+from ..tls import raise_if_unverified, verifying
 from .config import FrontConfig, read_front_config
 
 FRONT_PID_FILE = "oip-front.pid"
@@ -35,14 +37,15 @@ def start_front(config_path: Path, run_dir: Path, env: dict[str, str] | None = N
 
 def wait_front_ready(config: FrontConfig, run_dir: Path, timeout: float = 60) -> None:
     """Until the front's /v2/health/ready says 200, or its process is gone."""
-    url = f"http://{_host(config.address)}:{config.rest_port}/v2/health/ready"
+    url = front_urls(config)[0] + "/v2/health/ready"
+    tls = verifying(config.tls.cert_file if config.tls else None)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         pid = front_pid(run_dir)
         if pid is None or reap(pid):
             raise UsageError(f"the Open Inference Protocol front exited during start-up; see {Path(run_dir) / 'logs' / FRONT_LOG}:\n"
                              f"{_log_tail(run_dir)}")
-        if _status(url) == 200:
+        if _status(url, tls) == 200:
             return
         time.sleep(0.5)
     raise UsageError(f"the Open Inference Protocol front was not ready after {timeout:.0f} s; see {Path(run_dir) / 'logs' / FRONT_LOG}")
@@ -68,13 +71,14 @@ def _host(address: str) -> str:
     return f"[{address}]" if ":" in address else address
 
 
-def _status(url: str) -> int:
+def _status(url: str, tls: ssl.SSLContext) -> int:
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(url, timeout=5, context=tls) as response:
             return response.status
     except urllib.error.HTTPError as err:
         return err.code
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError) as err:
+        raise_if_unverified(url, err)
         return 0
 
 
@@ -86,6 +90,6 @@ def _log_tail(run_dir: Path, lines: int = 25) -> str:
 
 
 def front_urls(config: FrontConfig) -> tuple[str, str]:
-    """The REST base URL and the gRPC target clients on this machine use."""
+    """The REST base URL (https where the front serves it) and the gRPC target clients on this machine use."""
     host = _host(config.address)
-    return f"http://{host}:{config.rest_port}", f"{host}:{config.grpc_port}"
+    return f"{'https' if config.rest_tls else 'http'}://{host}:{config.rest_port}", f"{host}:{config.grpc_port}"

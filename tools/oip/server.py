@@ -18,14 +18,16 @@ import json
 import re
 import sys
 from concurrent import futures
+from dataclasses import replace
 from pathlib import Path
 
 from tsvk import __version__
-from tsvk.common import RequestError
+from tsvk.common import RequestError, read_properties
 from tsvk.request import JsonLimits, check_json, limits_for_pixels, oip
 
-from ..defaults import OIP_JSON_PIXEL_IMAGES
+from ..defaults import OIP_JSON_PIXEL_IMAGES, TLS_CIPHERS
 from ..keys import current_key
+from ..tls import ServedTls, TlsError, served_tls, verifying
 from .bounded_body import CLOSE, BodyTooLarge, BoundedReceive, declared_length, read_body, too_large
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
@@ -155,7 +157,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
         key = current_key(run_dir)
         return {"Authorization": f"Bearer {key}"} if key else {}
 
-    client = TorchServeClient()
+    client = TorchServeClient(verifying(config.tls.cert_file if config.tls else None))
     server = ModelServer(http_port=config.rest_port, grpc_port=config.grpc_port, enable_grpc=False, workers=1,
                          enable_docs_url=False)
     health = TorchServeHealth(client, f"{config.torchserve_url}/ping", ping_headers)
@@ -169,11 +171,20 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
                       workers=1, grace_period=5)
     rest.config.host = config.address
+    serve_https(rest.config, config.tls if config.rest_tls else None)
     grpc = grpc_server(config, server)
     server._grpc_server = grpc  # ModelServer.stop (its SIGTERM handler) stops it
     server.setup_event_loop()
     server.register_signal_handler()
     asyncio.run(_run_all(rest.start(), grpc.start(GRPC_THREADS)))
+
+
+def serve_https(uvicorn_config, tls: ServedTls | None) -> None:
+    """uvicorn's TLS settings (its Config's key, certificate and ciphers) for an https listener; from them uvicorn builds
+    the context ServedTls.server_context builds (TLS 1.2 or later is Python's floor). None: plain HTTP."""
+    if tls is not None:
+        uvicorn_config.ssl_keyfile, uvicorn_config.ssl_certfile = str(tls.key_file), str(tls.cert_file)
+        uvicorn_config.ssl_ciphers = TLS_CIPHERS
 
 
 async def _run_all(*servers) -> None:
@@ -243,12 +254,23 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
                                       options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
             grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
                 ServingOnly(self._data_plane, self._model_repository_extension), self._server)
-            host = f"[{config.address}]" if ":" in config.address else config.address
-            self._server.add_insecure_port(f"{host}:{config.grpc_port}")
+            _add_port(self._server, config)
             await self._server.start()
             await self._server.wait_for_termination()
 
     return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=5)
+
+
+def _add_port(server, config: FrontConfig) -> None:
+    """The gRPC port on the config's address: with TLS where the config's key files are set (unless
+    enable_grpc_ssl=false), else in plain text."""
+    import grpc
+
+    target = f"[{config.address}]:{config.grpc_port}" if ":" in config.address else f"{config.address}:{config.grpc_port}"
+    if config.tls is None or not config.tls.grpc:
+        server.add_insecure_port(target)
+        return
+    server.add_secure_port(target, grpc.ssl_server_credentials([config.tls.key_and_chain()]))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -262,5 +284,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     sys.argv = sys.argv[:1]  # kserve.model_server parses the command line when it is imported
-    serve(read_front_config(args.ts_config), args.run_dir)
+    try:
+        config = replace(read_front_config(args.ts_config), tls=served_tls(read_properties(args.ts_config)))
+    except TlsError as err:
+        print(f"not starting: {err}", file=sys.stderr)
+        return 2
+    serve(config, args.run_dir)
     return 0

@@ -7,6 +7,7 @@ clients. The session is opened inside the server's event loop, on first use.
 
 from __future__ import annotations
 
+import ssl
 from dataclasses import dataclass
 
 import aiohttp
@@ -23,14 +24,16 @@ class UpstreamAnswer:
 
 
 class TorchServeClient:
-    """No limit on connections: every image goes to TorchServe at once, whose queue and batcher decide."""
+    """No limit on connections: every image goes to TorchServe at once, whose queue and batcher decide. `tls` verifies
+    an https TorchServe (the config's certificate_file: tools/tls.py); aiohttp's default otherwise."""
 
-    def __init__(self):
+    def __init__(self, tls: ssl.SSLContext | None = None):
         self._session: aiohttp.ClientSession | None = None
+        self.tls = tls
 
     def _open(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
-            connector = aiohttp.TCPConnector(limit=0)
+            connector = aiohttp.TCPConnector(limit=0, ssl=self.tls if self.tls is not None else True)
             self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
         return self._session
 

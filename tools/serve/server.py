@@ -9,10 +9,12 @@ its start time, and a pid that now belongs to another process (pids are reused) 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import time
@@ -36,6 +38,7 @@ from ..keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
 from ..oip.process import stop_front
 from ..processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ..processes import group_is_ours as _group_is_ours
+from ..tls import client_context, raise_if_unverified
 
 PID_FILE = "torchserve.pid"
 STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/worker/stopping.py)
@@ -75,6 +78,12 @@ class TorchServeRun:
         defaults = {"inference": "http://127.0.0.1:8080", "management": "http://127.0.0.1:8081", "metrics": "http://127.0.0.1:8082"}
         address = self.properties.get(f"{api}_address", defaults[api])
         return address.replace("://0.0.0.0:", "://127.0.0.1:")
+
+    @functools.cached_property
+    def client_tls(self) -> ssl.SSLContext:
+        """What tsvk's clients verify this run's https addresses with (tools/tls.py): the system's authorities and the
+        config's certificate_file."""
+        return client_context(self.properties)
 
     def keys(self) -> dict[str, str]:
         """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off,
@@ -154,7 +163,7 @@ class TorchServeRun:
             listeners = client_listeners(frontend, self._kept_ports())
             closed = stop_accepting(frontend, listeners) if drain_timeout > 0 else NOT_CLOSED
             client_ports = set(listeners.values())
-            report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics")), self._refuse_new,
+            report = drain(TorchServeCounts(AccessLog(self.run_dir / "logs"), self.url("metrics"), self.client_tls), self._refuse_new,
                            drain_timeout, closed, unread=lambda: unread_connections(frontend, client_ports))
         stop_group(self.owned_process, kill_timeout, self.process)
         stop_key_renewer(self.run_dir)
@@ -289,24 +298,26 @@ def _configured_models(properties: dict[str, str]) -> list[str]:
     return list(ServedConfig.of(properties).model_names)
 
 
-def _get(url: str, headers: dict[str, str], timeout: float = 5) -> tuple[int, str]:
+def _get(url: str, headers: dict[str, str], tls: ssl.SSLContext, timeout: float = 5) -> tuple[int, str]:
+    """(status, body); (0, "") while nothing answers. A certificate that does not verify is no passing state: refused."""
     request = urllib.request.Request(url, headers=headers)
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=tls) as response:
             return response.status, response.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError):
+    except (urllib.error.URLError, OSError) as err:
+        raise_if_unverified(url, err)
         return 0, ""
 
 
 def _ping_ok(run: TorchServeRun) -> bool:
-    status, body = _get(run.url("inference") + "/ping", run.headers("inference"))  # token auth covers /ping too
+    status, body = _get(run.url("inference") + "/ping", run.headers("inference"), run.client_tls)  # token auth covers /ping too
     return status == 200 and '"Healthy"' in body
 
 
 def _model_ready(run: TorchServeRun, model: str) -> bool:
-    status, body = _get(f"{run.url('management')}/models/{model}", run.headers("management"))
+    status, body = _get(f"{run.url('management')}/models/{model}", run.headers("management"), run.client_tls)
     if status != 200:
         return False
     info = json.loads(body)[0]

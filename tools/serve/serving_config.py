@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -23,6 +24,7 @@ from ..cpus import detect_vcpus
 from ..errors import UsageError
 from ..fsutil import write_text_atomic
 from ..limits import BOUNDS, bound_problem, model_name_problem
+from ..tls import CERTIFICATE_FILE, GRPC_SSL, PRIVATE_KEY_FILE, TlsError, is_https, served_tls
 from .worker_plan import cpu_workers, memory_budget_mb, worker_estimate_mb
 
 
@@ -55,6 +57,8 @@ class ServingRequest:
     oip_address: str = defaults.OIP_ADDRESS
     oip_rest_port: int = defaults.OIP_REST_PORT
     oip_grpc_port: int = defaults.OIP_GRPC_PORT
+    tls_key: Path | None = None  # with tls_cert: https on every address, gRPC over TLS (TorchServe's keys; tools/tls.py)
+    tls_cert: Path | None = None
 
 
 @dataclass(frozen=True)
@@ -234,6 +238,7 @@ def _check_counts(request: ServingRequest) -> list[str]:
         problems.append(f"--workers ({request.workers}) must not exceed --vcpus ({request.vcpus})")
     for name in ("inference_address", "management_address", "metrics_address"):
         problems += _address_problems(name, getattr(request, name))
+    problems += _tls_problems(request)
     problems += [p for p in map(model_name_problem, request.models or ()) if p]
     if any(ord(c) < 32 for c in str(request.model_store)):
         problems.append(f"--model-store must be a path without control characters, got {str(request.model_store)!r}")
@@ -246,6 +251,27 @@ def _address_problems(name: str, address: str) -> list[str]:
     if not 1 <= port <= 65_535:
         return [f"--{name.replace('_', '-')} must look like http://HOST:PORT with a port from 1 to 65535, got {address!r}"]
     return []
+
+
+def _tls_problems(request: ServingRequest) -> list[str]:
+    """--tls-key and --tls-cert together; where the files are checked (as archives are), checked as the servers will."""
+    if (request.tls_key is None) != (request.tls_cert is None):
+        return ["--tls-key and --tls-cert go together: give both (PEM files: the private key and its certificate)"]
+    https = [name for name in ("inference_address", "management_address", "metrics_address") if is_https(getattr(request, name))]
+    if https and request.tls_key is None:
+        return [f"--{https[0].replace('_', '-')} {getattr(request, https[0])} is https: give --tls-key and --tls-cert (PEM files)"]
+    if request.tls_key is None or not request.archive_check:
+        return []
+    try:
+        served_tls(_tls_properties(request))
+    except TlsError as err:
+        return [str(err)]
+    return []
+
+
+def _tls_properties(request: ServingRequest) -> dict[str, str]:
+    """TorchServe's key file settings, as absolute paths (the server runs in its run directory)."""
+    return {PRIVATE_KEY_FILE: os.path.abspath(request.tls_key), CERTIFICATE_FILE: os.path.abspath(request.tls_cert)}
 
 
 def _resolve_models(request: ServingRequest) -> tuple[list[str], dict[str, HandlerSettings]]:
@@ -331,6 +357,7 @@ def _summary(plan: ServingPlan) -> str:
 def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
     return (
         _network(plan)
+        + _tls(plan)
         + _security(plan)
         + _capacity(plan)
         + _models(plan)
@@ -344,9 +371,9 @@ def _properties(plan: ServingPlan) -> list[tuple[str, str, str]]:
 def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
     r = plan.request
     return [
-        ("predictions are the public API: listen on every interface", "inference_address", r.inference_address),
-        ("model management stays on localhost unless deliberately exposed", "management_address", r.management_address),
-        ("metrics stay on localhost unless a scraper outside the host needs them", "metrics_address", r.metrics_address),
+        ("predictions are the public API: listen on every interface", "inference_address", _scheme(r, r.inference_address)),
+        ("model management stays on localhost unless deliberately exposed", "management_address", _scheme(r, r.management_address)),
+        ("metrics stay on localhost unless a scraper outside the host needs them", "metrics_address", _scheme(r, r.metrics_address)),
         ("TorchServe always starts gRPC too (it cannot be switched off): keep it on localhost", "grpc_inference_address", "127.0.0.1"),
         ("gRPC model management on localhost only", "grpc_management_address", "127.0.0.1"),
         ("gRPC inference port (TorchServe's default 7070)", "grpc_inference_port", str(r.grpc_inference_port)),
@@ -358,6 +385,28 @@ def _network(plan: ServingPlan) -> list[tuple[str, str, str]]:
             "max_request_size",
             str(r.max_request_mb * 1024 * 1024),
         ),
+    ]
+
+
+def _scheme(request: ServingRequest, address: str) -> str:
+    """With --tls-key and --tls-cert every address is https (TorchServe chooses TLS by the address's scheme)."""
+    if request.tls_key is None or not address.startswith("http://"):
+        return address
+    return "https://" + address.removeprefix("http://")
+
+
+def _tls(plan: ServingPlan) -> list[tuple[str, str, str]]:
+    """TorchServe's own TLS keys, which tsvk's engine reads too (tools/tls.py)."""
+    if plan.request.tls_key is None:
+        return []
+    files = _tls_properties(plan.request)
+    return [
+        ("TLS: the addresses above are https, served with this private key (PEM, unencrypted, readable by its owner only; "
+         "TorchServe reads RSA keys)", PRIVATE_KEY_FILE, files[PRIVATE_KEY_FILE]),
+        ("and its certificate (PEM, the server's first): it must name the hosts clients connect to (127.0.0.1 for tsvk's "
+         "own, as 0.0.0.0 is asked there); tsvk's clients trust it", CERTIFICATE_FILE, files[CERTIFICATE_FILE]),
+        ("gRPC over TLS too, with the same key and certificate (TorchServe's gRPC ports; the Open Inference Protocol's)",
+         GRPC_SSL, "true"),
     ]
 
 

@@ -38,6 +38,7 @@ import gzip
 import json
 import os
 import re
+import ssl
 import time
 import urllib.error
 import urllib.request
@@ -141,10 +142,11 @@ def count_answers(text: bytes) -> Counter:
     return answers
 
 
-def arrivals(metrics_url: str) -> Counter | None:
-    """Inference requests TorchServe has counted on arrival, per model; None when the metrics API does not say."""
+def arrivals(metrics_url: str, tls: ssl.SSLContext | None = None) -> Counter | None:
+    """Inference requests TorchServe has counted on arrival, per model; None when the metrics API does not say. `tls`
+    verifies an https metrics address (TorchServeRun.client_tls)."""
     try:
-        with urllib.request.urlopen(f"{metrics_url}/metrics?name[]={ARRIVALS_METRIC}", timeout=5) as response:
+        with urllib.request.urlopen(f"{metrics_url}/metrics?name[]={ARRIVALS_METRIC}", timeout=5, context=tls) as response:
             text = response.read().decode(errors="replace")
     except (urllib.error.URLError, OSError):
         return None
@@ -162,9 +164,10 @@ class TorchServeCounts:
 
     log: AccessLog
     metrics_url: str
+    tls: ssl.SSLContext | None = None
 
     def arrived(self) -> Counter | None:
-        return arrivals(self.metrics_url)
+        return arrivals(self.metrics_url, self.tls)
 
     def answered(self) -> Counter:
         return self.log.answers()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import ssl
 from collections import defaultdict
 from typing import Any, Iterable
 from urllib.parse import parse_qs, urlsplit
@@ -30,6 +31,7 @@ PREDICTION_TIME = "PredictionTime"  # ms, per batch, Level="Model"
 DEFAULT_VERSION = "default"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 MAX_REQUEST_LINE = 8192
+HANDSHAKE_TIMEOUT_S = 10  # a TLS client that does not finish its handshake is dropped as a slow request line is
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -120,16 +122,19 @@ def _escape(value: str) -> str:
 
 
 class MetricsServer:
-    """GET /metrics on the metrics address: a plain HTTP/1.1 answer per connection, closed after it."""
+    """GET /metrics on the metrics address: a plain HTTP/1.1 answer per connection, closed after it; over TLS where the
+    address is https."""
 
-    def __init__(self, metrics: EngineMetrics, host: str, port: int):
+    def __init__(self, metrics: EngineMetrics, host: str, port: int, tls: ssl.SSLContext | None = None):
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.tls = tls  # https: the config's key and certificate (tools/tls.py)
         self._server: asyncio.base_events.Server | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._answer, self.host, self.port, reuse_address=True)
+        self._server = await asyncio.start_server(self._answer, self.host, self.port, reuse_address=True, ssl=self.tls,
+                                                  ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S if self.tls else None)
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -146,7 +151,7 @@ class MetricsServer:
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n"
                          f"Connection: close\r\n\r\n".encode() + body)
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, UnicodeError):
+        except (asyncio.TimeoutError, ConnectionError, UnicodeError, ssl.SSLError):
             pass
         finally:
             writer.close()

@@ -24,9 +24,10 @@ from urllib.parse import urlsplit
 from tsvk.common import read_properties
 
 from ... import defaults
+from ...tls import ServedTls, TlsError, is_https, served_tls, tls_warnings
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
 from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
-                           torchserve_dataplane)
+                           serve_https, torchserve_dataplane)
 from .archives import open_archives
 from .arrival import ArrivalStamp, trusted_networks
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
@@ -115,9 +116,12 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     properties = read_properties(config)
     try:
         networks = trusted_networks(properties)
-    except ValueError as err:
+        tls = served_tls(properties)
+    except (ValueError, TlsError) as err:  # the line says what to set
         log.error("not starting: %s", err)
         return 2
+    for warning in tls_warnings(tls, properties):
+        log.warning("%s", warning)
     key = None
     if auth_enabled(properties):
         if (problem := run_dir_problem(run_dir)) is not None:
@@ -131,14 +135,15 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config), forks)
     metrics = EngineMetrics()
     engine = _Engine({model.name: ModelPool(model, start, metrics) for model in served}, run_dir, metrics)
-    metrics_server = MetricsServer(metrics, *metrics_bind(properties))
+    metrics_server = MetricsServer(metrics, *metrics_bind(properties), tls=_metrics_context(tls, properties))
     await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
     server, rest = _servers(properties, engine, key, networks, served, grace_s)
+    serve_https(rest.config, _tls_on(tls, properties, "inference_address"))
     servers = [asyncio.create_task(rest.start())]
     if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(properties, server, key, networks)))
+        servers.append(asyncio.create_task(_grpc(properties, server, key, networks, tls)))
     await loading
     _register_oip_models(server, engine, key, properties)
     await servers[0]  # until SIGTERM; uvicorn answers what it holds first
@@ -147,6 +152,16 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
     await metrics_server.stop()
     return 0
+
+
+def _tls_on(tls: ServedTls | None, properties: dict[str, str], address_key: str) -> ServedTls | None:
+    """The config's TLS where this address is https (served_tls has refused an https address without key files)."""
+    return tls if tls is not None and is_https(properties.get(address_key, "")) else None
+
+
+def _metrics_context(tls: ServedTls | None, properties: dict[str, str]):
+    https = _tls_on(tls, properties, "metrics_address")
+    return https.server_context() if https is not None else None
 
 
 def _import_kserve() -> None:
@@ -226,12 +241,13 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-async def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple) -> None:
+async def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple, tls: ServedTls | None) -> None:
     """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port); with
-    token authorization on, every call needs the key, and every call's arrival is stamped (grpc_guards.py)."""
+    token authorization on, every call needs the key, and every call's arrival is stamped (grpc_guards.py); TLS where
+    the config's key files are set (tools/tls.py: unless enable_grpc_ssl=false)."""
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
-                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=())
+                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=(), tls=tls)
     from .grpc_guards import GrpcArrivalStamp, KeyInterceptor  # grpc: once the config serves the protocol
 
     interceptors = ((KeyInterceptor(key.allows),) if key is not None else ()) + (GrpcArrivalStamp(networks),)
