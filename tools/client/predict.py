@@ -10,6 +10,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from tsvk.common import ServedConfig
 from tsvk.worker import ARRIVAL_HEADER
 
 from .. import defaults
@@ -47,7 +48,7 @@ def _running_model(run_dir: Path, model: str | None):
     run = find_serving(run_dir)
     if run is None:
         raise UsageError(f"no server started from {run_dir} is running; `tsvk serve` first")
-    model = model or next(iter(json.loads(run.properties.get("models", "{}"))), None)
+    model = model or next(iter(ServedConfig.of(run.properties).model_names), None)
     if not model:
         raise UsageError("no model named and none configured; pass --model <name>")
     return run, model
