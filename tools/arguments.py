@@ -73,12 +73,6 @@ def add_protocol_argument(p: argparse.ArgumentParser, help_text: str | None = No
                    f"front `tsvk serve` starts (default {defaults.PROTOCOL}: TorchServe's /predictions only)")
 
 
-def add_engine_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--engine", choices=defaults.ENGINES, default=defaults.ENGINE,
-                   help=f"what serves the archives (default {defaults.ENGINE}): torchserve (Java), or kserve: tsvk's own worker "
-                        "processes behind KServe's model server, no Java, on the same config and model store")
-
-
 def request_from(request_class: type, args: argparse.Namespace, **computed):
     """A request dataclass from the parsed arguments: each field takes the argument of its name (an option's
     `dest`), `computed` supplies the fields no single argument gives; fields neither names keep their default."""

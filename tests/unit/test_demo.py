@@ -111,24 +111,16 @@ def test_a_reused_archive_with_another_handler_says_so(builds, capsys):
     assert _built(builds) == [] and "differs from this checkout's in 1 file\n" in capsys.readouterr().out
 
 
-def test_every_engine_can_be_started_by_name():
-    from tsvk_tools import defaults
-    from tsvk_tools.engines import running
-
-    assert set(running.STARTS) == set(defaults.ENGINES)
-
-
 @pytest.mark.parametrize("engine", ["kserve", "torchserve"])
 def test_the_demo_serves_on_the_engine_asked_and_says_which(builds, monkeypatch, capsys, tmp_path, engine):
     """`make demo ENGINE=kserve` starts tsvk's own engine, not TorchServe, and stops it whatever happens."""
     from tsvk_tools.cli import build_parser
-    from tsvk_tools.engines import running
+    from tsvk_tools.engines import registry
 
     started, stopped = [], []
     run = SimpleNamespace(wait_ready=lambda timeout: None, stop=lambda: stopped.append(True))
-    fakes = {name: (label, lambda config, run_dir, allocator, name=name: started.append(name) or run)
-             for name, (label, _) in running.STARTS.items()}
-    monkeypatch.setattr(running, "STARTS", fakes)
+    for name in registry.engine_names():
+        monkeypatch.setattr(registry.engine_named(name), "start", lambda config, run_dir, name=name: started.append(name) or run)
     monkeypatch.setattr(demo, "write_config", lambda request, config: SimpleNamespace(
         vcpus=2, models=[SimpleNamespace(workers=1, intra_op_threads=1, batch=4)]))
     monkeypatch.setattr(demo, "describe_precision", lambda mar: "fp32")
@@ -137,7 +129,7 @@ def test_the_demo_serves_on_the_engine_asked_and_says_which(builds, monkeypatch,
                                       "--config", str(tmp_path / "demo.properties"), "--run-dir", str(tmp_path / "run")])
     assert demo.cmd_demo(args) == 0
     assert started == [engine] and stopped == [True]
-    assert f"start {running.STARTS[engine][0]} and wait" in capsys.readouterr().out
+    assert f"start {registry.engine_named(engine).label} and wait" in capsys.readouterr().out
 
 
 def test_the_demo_s_default_engine_is_the_cli_s():

@@ -17,8 +17,7 @@ from .. import defaults
 from .. import progress
 from ..archive.archive_info import handler_differences, read_archive_settings
 from ..archive.build_cli import build_modules
-from ..arguments import add_engine_argument
-from ..engines.running import engine_label, start_serving
+from ..engines.registry import add_engine_argument, engine_named
 from ..errors import UsageError, WeightsUnavailable
 from .predict import predict
 from ..serve.serving_config import ServingRequest, write_config
@@ -123,8 +122,9 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path, e
         f"[demo]     {plan.vcpus} vCPUs: {plan.models[0].workers} worker(s) x {plan.models[0].intra_op_threads} thread(s), "
         f"batch {plan.models[0].batch}"
     )
-    print(f"[demo] 3/4 start {engine_label(engine)} and wait for the model")
-    run = start_serving(engine, config, run_dir)
+    chosen = engine_named(engine)
+    print(f"[demo] 3/4 start {chosen.label} and wait for the model")
+    run = chosen.start(config, run_dir)
     try:
         with progress.step("load the model", f"{served} READY (at most {defaults.READY_TIMEOUT_S} s)"):
             run.wait_ready(timeout=defaults.READY_TIMEOUT_S)
@@ -132,7 +132,7 @@ def run_demo(model: str, image: str, store: Path, config: Path, run_dir: Path, e
         print(predict(run_dir, image, served))
     finally:
         run.stop()
-        print(f"[demo] {engine_label(engine)} stopped")
+        print(f"[demo] {chosen.label} stopped")
     return 0
 
 

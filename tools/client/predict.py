@@ -17,7 +17,7 @@ from .. import defaults
 from ..errors import UsageError
 from ..images import image_bytes
 from ..keys import call_with_fresh_key
-from ..engines.running import find_serving
+from ..engines.registry import find_serving
 from ..oip.client import predict_oip
 from ..tls import raise_if_unverified
 

@@ -17,6 +17,7 @@ import psutil
 from .. import defaults
 from ..cpus import detect_vcpus
 
+from ..engines.registry import add_engine_argument
 from ..errors import UsageError
 from . import torchserve as ts
 from .archive_rules import Archive, check_archive, check_served, install_deps, read_archive
@@ -34,9 +35,9 @@ def register(commands) -> None:
                         "from its model_store)")
     p.add_argument("--vcpus", type=int, help="check against this many vCPUs (default: this machine's, from the cgroup CPU "
                                              "quota and affinity mask)")
-    p.add_argument("--engine", choices=defaults.ENGINES, help="the engine the config is for (default: the one `tsvk serve` runs "
-                                                             f"on this config from {defaults.RUN_DIR}, else {defaults.ENGINE}); "
-                                                             "kserve: also the archives tsvk's own engine would refuse")
+    add_engine_argument(p, f"the engine the config is for (default: the one `tsvk serve` runs on this config from "
+                           f"{defaults.RUN_DIR}, else {defaults.ENGINE}); kserve: also the archives tsvk's own engine would refuse",
+                        default=None)
     p.add_argument("--json", action="store_true", help="the findings as JSON, for scripts")
     p.set_defaults(func=cmd_doctor)
 

@@ -18,19 +18,11 @@ import sys
 import time
 from pathlib import Path
 
-from tsvk.common import read_properties
-
-from .. import defaults
-from .kserve.child import start_engine_child
-from ..serve.torchserve_drain import add_drain_timeout_argument, describe_drain
-from ..oip.config import is_oip_config
-from ..oip.process import start_front
-from ..processes import signal_group
-from ..serve.server import TorchServeRun, start_torchserve
+from ..serve.torchserve_drain import add_drain_timeout_argument
 from ..serve.store_check import missing_archives_message
+from .registry import add_engine_argument, engine_named
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)
-_FORWARDED = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 _POLL_S = 0.2
 _PR_SET_CHILD_SUBREAPER = 36  # linux/prctl.h
 
@@ -54,16 +46,15 @@ def register(commands) -> None:
                    help="writable: TorchServe's working dir (key file), logs and temp dir (default /home/model-server/run)")
     p.add_argument("--front", action="store_true", help="also start the OIP front when the config serves the Open Inference "
                                                         "Protocol (the chart runs it as a container of its own instead)")
-    p.add_argument("--engine", choices=defaults.ENGINES, default=defaults.ENGINES[0],
-                   help="the server: torchserve (default), or kserve, tsvk's own engine (no Java; it serves the Open "
-                        "Inference Protocol itself, so --front is not needed)")
+    add_engine_argument(p, "the server: torchserve (Java), or kserve, tsvk's own engine (no Java; it serves the Open "
+                           "Inference Protocol itself, so --front is not needed)")
     add_drain_timeout_argument(p)
     p.set_defaults(func=cmd_run_container)
 
 
 def cmd_run_container(args: argparse.Namespace) -> int:
-    server = "TorchServe" if args.engine == "torchserve" else "the kserve engine"
-    missing = missing_archives_message(args.config, server)
+    engine = engine_named(args.engine)
+    missing = missing_archives_message(args.config, engine.label)
     if missing:
         print(missing, file=sys.stderr, flush=True)
         return 1
@@ -71,43 +62,21 @@ def cmd_run_container(args: argparse.Namespace) -> int:
     stop = _Stop()
     for sig in (*_DRAIN_SIGNALS, signal.SIGQUIT):
         signal.signal(sig, stop.on_signal)
-    run = _start(args)
-    print(f"{server} started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
+    run = engine.start_in_container(args.config, args.run_dir, args.drain_timeout, args.front)
+    print(f"{engine.running_label} started (pid {run.pid}); SIGTERM drains for at most {args.drain_timeout} s, then stops", flush=True)
     while not stop.requested and run.alive():
         reap_orphans()
         time.sleep(_POLL_S)
     if not stop.requested:
-        print(f"{server} exited by itself; see {args.run_dir / 'logs'}", file=sys.stderr, flush=True)
+        print(f"{engine.running_label} exited by itself; see {args.run_dir / 'logs'}", file=sys.stderr, flush=True)
     began = time.monotonic()
-    report = run.stop(drain_timeout=0 if stop.at_once or not stop.requested else args.drain_timeout)
+    result = engine.stop(run, 0 if stop.at_once or not stop.requested else args.drain_timeout)
     reap_orphans()
-    said = report if isinstance(report, str) else describe_drain(report)
-    print(f"stopped in {time.monotonic() - began:.1f} s: {said}", flush=True)
+    print(f"stopped in {time.monotonic() - began:.1f} s: {result.said}", flush=True)
     sys.stderr.flush()
     # Everything we started is stopped and reaped: exit now. The interpreter's own teardown takes seconds here,
     # which a pod's grace period would otherwise pay.
     os._exit(0 if stop.requested else 1)
-
-
-def _start(args: argparse.Namespace):
-    """The server the container runs. The engine's workers need this entrypoint's folder on their path (their module
-    is here; each puts its archive's directory first); TorchServe's workers must not see it."""
-    if args.engine == "kserve":
-        return start_engine_child(args.config, args.run_dir, args.drain_timeout)
-    run = start_torchserve(args.config, args.run_dir, env=workers_pythonpath())
-    for sig in _FORWARDED:
-        signal.signal(sig, lambda signum, frame: _forward(run, signum))
-    if args.front and is_oip_config(read_properties(args.config)):
-        start_front(args.config, args.run_dir)
-    return run
-
-
-def workers_pythonpath() -> dict[str, str]:
-    """PYTHONPATH for TorchServe without the folder this entrypoint was imported from (the image's /opt/tsvk):
-    workers import the handler packed in each archive, never an installed copy."""
-    own = str(Path(__file__).resolve().parents[2])
-    kept = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep) if entry and str(Path(entry).resolve()) != own]
-    return {"PYTHONPATH": os.pathsep.join(kept)}
 
 
 def become_subreaper() -> None:
@@ -127,11 +96,6 @@ def reap_orphans() -> None:
             return
         if pid == 0:
             return
-
-
-def _forward(run: TorchServeRun, signum: int) -> None:
-    if run.owned():
-        signal_group(run.pid, signum)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -11,18 +11,15 @@ from pathlib import Path
 
 from tsvk.common import read_properties
 
-from .. import defaults, progress
+from .. import defaults
 from ..serve.allocator import add_allocator_argument, describe as describe_allocator
-from ..arguments import add_engine_argument, add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
-from ..serve.torchserve_drain import add_drain_timeout_argument, describe_drain
-from .kserve.engine_process import start_engine
-from .running import engine_of, find_serving
+from ..arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
+from ..serve.torchserve_drain import add_drain_timeout_argument
+from .registry import add_engine_argument, engine_named, engine_of, find_serving
 from ..errors import UsageError
-from ..keys import KEY_FILE, KEY_TYPES, current_key, renew_keys, start_key_renewer
-from ..oip.config import is_oip_config, read_front_config
-from ..oip.process import front_urls, start_front, wait_front_ready
+from ..keys import KEY_FILE, KEY_TYPES, current_key
+from ..oip.config import is_oip_config
 from ..serve.precision_check import emulated_precision_lines, served_archives
-from ..serve.server import start_torchserve
 from ..serve.serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config, write_plan
 
 
@@ -199,64 +196,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(describe_allocator(args.allocator))
     if args.config.is_file():
         _warn_emulated_precision(served_archives(args.config))
-    if args.engine == "kserve":
-        return _serve_on_engine(args, oip)
-    with progress.step("start TorchServe", f"its frontend (Java) on {args.config}"):
-        run = start_torchserve(args.config, args.run_dir, allocator=args.allocator)
-    try:
-        start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
-        with progress.step("load the models", f"every model READY (at most {args.timeout} s; log: {args.run_dir}/logs)"):
-            run.wait_ready(timeout=args.timeout)
-        if oip:
-            with progress.step("start the Open Inference Protocol front", "its REST and gRPC ports"):
-                _start_front(run)
-    except BaseException:  # a failed readiness check, Ctrl-C, SIGTERM: nothing we started stays behind
-        run.stop(drain_timeout=0)
-        raise
-    print(f"TorchServe ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>")
-    if oip:
-        rest, grpc = _front_addresses(run)
-        print(f"Open Inference Protocol: REST {rest}/v2/models/<model>/infer, gRPC {grpc}")
-    if run.keys():
-        print(
-            "token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it; it is renewed "
-            "while TorchServe runs: on a 400 InvalidKeyException, read it again)"
-        )
+    outcome = engine_named(args.engine).serve(args.config, args.run_dir, args.allocator, args.timeout, oip)
+    print("\n".join(outcome.lines))
     return 0
-
-
-def _serve_on_engine(args: argparse.Namespace, oip: bool) -> int:
-    """tsvk's own engine on the same config: no Java, no front process (it speaks the protocol itself), no key renewer
-    (its keys do not expire)."""
-    with progress.step("start tsvk's engine", f"worker processes behind KServe's model server, on {args.config}"):
-        run = start_engine(args.config, args.run_dir, allocator=args.allocator)
-    try:
-        with progress.step("load the models", f"every served model's workers ready (at most {args.timeout} s; log: {args.run_dir}/logs)"):
-            run.wait_ready(timeout=args.timeout)
-    except BaseException:  # a failed readiness check, Ctrl-C, SIGTERM: nothing we started stays behind
-        run.stop(drain_timeout=0)
-        raise
-    for line in run.refusals():
-        print(line)
-    print(
-        f"engine kserve ready (pid {run.pid}); predictions at {run.url('inference')}/predictions/<model>, "
-        f"Open Inference Protocol REST at {run.url('inference')}/v2/models/<model>/infer"
-    )
-    if oip:
-        print(f"Open Inference Protocol gRPC: {_front_addresses(run)[1]}")
-    if run.keys():
-        print("token auth is on: send 'Authorization: Bearer <inference key>' (`tsvk keys` prints it)")
-    return 0
-
-
-def _start_front(run) -> None:
-    """The Open Inference Protocol front, once TorchServe's models are ready; stopped with TorchServe."""
-    start_front(run.config, run.run_dir)
-    wait_front_ready(read_front_config(run.config), run.run_dir)
-
-
-def _front_addresses(run) -> tuple[str, str]:
-    return front_urls(read_front_config(run.config))
 
 
 def _register_stop(commands) -> None:
@@ -271,11 +213,7 @@ def cmd_stop(args: argparse.Namespace) -> int:
     if run is None:
         print(f"no server started from {args.run_dir} is running")
         return 0
-    report = run.stop(drain_timeout=args.drain_timeout)
-    if engine_of(run) == "kserve":
-        print(f"stopped engine kserve (pid {run.pid}); it answered what it held before its workers ended")
-        return 0
-    print(f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}")
+    print(engine_of(run).stop(run, args.drain_timeout).said)
     return 0
 
 
@@ -291,10 +229,8 @@ def cmd_keys(args: argparse.Namespace) -> int:
     run = find_serving(args.run_dir)
     if run is None:
         raise UsageError(f"no server started from {args.run_dir} is running; `tsvk serve` first")
-    if args.renew and engine_of(run) == "kserve":
-        raise UsageError("--renew renews TorchServe's keys; the kserve engine's keys are made at its start and do not expire")
     if args.renew:
-        renew_keys(run.run_dir, run.url("management"), tls=run.client_tls)
+        engine_of(run).renew_keys(run)
     key = current_key(run.run_dir, args.kind)
     if key is None:
         raise UsageError(f"no {args.kind} key in {run.run_dir / KEY_FILE}: token authorization is off")

@@ -21,6 +21,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
+from typing import ClassVar
 from pathlib import Path
 
 import psutil
@@ -60,6 +61,9 @@ WORKER_MARKER = "model_service_worker"
 TORCHSERVE_MARKERS = ("org.pytorch.serve.ModelServer", WORKER_MARKER, "torchserve")
 
 
+TORCHSERVE = "torchserve"  # the engine's name (tools/engines/registry.py)
+
+
 @dataclass
 class TorchServeRun:
     run_dir: Path
@@ -68,6 +72,7 @@ class TorchServeRun:
     process: subprocess.Popen | None = field(default=None, repr=False)  # set when started by this process
     started_at: float | None = None  # the leader's start time (psutil), which a reused pid cannot match
     stdout_offset: int = 0  # where this start's output begins in logs/stdout.log (earlier runs append there too)
+    engine: ClassVar[str] = TORCHSERVE
 
     @property
     def properties(self) -> dict[str, str]:

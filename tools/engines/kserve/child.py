@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ...processes import signal_group
+from ..base import StopResult
 from .engine_process import SERVER_MODULE
 
 EXIT_MARGIN_S = 3  # past the drain timeout: the workers' end and the interpreter's exit
@@ -40,12 +41,12 @@ class EngineChild:
     def owned(self) -> bool:
         return self.alive()
 
-    def stop(self, drain_timeout: float) -> str:
+    def stop(self, drain_timeout: float) -> StopResult:
         """SIGTERM to the server (SIGKILL to its whole session at once when `drain_timeout` is 0, or when it has not
-        exited `drain_timeout` + EXIT_MARGIN_S s later); what happened, in words."""
+        exited `drain_timeout` + EXIT_MARGIN_S s later); what happened."""
         if not self.alive():
             signal_group(self.pid, signal.SIGKILL)  # a worker it left behind
-            return f"the engine had exited by itself with status {self.process.wait()}"
+            return StopResult(False, f"the engine had exited by itself with status {self.process.wait()}")
         if drain_timeout > 0:
             self.process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + drain_timeout + EXIT_MARGIN_S
@@ -56,8 +57,8 @@ class EngineChild:
         code = self.process.wait()
         if killed:
             when = 'at once' if drain_timeout <= 0 else f'not exited {drain_timeout + EXIT_MARGIN_S:g} s after SIGTERM'
-            return f"the engine was killed ({when})"
-        return f"the engine answered the requests it held and exited with status {code}"
+            return StopResult(False, f"the engine was killed ({when})")
+        return StopResult(True, f"the engine answered the requests it held and exited with status {code}")
 
 
 def start_engine_child(config: Path, run_dir: Path, drain_timeout: float) -> EngineChild:

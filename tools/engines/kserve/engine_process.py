@@ -13,12 +13,14 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import ClassVar
 
 from ... import defaults
 from ...errors import UsageError
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
 from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ...keys import KEY_FILE
+from ..base import StopResult
 from ...serve.allocator import allocator_env
 from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
 from .files import LOG, PID_FILE, WORKER_MARKER
@@ -32,7 +34,7 @@ _REFUSAL = re.compile(r"not serving .+")  # an archive's name, or a refused entr
 class EngineRun(TorchServeRun):
     """The engine started from a run directory: TorchServe's run as clients see it, started and stopped its own way."""
 
-    engine = ENGINE
+    engine: ClassVar[str] = ENGINE
 
     def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
         """Until /ping says Healthy (every model the engine serves has its workers), or the engine exits."""
@@ -76,16 +78,17 @@ class EngineRun(TorchServeRun):
         stop_group(self.owned_process, drain_timeout + kill_timeout, self.process)
         for name in (PID_FILE, KEY_FILE):
             (self.run_dir / name).unlink(missing_ok=True)
-        return None
+        return StopResult(None, f"stopped engine kserve (pid {self.pid}); it answered what it held before its workers ended")
 
     @property
     def owned_process(self) -> Owned:
         return Owned(self.pid, self.started_at, MARKERS)
 
 
-def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATOR) -> EngineRun:
+def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATOR, env: dict[str, str] | None = None) -> EngineRun:
     """Start the engine on `config` in the background, in its own session, its server and workers on `allocator`
-    (tools/serve/allocator.py: the fork server and so every worker inherit it); refuses if this run dir has a live one."""
+    (tools/serve/allocator.py: the fork server and so every worker inherit it) with `env` added to this environment;
+    refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
         raise UsageError(f"config {config} not found; generate it with `tsvk config`")
@@ -95,7 +98,7 @@ def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATO
     make_private_dir(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     child = start_detached([sys.executable, "-m", SERVER_MODULE, "--config", str(config), "--run-dir", str(run_dir)],
-                           run_dir / "logs" / LOG, cwd=run_dir, env={**os.environ, **allocator_env(allocator)},
+                           run_dir / "logs" / LOG, cwd=run_dir, env={**os.environ, **allocator_env(allocator), **(env or {})},
                            umask=PRIVATE_UMASK, markers=MARKERS)
     write_pid_file(run_dir / PID_FILE, child.owned, str(config))
     return EngineRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)

@@ -32,15 +32,14 @@ from ... import defaults
 from ...archive.pack import build_archive
 from ...archive.build import BuildRequest
 from ...archive.models import WEIGHTS_NONE
-from ...engines.kserve.engine_process import start_engine
+from ...engines.registry import engine_names, engine_named
 from ...engines.kserve.forkserver import PRELOAD
 from ...images import jpeg_bytes, photo_array
 from ...serve.ports import serving_on_free_ports
-from ...serve.server import start_torchserve
 from ...serve.serving_config import write_config
 from .result_document import machine_info, write_json_and_markdown
 
-ENGINES = ("torchserve", "kserve")
+ENGINES = engine_names()
 POLL_S = 0.05
 WARM_REQUESTS = 20
 IMPORTS = "imports"  # the rounds' rows that time the imports, beside the engines' rows
@@ -56,7 +55,7 @@ def measure(engine: str, store: Path, model: str, workers: int, workdir: Path) -
     photo = jpeg_bytes(photo_array("chelsea"), size=(640, 480))
     url = f"{request.inference_address}/predictions/{model}"
     started = time.monotonic()
-    run = start_torchserve(config, workdir / "run") if engine == "torchserve" else start_engine(config, workdir / "run")
+    run = engine_named(engine).start(config, workdir / "run")
     try:
         cold_start_s = _first_answer(url, photo, started, run)
         for _ in range(WARM_REQUESTS):

@@ -22,7 +22,7 @@ from ...errors import UsageError
 from ...processes import exit_on_sigterm
 from ...images import image_bytes
 from ... import defaults
-from ...engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
+from ...engines.registry import add_engine_argument, engine_named
 from ...serve.server import WORKER_MARKER, workers_below
 from . import pod_drain as drain, load, pod as podlib
 from .chart import REPO, render
@@ -36,8 +36,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m tsvk_tools.lab.kube_check", description=__doc__)
     parser.add_argument("--image", default="tsvk/torchserve:0.12.0-cpu", help="the local image to run (make image)")
     parser.add_argument("--model", default="resnet50", help="the chart's model; model_store/<model>.mar must exist")
-    parser.add_argument("--engine", choices=defaults.ENGINES, default=defaults.ENGINES[0],
-                        help="the chart's engine value, and the engine of the `make serve` baseline (default torchserve)")
+    add_engine_argument(parser, f"the chart's engine value, and the engine of the `make serve` baseline (default {defaults.ENGINE})")
     parser.add_argument("--photo", default="skimage:chelsea", help="the photo sent (a JPEG file or skimage:<name>)")
     parser.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of {', '.join(VARIANTS)}")
     parser.add_argument("--seconds", type=float, default=30, help="length of each throughput round")
@@ -84,7 +83,7 @@ def make_bench(args, host_url: str | None, photo: bytes, host_pid: int | None = 
         pod_url = f"http://{address}:{inference}/predictions/{args.model}"
         rounds, rss = {"pod": [], "make serve": []}, {"pod": [], "make serve": []}
         pod_pid = pod.state(rendered.server_name).get("Pid")
-        marker = ENGINE_WORKER_MARKER if args.engine == "kserve" else WORKER_MARKER
+        marker = engine_named(args.engine).worker_marker
         sides = {"pod": (pod_url, lambda: worker_rss_mb(pod_pid, marker)),
                  "make serve": (host_url, lambda: worker_rss_mb(host_pid, marker))}
         for _ in range(args.rounds):
@@ -201,10 +200,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as err:
         print(f"kube-check: {err}", file=sys.stderr)
         return 2
-    command = "make kube-check" + ("" if args.engine == "torchserve" else f" ENGINE={args.engine}")
+    command = "make kube-check" + ("" if args.engine == defaults.ENGINE else f" ENGINE={args.engine}")
     report.update({"machine": machine(), "command": command, "wall_s": round(time.time() - started, 1),
                    "passed": passed(report)})
-    path = write_results(report, args.results_dir, started, "kube-check" if args.engine == "torchserve" else f"kube-check-{args.engine}")
+    path = write_results(report, args.results_dir, started, "kube-check" if args.engine == defaults.ENGINE else f"kube-check-{args.engine}")
     print(f"[kube-check] {'PASSED' if report['passed'] else 'FAILED'}; wrote {path}")
     return 0 if report["passed"] else 1
 

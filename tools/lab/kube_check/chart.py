@@ -14,6 +14,7 @@ from pathlib import Path
 
 import yaml
 
+from ... import defaults
 from ...errors import UsageError
 
 REPO = Path(__file__).resolve().parents[3]
@@ -33,8 +34,8 @@ class Variant:
     def release(self) -> str:
         """tsvk-kube-<name>, or tsvk-kube-<engine>-<name> for an engine other than TorchServe: pods and volumes of
         the two kinds of run never share a name."""
-        engine = self.values.get("engine", "torchserve")
-        return f"tsvk-kube-{self.name}" if engine == "torchserve" else f"tsvk-kube-{engine}-{self.name}"
+        engine = self.values.get("engine", defaults.ENGINE)
+        return f"tsvk-kube-{self.name}" if engine == defaults.ENGINE else f"tsvk-kube-{engine}-{self.name}"
 
 
 @dataclass(frozen=True)

@@ -22,10 +22,10 @@ from pathlib import Path
 
 import yaml
 
+from ... import defaults
+from ...engines.registry import engine_named
 from ...errors import UsageError
 from ...serve.ports import free_ports
-from ...engines.kserve.engine_process import start_engine
-from ...serve.server import start_torchserve
 from . import checks, pod as podlib
 from .chart import REPO, Rendered, Variant
 from .probes import wait_ready
@@ -118,12 +118,12 @@ def run_test_pod(rendered: Rendered, address: str, build_dir: Path) -> checks.Ch
 def oip_rest_port(rendered: Rendered) -> int:
     """Where the pod serves the Open Inference Protocol's REST: the front's port, or the kserve engine's inference port."""
     properties = rendered.config_properties()
-    if rendered.server_name == "kserve":
+    if engine_named(rendered.server_name).serves_protocol_itself:
         return checks.port_of(properties, "inference_address")
     return int(properties["tsvk.oip.rest_port"])
 
 
-def start_host_baseline(archive: Path, build_dir: Path, model: str, engine: str = "torchserve"):
+def start_host_baseline(archive: Path, build_dir: Path, model: str, engine: str = defaults.ENGINE):
     """The engine on this machine as `make serve` runs it, with the chart's sizing, on free localhost ports."""
     run_dir = build_dir / "host"
     inference, management, metrics, grpc, grpc_management = free_ports(5)
@@ -135,7 +135,7 @@ def start_host_baseline(archive: Path, build_dir: Path, model: str, engine: str 
                "--metrics-address", f"http://127.0.0.1:{metrics}", "--grpc-inference-port", str(grpc),
                "--grpc-management-port", str(grpc_management), "--output", str(config)]
     subprocess.run(command, cwd=REPO, check=True, capture_output=True)
-    run = start_engine(config, run_dir) if engine == "kserve" else start_torchserve(config, run_dir)
+    run = engine_named(engine).start(config, run_dir)
     try:
         run.wait_ready(timeout=600)
     except UsageError:

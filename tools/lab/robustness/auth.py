@@ -19,6 +19,7 @@ from tsvk.common import read_properties
 from ...keys import current_key, is_key_refusal, stop_key_renewer
 from ...oip.config import is_oip_config, read_front_config
 from ...oip.process import front_pid, front_urls
+from ...engines.registry import engine_of
 from ...processes import net_connections
 from . import checks, watch
 from .checks import judged
@@ -112,7 +113,7 @@ def _post_with_key(service: Service, key: str | None) -> tuple[int, str | None]:
 def _register_from_url(service: Service, url: str) -> tuple[int, str]:
     """TorchServe's registration call on its management API; tsvk's engine has none, so it is asked of the one HTTP API
     it opens (its inference address), with that address's key, where it must be refused too."""
-    api = "inference" if getattr(service.run, "engine", None) == "kserve" else "management"
+    api = "management" if engine_of(service.run).management_api else "inference"
     request = urllib.request.Request(f"{service.run.url(api)}/models?url={url}", method="POST", headers=service.run.headers(api))
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
@@ -159,9 +160,10 @@ def _canary() -> Iterator[_Canary]:
 
 def private_ports(service: Service) -> dict[str, int]:
     """The ports that must answer only on this host: management, metrics, both gRPC APIs, and the OIP
-    front's REST and gRPC ports when it runs (inference too where its address is loopback). tsvk's engine opens
-    fewer: metrics, its Open Inference Protocol gRPC port and the inference address (which serves OIP REST too)."""
-    if getattr(service.run, "engine", None) == "kserve":
+    front's REST and gRPC ports when it runs (inference too where its address is loopback). An engine without a
+    management API (tsvk's) opens fewer: metrics, its Open Inference Protocol gRPC port and the inference address
+    (which serves OIP REST too)."""
+    if not engine_of(service.run).management_api:
         return _engine_ports(service)
     config = read_properties(service.run.config)
     ports = {api: urlsplit(service.run.url(api)).port for api in ("management", "metrics")}

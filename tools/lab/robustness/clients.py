@@ -24,6 +24,7 @@ from tsvk.worker import ARRIVAL_HEADER
 
 from ... import defaults
 from ...keys import current_key
+from ...serve.server import TORCHSERVE
 from . import checks, watch
 from .attacks import multipart
 from .auth import _front_process
@@ -48,7 +49,7 @@ TCP_BUFFER_FALLBACK = 8 * 2**20
 _NETTY_FORMS = ("TorchServe's frontend decodes a form with Netty before any handler runs, and answers a part without a name "
                 "500 with the decoder's NullPointerException text (tsvk's engine: 400 saying the part has no name)")
 KNOWN_WEAKNESSES = {
-    defaults.ENGINE: {  # TorchServe
+    TORCHSERVE: {
         "a malformed form or a part over the limit is refused 400/413": _NETTY_FORMS,
         "a refused form's body names no internals": _NETTY_FORMS,
         "an untrusted arrival stamp is not believed": "TorchServe's frontend hands the worker the client's X-Request-Start "

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from ... import defaults
-from ...arguments import add_engine_argument
+from ...engines.registry import add_engine_argument, default_engine, engine_named
 from ...cpus import detect_vcpus
-from ...engines.kserve.engine_process import ENGINE as KSERVE
 
 from ... import progress
 from ...errors import UsageError
@@ -85,8 +84,8 @@ def cmd_robustness(args: argparse.Namespace) -> int:
 
 
 def _results_name(engine: str) -> str:
-    """robustness-* for TorchServe (as ever), robustness-kserve-* for the engine: each engine keeps its latest."""
-    return "robustness" if engine == defaults.ENGINE else f"robustness-{engine}"
+    """robustness-* for the default engine (TorchServe, as ever), robustness-<engine>-* for another: each keeps its latest."""
+    return "robustness" if engine_named(engine) is default_engine() else f"robustness-{engine}"
 
 
 def run_robustness(
@@ -132,7 +131,7 @@ def run_robustness(
         figures["auth and surface"] = _timed("auth and surface", lambda: auth.surface(service))
         figures["hostile clients"] = _timed("hostile clients", lambda: clients.hostile_clients(service, engine))
     figures["inputs"] = counted_inputs(figures)
-    if engine != KSERVE:
+    if engine_named(engine).keys_expire:
         expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
         with running_service(expiring) as service:
             figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))

@@ -17,8 +17,7 @@ from ...keys import start_key_renewer
 from ...oip.config import read_front_config
 from ...oip.process import front_urls, start_front, wait_front_ready
 from ...serve.ports import free_ports
-from ...engines.kserve.engine_process import ENGINE as KSERVE, start_engine
-from ...serve.server import start_torchserve
+from ...engines.registry import engine_named
 from ...serve.serving_config import ServingRequest, write_config
 from .parts import Service
 
@@ -78,9 +77,11 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
             )
             + "\n"
         )
-    run = _start(spec, config)
+    engine = engine_named(spec.engine)
+    with progress.step(f"start {engine.label}", "its server and workers"):
+        run = engine.start(config, spec.work_dir / "run", allocator=spec.allocator, env=spec.env)
     try:
-        if spec.engine != KSERVE:
+        if engine.keys_expire:
             start_key_renewer(run)  # before waiting: a slow start must not outlive the first keys
         with progress.step("load the models", f"{spec.model} and the others READY"):
             run.wait_ready(timeout=600)
@@ -103,20 +104,12 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
         run.stop()
 
 
-def _start(spec: ServiceSpec, config: Path):
-    if spec.engine == KSERVE:
-        with progress.step("start tsvk's engine", "its server and worker processes (no Java)"):
-            return start_engine(config, spec.work_dir / "run")
-    with progress.step("start TorchServe", "its frontend (Java)"):
-        return start_torchserve(config, spec.work_dir / "run", env=spec.env, allocator=spec.allocator)
-
-
 def _oip_urls(spec: ServiceSpec, run) -> tuple[str, str] | None:
     """The Open Inference Protocol's REST base URL and gRPC target: TorchServe's front (tools' own, not started with
     the workers' env), or the engine's own servers; None when the spec serves no OIP."""
     if not spec.oip:
         return None
-    return run.oip_urls() if spec.engine == KSERVE else _start_front(run)
+    return run.oip_urls() if engine_named(spec.engine).serves_protocol_itself else _start_front(run)
 
 
 def _start_front(run) -> tuple[str, str]:

@@ -9,18 +9,16 @@ checks first that the pid is a worker inside our own TorchServe's process group.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import signal
 import time
-import urllib.request
 from dataclasses import dataclass, field
 
 import psutil
 
 from ...measure.sampler import Periodic
-from ...engines.kserve.files import STATUS_FILE
+from ...engines.registry import engine_of
 from ...engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ...engines.kserve.engine_process import SERVER_MODULE as ENGINE_SERVER_MODULE
 from ...serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
@@ -31,25 +29,16 @@ class WorkersUnknown(RuntimeError):
 
 
 def workers(run: TorchServeRun, model: str) -> list[dict]:
-    """[{'pid': ..., 'status': 'READY'|...}, ...] from the management API; WorkersUnknown when it does
-    not answer (an empty list would read as "no workers", and "none died" would then hold unproven)."""
-    if getattr(run, "engine", None) == "kserve":
-        return _engine_workers(run, model)
-    request = urllib.request.Request(f"{run.url('management')}/models/{model}", headers=run.headers("management"))
+    """[{'pid': ..., 'status': 'READY'|...}, ...] as the engine lists them (TorchServe's management API, the engine's
+    status file); WorkersUnknown when it does not say (an empty list would read as "no workers", and "none died" would
+    then hold unproven)."""
+    listed = engine_of(run).models(run)
+    if isinstance(listed, dict):
+        raise WorkersUnknown(f"the workers of {model} are not known: {listed.get('error')}")
     try:
-        with urllib.request.urlopen(request, timeout=5) as response:
-            return json.loads(response.read())[0].get("workers", [])
-    except (OSError, ValueError, IndexError, KeyError, AttributeError) as err:
-        raise WorkersUnknown(f"the management API did not list the workers of {model}: {err}") from err
-
-
-def _engine_workers(run: TorchServeRun, model: str) -> list[dict]:
-    """The engine's workers of `model` from its status file (engine-status.json), as the management API lists them."""
-    try:
-        listed = json.loads((run.run_dir / STATUS_FILE).read_text())["models"]
         return next(m for m in listed if m["name"] == model)["workers"]
-    except (OSError, ValueError, KeyError, StopIteration, TypeError) as err:
-        raise WorkersUnknown(f"the engine's {STATUS_FILE} did not list the workers of {model}: {err!r}") from err
+    except (StopIteration, KeyError, TypeError) as err:
+        raise WorkersUnknown(f"the engine did not list the workers of {model}: {err!r}") from err
 
 
 def worker_pids(run: TorchServeRun, model: str) -> set[int] | None:
