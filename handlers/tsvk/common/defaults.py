@@ -76,7 +76,7 @@ CVCUDA_CACHE_MB = 256
 MAX_JPEG_SCANS = 256
 # libjpeg's progressive script over the largest JPEG decoded (MAX_JPEG_PIXELS) at 4:4:4 visits 14 blocks per 64 pixels
 # (DC twice over all three components, luma AC four times, each chroma's AC twice): 15 admits that with one to spare,
-# ~30 M blocks. A real photo's blocks carry bits (~100 ns a visit); a scan bomb's repeated scans carry few (~15 ns),
+# ~30 M blocks. A real photo's blocks carry bits (~100 ns a visit); a scan bomb's repeated scans carry few (~25 ns),
 # so a bomb at this bound costs less than the photos it lets through.
 MAX_JPEG_SCAN_BLOCKS = 15 * MAX_JPEG_PIXELS // 64
 
