@@ -57,9 +57,9 @@ BATCH_TIME_SHARE = 0.5
 MAX_PIXELS = 40_000_000  # ~ a 7700x5200 image at full size (120 MB as RGB): a 12-24 MP photo decoded whole, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one batch may hold at once, any task and backend (~240 MB as RGB)
 # The largest JPEG, by the pixels its header declares, that is decoded at a reduced DCT scale. DCT scaling does not
-# reduce entropy decoding, which visits every coefficient (a 108 MP baseline JPEG: ~0.4 s of one AMD EPYC core at
+# reduce entropy decoding, which visits every coefficient (a 108 MP baseline JPEG: ~0.3 s of one AMD EPYC core at
 # 1/8 scale), and a progressive JPEG keeps every coefficient in memory until its last scan (2 bytes each: ~330 MB for a
-# 108 MP 4:2:0 one, 1.6 s). 128 MP admits the 108 MP sensors (12000x9000) with room; a 200 MP photo (16320x12240,
+# 108 MP 4:2:0 one, 1.1 s; docs/handler.md). 128 MP admits the 108 MP sensors (12000x9000) with room; a 200 MP photo (16320x12240,
 # 40-60 MB) would need this and the server's max_request_size raised, and more than Pillow opens (PILLOW_MAX_PIXELS).
 MAX_JPEG_PIXELS = 128_000_000
 PILLOW_MAX_PIXELS = 2 * 89_478_485  # Pillow refuses to open a larger image (2 x PIL.Image.MAX_IMAGE_PIXELS, its default)
