@@ -72,7 +72,11 @@ FRONTEND_MB = 512  # TorchServe's Java frontend, beside the workers
 
 # `tsvk config`: the TorchServe config.properties it writes.
 CONCURRENCY = 64  # expected concurrent clients; the job queue holds twice as many
-MAX_REQUEST_MB = 16  # TorchServe's own 6.5 MiB rejects large phone JPEGs
+# The largest request body, MiB. TorchServe's own 6.5 MiB rejects large phone JPEGs: a 48-50 MP one is 15-25 MB at the
+# quality phones write (a 108 MP one 20-35 MB). A body is held whole until its batch is answered, by TorchServe's
+# frontend and by the kserve engine alike (job_queue_size of them at most); the worker's memory is bounded by decoded
+# pixels (preprocess.max_pixels), not by this.
+MAX_REQUEST_MB = 32
 TOKEN_EXPIRY_MIN = 60  # token-auth keys expire after this; `tsvk serve` renews them at half that age
 INFERENCE_ADDRESS = "http://0.0.0.0:8080"
 MANAGEMENT_ADDRESS = "http://127.0.0.1:8081"

@@ -242,3 +242,17 @@ def test_cuda_backend_matches_cpu_backend(monkeypatch):
     settings = PreprocessSettings(resize=232, crop=224)
     ours = torch_cuda.CudaPreprocessor(settings, CPU)(_images())
     assert torch.equal(ours.batch, CpuPreprocessor(settings)(_images()).batch)
+
+
+def test_a_jpeg_over_max_pixels_is_decoded_on_the_cpu_at_its_dct_scale_not_by_nvjpeg(nvjpeg):
+    """nvJPEG has no scaled decode: a phone JPEG larger than max_pixels, admitted by its pixels at the DCT scale,
+    is decoded as the CPU backend decodes it and uploaded; the others still go to nvJPEG, and each is counted so."""
+    settings = PreprocessSettings(resize=64, crop=56, max_pixels=500_000)  # JPEGs decode down to a shorter side of 128
+    backend = torch_cuda.CudaPreprocessor(settings, GPU0)
+    large, small = (probe(encode(photo("chelsea", size), "JPEG"), LIMIT) for size in ((1024, 768), (640, 480)))
+    decoded, failed = backend.decode([large, small])
+    assert failed == {} and nvjpeg.calls == [1]  # the small one only
+    assert tuple(decoded[0].shape) == (3, 192, 256)  # 1/4 of 1024x768
+    assert torch.equal(decoded[0].cpu(), decode_rgb(large, 128))
+    assert tuple(decoded[1].shape) == (3, 480, 640)  # nvJPEG decodes whole
+    assert (backend.decoded_pixels(large), backend.decoded_pixels(small)) == (256 * 192, 640 * 480)

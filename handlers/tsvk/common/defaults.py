@@ -51,9 +51,18 @@ RESPONSE_TIMEOUT_S = 120
 # Half leaves room for a slice twice as slow as the ones before it (a neighbour's burst on the same cores).
 BATCH_TIME_SHARE = 0.5
 
-# The handler's limits on decoded images.
-MAX_PIXELS = 40_000_000  # ~ a 7700x5200 photo; far above any camera JPEG, far below a bomb
+# The handler's limits on decoded images. Pixels are counted as the decoder will hold them, from the header before a
+# pixel is decoded: a JPEG decoded at a reduced DCT scale (preprocess.jpeg_dct_scaling) counts at that scale, so a
+# 108 MP phone JPEG decoded at 1/8 counts 1.7 MP; a PNG, WebP, HEIC or AVIF cannot be scaled while decoding and counts whole.
+MAX_PIXELS = 40_000_000  # ~ a 7700x5200 image at full size (120 MB as RGB): a 12-24 MP photo decoded whole, far below a bomb
 MAX_BATCH_PIXELS = 2 * MAX_PIXELS  # decoded pixels one batch may hold at once, any task and backend (~240 MB as RGB)
+# The largest JPEG, by the pixels its header declares, that is decoded at a reduced DCT scale. DCT scaling does not
+# reduce entropy decoding, which visits every coefficient (a 108 MP baseline JPEG: ~0.3 s of one AMD EPYC core at
+# 1/8 scale), and a progressive JPEG keeps every coefficient in memory until its last scan (2 bytes each: ~330 MB for a
+# 108 MP 4:2:0 one, 1.1 s; docs/handler.md). 128 MP admits the 108 MP sensors (12000x9000) with room; a 200 MP photo (16320x12240,
+# 40-60 MB) would need this and the server's max_request_size raised, and more than Pillow opens (PILLOW_MAX_PIXELS).
+MAX_JPEG_PIXELS = 128_000_000
+PILLOW_MAX_PIXELS = 2 * 89_478_485  # Pillow refuses to open a larger image (2 x PIL.Image.MAX_IMAGE_PIXELS, its default)
 # Same-size photos a detector or segmenter resizes in one call, at most this many pixels together (a larger
 # photo alone): a detector normalizes in float32 before resizing, as torchvision does, so this bounds that
 # copy to ~190 MB beside the photo's own (a 36 MP photo alone: 430 MB); batches of ordinary photos stay one call.
@@ -65,7 +74,11 @@ CVCUDA_CACHE_MB = 256
 # A JPEG's decoding work, counted from its markers: a progressive decoder visits every 8x8 block of a scan's
 # components once per scan (libjpeg's progressive script has 10 scans, 6 for greyscale; ~1 us of overhead each).
 MAX_JPEG_SCANS = 256
-MAX_JPEG_SCAN_BLOCKS = 16 * 3 * MAX_PIXELS // 64  # 16 passes over a 40 MP 4:4:4 photo (libjpeg's script: ~5)
+# libjpeg's progressive script over the largest JPEG decoded (MAX_JPEG_PIXELS) at 4:4:4 visits 14 blocks per 64 pixels
+# (DC twice over all three components, luma AC four times, each chroma's AC twice): 15 admits that with one to spare,
+# ~30 M blocks. A real photo's blocks carry bits (~100 ns a visit); a scan bomb's repeated scans carry few (~25 ns),
+# so a bomb at this bound costs less than the photos it lets through.
+MAX_JPEG_SCAN_BLOCKS = 15 * MAX_JPEG_PIXELS // 64
 
 # JSON request bodies (the worker and the Open Inference Protocol front), checked before they are parsed: parsed
 # JSON costs up to ~64 bytes per value (short strings), so the number of values bounds its memory.

@@ -1,6 +1,7 @@
-"""What this worker can use, probed once: CUDA, nvJPEG, CV-CUDA, Torch-TensorRT, OpenVINO.
+"""What this worker can use, probed once: CUDA, nvJPEG, CV-CUDA, Torch-TensorRT, OpenVINO, and the HEIC and AVIF
+decoders.
 
-Every optional GPU library is imported here and nowhere else, so the rest of the package asks
+Every optional library is imported here and nowhere else, so the rest of the package asks
 `has_cvcuda()` instead of wrapping imports in try/except, and tests fake one seam: `optional_module`.
 An import can fail with more than ImportError (cvcuda and torch_tensorrt raise OSError or
 RuntimeError when the CUDA driver is missing), so any exception counts as "not available", and
@@ -17,7 +18,9 @@ _INSTALL_HINTS = {
     "cvcuda": "pip install cvcuda-cu13 (the CUDA 13 build, for torch 2.14.1+cu130; requirements-gpu.txt pins it)",
     "torch_tensorrt": "pip install torch-tensorrt==2.14.0 (requirements-gpu.txt pins it and its tensorrt-cu13)",
     "openvino": "pip install openvino (tsvk's requirements.txt pins the tested version)",
+    "pi_heif": "pip install pi-heif (libheif and libde265, LGPL, without the GPL x265 encoder; tsvk's requirements.txt pins it)",
 }
+AVIF_HINT = "pip install 'pillow>=11.3' (Pillow's own wheels decode AVIF with libavif and dav1d)"
 
 
 @functools.lru_cache(maxsize=None)
@@ -32,9 +35,13 @@ def optional_module(name: str) -> ModuleType:
     """The imported module, or ImportError naming why it is unavailable and how to install it."""
     module, reason = _probe_module(name)
     if module is None:
-        hint = _INSTALL_HINTS.get(name, f"pip install {name}")
-        raise ImportError(f"{name} is not usable in this worker ({reason}); install it with: {hint}")
+        raise ImportError(f"{name} is not usable in this worker ({reason}); install it with: {install_hint(name)}")
     return module
+
+
+def install_hint(name: str) -> str:
+    """How to install the optional module `name`."""
+    return _INSTALL_HINTS.get(name, f"pip install {name}")
 
 
 def unavailable_reason(name: str) -> str:
@@ -88,8 +95,27 @@ def has_openvino() -> bool:
     return _probe_module("openvino")[0] is not None
 
 
+def heif_decoder() -> ModuleType | None:
+    """pi-heif, which decodes HEIC (HEVC in a HEIF container, what iPhones write) through libheif, where it imports;
+    its wheels carry no encoder."""
+    return _probe_module("pi_heif")[0]
+
+
+def has_heif() -> bool:
+    return heif_decoder() is not None
+
+
+@functools.lru_cache(maxsize=None)
+def has_avif() -> bool:
+    """Pillow decodes AVIF itself where its build has libavif (its wheels since 11.3)."""
+    from PIL import features as pillow_features
+
+    return bool(pillow_features.check("avif"))
+
+
 PROBES = {"cuda": lambda device: has_cuda(), "nvjpeg": has_nvjpeg, "cvcuda": lambda device: has_cvcuda(),
-          "torch_tensorrt": lambda device: has_torch_tensorrt(), "openvino": lambda device: has_openvino()}
+          "torch_tensorrt": lambda device: has_torch_tensorrt(), "openvino": lambda device: has_openvino(),
+          "heif": lambda device: has_heif(), "avif": lambda device: has_avif()}
 
 
 def describe(names: tuple[str, ...] = tuple(PROBES), device=None) -> dict[str, bool]:
@@ -103,4 +129,5 @@ def reset_cache() -> None:
     """Forget every probe result (tests that fake a module call this)."""
     _probe_module.cache_clear()
     has_cuda.cache_clear()
+    has_avif.cache_clear()
     _has_gpu_jpeg_decoder.cache_clear()

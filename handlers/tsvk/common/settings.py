@@ -25,6 +25,8 @@ from .defaults import (
     MAX_BATCH_DELAY_MS,
     MAX_BATCH_PIXELS,
     MAX_DETECTIONS,
+    MAX_JPEG_PIXELS,
+    PILLOW_MAX_PIXELS,
     MAX_JPEG_SCAN_BLOCKS,
     MAX_JPEG_SCANS,
     MAX_MASK_PIXELS,
@@ -101,7 +103,8 @@ class PreprocessSettings:
     antialias: bool = True
     backend: str = "auto"
     strict: bool = False
-    max_pixels: int = MAX_PIXELS
+    max_pixels: int = MAX_PIXELS  # decoded: a JPEG at its reduced DCT scale, any other image whole
+    max_jpeg_pixels: int = MAX_JPEG_PIXELS  # a JPEG decoded at a reduced DCT scale declares at most this many in its header
     max_batch_pixels: int = MAX_BATCH_PIXELS  # larger batches are decoded in chunks (every task and backend)
     cvcuda_cache_mb: int = CVCUDA_CACHE_MB  # cvcuda backend: the most GPU memory CV-CUDA's object cache keeps
     max_jpeg_scans: int = MAX_JPEG_SCANS  # a JPEG with more scans is refused before decoding (every backend)
@@ -256,6 +259,7 @@ def _build_preprocess(reader: "_Reader") -> PreprocessSettings:
         backend=reader.choice("backend", PREPROCESS_BACKENDS, defaults.backend),
         strict=reader.boolean("strict", defaults.strict),
         max_pixels=reader.integer("max_pixels", defaults.max_pixels, minimum=1),
+        max_jpeg_pixels=reader.integer("max_jpeg_pixels", defaults.max_jpeg_pixels, minimum=1, maximum=PILLOW_MAX_PIXELS),
         max_batch_pixels=reader.integer("max_batch_pixels", defaults.max_batch_pixels, minimum=1),
         cvcuda_cache_mb=reader.integer("cvcuda_cache_mb", defaults.cvcuda_cache_mb, minimum=0),
         max_jpeg_scans=reader.integer("max_jpeg_scans", defaults.max_jpeg_scans, minimum=1),
@@ -380,12 +384,13 @@ class _Reader:
             return allowed[0]
         return value
 
-    def integer(self, key: str, default: Any = None, minimum: int | None = None) -> int:
+    def integer(self, key: str, default: Any = None, minimum: int | None = None, maximum: int | None = None) -> int:
         value = self._get(key, default)
         if value is _REQUIRED:
             return minimum or 0
-        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum):
-            self._bad(key, f"an integer >= {minimum}" if minimum is not None else "an integer", value)
+        if isinstance(value, bool) or not isinstance(value, int) or (minimum is not None and value < minimum) or \
+                (maximum is not None and value > maximum):
+            self._bad(key, _integer_range(minimum, maximum), value)
             return default if isinstance(default, int) else (minimum or 0)
         return value
 
@@ -448,3 +453,10 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return value
+
+
+def _integer_range(minimum: int | None, maximum: int | None) -> str:
+    """What an integer setting must be, in the words of its error."""
+    if minimum is not None and maximum is not None:
+        return f"an integer from {minimum} to {maximum}"
+    return f"an integer >= {minimum}" if minimum is not None else "an integer"

@@ -5,6 +5,7 @@ device. Images that fail to decode are reported per index instead of failing the
 
 Every backend, for every task, decodes a batch in chunks whose decoded pixels stay within
 `preprocess.max_batch_pixels` (an image larger than that, but within `max_pixels`, is a chunk alone),
+each image counted as its backend decodes it (`decoded_pixels`: a large JPEG at its reduced DCT scale),
 and each chunk is transformed to the model's much smaller input before the next one is decoded: eight
 large PNGs never sit in memory at full size together, and batches of ordinary photos are one chunk.
 """
@@ -21,6 +22,7 @@ from ..common.errors import RequestError
 from ..common.settings import PreprocessSettings
 
 Transformed = TypeVar("Transformed")
+DCT_OVERSAMPLE = 2  # 1/4 scale for a 12 MP photo and resize 256: 1008x756 left for the antialiased resize
 Decoder = Callable[[Sequence[EncodedImage]], "tuple[dict[int, torch.Tensor], dict[int, RequestError]]"]
 
 
@@ -39,12 +41,17 @@ class Preprocessor:
     (detection, segmentation) pass it to `in_chunks`."""
 
     name = "base"
-    min_short_side = 0  # the CPU backend decodes large JPEGs at a reduced scale: counted at that scale
 
     def __init__(self, settings: PreprocessSettings, device: torch.device, dtype: torch.dtype = torch.float32):
         self.settings = settings
         self.device = device
         self.dtype = dtype
+        # the shorter side a JPEG decoded at a reduced DCT scale keeps (0: never reduced); the probe counts by it too
+        self.min_short_side = dct_short_side(settings)
+
+    def decoded_pixels(self, image: EncodedImage) -> int:
+        """Pixels this backend's decoder holds for `image`: a reducible JPEG at its DCT scale (the CPU backend's way)."""
+        return decoded_pixels(image, self.min_short_side)
 
     def __call__(self, images: Sequence[EncodedImage]) -> PreprocessResult:
         """The classifier's whole transform, a chunk at a time, as one batch on the model's device."""
@@ -63,7 +70,7 @@ class Preprocessor:
         `decode` is this backend's `decode` unless another is given (the classifier's wants CPU pixels on the CPU)."""
         parts: list[tuple[list[int], Transformed]] = []
         failed: dict[int, RequestError] = {}
-        for chunk in pixel_budget_chunks(images, self.settings.max_batch_pixels, self.min_short_side):
+        for chunk in budget_slices([self.decoded_pixels(image) for image in images], self.settings.max_batch_pixels):
             decoded, chunk_failed = (decode or self.decode)([images[i] for i in chunk])
             failed.update({chunk[i]: err for i, err in chunk_failed.items()})
             kept = sorted(decoded)
@@ -86,6 +93,12 @@ class Preprocessor:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(device={self.device}, dtype={self.dtype})"
+
+
+def dct_short_side(settings: PreprocessSettings) -> int:
+    """The shorter side a JPEG decoded at a reduced DCT scale keeps: `DCT_OVERSAMPLE` source pixels per pixel of the
+    resize (`preprocess.jpeg_dct_scaling`; 0 where it is off)."""
+    return DCT_OVERSAMPLE * settings.resize if settings.jpeg_dct_scaling else 0
 
 
 def pixel_budget_chunks(images: Sequence[EncodedImage], budget: int, min_short_side: int = 0) -> list[list[int]]:

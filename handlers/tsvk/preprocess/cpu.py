@@ -13,12 +13,10 @@ import torch
 
 from .decode import EncodedImage, decode_rgb
 from ..common.errors import RequestError
-from .base import Preprocessor, pixel_budget_chunks
+from .base import DCT_OVERSAMPLE, Preprocessor, pixel_budget_chunks
 from .tensor_ops import Normalizer, resize_crop_stack
 
-__all__ = ["CpuPreprocessor", "decode_each", "pixel_budget_chunks"]
-
-DCT_OVERSAMPLE = 2  # 1/4 scale for a 12 MP photo and resize 256: 1008x756 left for the antialiased resize
+__all__ = ["CpuPreprocessor", "DCT_OVERSAMPLE", "decode_each", "pixel_budget_chunks"]
 
 
 class CpuPreprocessor(Preprocessor):
@@ -27,7 +25,6 @@ class CpuPreprocessor(Preprocessor):
     def __init__(self, settings, device: torch.device = torch.device("cpu"), dtype: torch.dtype = torch.float32):
         super().__init__(settings, device, dtype)
         self._normalize = Normalizer(settings, torch.device("cpu"), dtype)  # on the CPU, then one copy
-        self.min_short_side = DCT_OVERSAMPLE * settings.resize if settings.jpeg_dct_scaling else 0
 
     def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
         decoded, failed = self.decode_for_transform(images)

@@ -12,15 +12,12 @@ decoded and transformed in chunks within `preprocess.max_batch_pixels` (base.py)
 
 from __future__ import annotations
 
-from typing import Sequence
 
 import torch
 
 from ..common import features
-from .decode import EncodedImage
-from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
-from .torch_cuda import decode_on_gpu
+from .torch_cuda import GpuDecoding
 
 _NO_FLIP = 2  # crop_flip_normalize_reformat flips on 0, 1, -1; any other value leaves the image as is
 MIB = 1 << 20
@@ -47,7 +44,10 @@ class SameStream:
         return {**self.tensor.__cuda_array_interface__, "version": 3, "stream": -1}
 
 
-class CvCudaPreprocessor(Preprocessor):
+class CvCudaPreprocessor(GpuDecoding):
+    """Decodes as the cuda backend does (detection and segmentation transform with torch ops on the GPU: CV-CUDA
+    adds nothing to nvJPEG there); the classifier's resize, crop and normalize are CV-CUDA's."""
+
     name = "cvcuda"
 
     def __init__(self, settings, device: torch.device, dtype: torch.dtype = torch.float32):
@@ -68,9 +68,6 @@ class CvCudaPreprocessor(Preprocessor):
         batch = self._resize_crop_normalize(hwc)
         return batch if self.dtype == torch.float32 else batch.to(self.dtype)
 
-    def decode(self, images: Sequence[EncodedImage]):
-        """Detection and segmentation transform with torch ops on the GPU: CV-CUDA adds nothing to nvJPEG there."""
-        return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
 
     def _wrap(self, tensor: torch.Tensor, layout: str):
         return self.cvcuda.as_tensor(SameStream(tensor), layout)

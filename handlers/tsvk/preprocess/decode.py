@@ -3,16 +3,21 @@
 `probe` reads only the header (microseconds), so a decompression bomb is refused before a single
 pixel is decoded; for a JPEG it also walks the marker segments to count the decoding work its scans
 ask for (jpeg_scans.py), so a progressive scan bomb is refused before any backend (CPU or nvJPEG)
-sees it. `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
-fastest CPU decoder here; see docs/handler.md) and Pillow for everything else, applies the EXIF
-orientation, and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. A JPEG far larger
-than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg scales in
-the DCT domain, so a 12 MP photo never exists at full size in memory.
+sees it. The pixels it bounds are those the decoder will hold: a JPEG decoded at a reduced DCT scale
+(`min_short_side`) counts at that scale, within `max_jpeg_pixels` of header pixels (entropy decoding is
+not scaled); every other format counts whole, a HEIF file (HEIC, AVIF) by the largest coded image it
+declares (heif_items.py). `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
+fastest CPU decoder here; see docs/handler.md), Pillow for PNG, WebP, BMP, GIF and AVIF, and pi-heif
+(libheif) for HEIC, applies the EXIF orientation (a HEIF file's own rotation for HEIC and AVIF), and
+turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. An animated image gives its first frame.
+A JPEG far larger than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg
+scales in the DCT domain, so a 12 MP photo never exists at full size in memory.
 The returned tensor is a channels-last view (HWC memory), which torchvision resizes fastest.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import logging
 import warnings
@@ -22,8 +27,10 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps, UnidentifiedImageError
 
-from ..common.defaults import MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
+from ..common import features
+from ..common.defaults import MAX_JPEG_PIXELS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
 from ..common.errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
+from .heif_items import declared_sizes
 from .jpeg_scans import scan_work
 
 log = logging.getLogger(__name__)
@@ -32,13 +39,16 @@ log = logging.getLogger(__name__)
 # does not have; they are still the fastest here (docs/handler.md), so say it once, not per image.
 warnings.filterwarnings("ignore", message="The image decoding and encoding capabilities of TorchVision", category=DeprecationWarning)
 
-ALLOWED_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")
+BUILT_IN_FORMATS = ("JPEG", "PNG", "WEBP", "BMP", "GIF")  # Pillow's names; MPO (a JPEG with more frames) reads as JPEG
 # Leading bytes of image formats a client may send that are not decoded here: answered 415, not 400.
 _UNSUPPORTED_MAGIC = {
     b"II*\x00": "TIFF", b"MM\x00*": "TIFF", b"\x00\x00\x00\x0cjP  ": "JPEG 2000", b"\xff\x4f\xff\x51": "JPEG 2000",
     b"8BPS": "PSD", b"\x00\x00\x01\x00": "ICO", b"\xff\x0a": "JPEG XL", b"qoif": "QOI",
 }
-_UNSUPPORTED_BRANDS = {b"heic": "HEIC", b"heix": "HEIC", b"mif1": "HEIF", b"avif": "AVIF"}  # ISO-BMFF 'ftyp' brands
+# ISO-BMFF 'ftyp' major brands -> the format, the name a client knows it by, and what decodes it where it is missing
+_HEIF_BRANDS = {**dict.fromkeys((b"heic", b"heix", b"heim", b"heis", b"hevc", b"hevx", b"mif1", b"msf1"), "HEIC"),
+                **dict.fromkeys((b"avif", b"avis"), "AVIF")}
+_DECODER_HINTS = {"HEIC": features.install_hint("pi_heif"), "AVIF": features.AVIF_HINT}
 _JPEG_FORMATS = ("JPEG", "MPO")  # Pillow reports phone JPEGs with extra frames as MPO; frame 0 is the photo
 _TURBO_MODES = ("RGB", "L")  # JPEG modes libjpeg-turbo turns into RGB itself; CMYK etc. go via Pillow
 _WIDE_MODES = ("I;16", "I;16B", "I;16L", "I;16N", "I")  # 16-bit greyscale: scale, don't clip
@@ -53,7 +63,7 @@ class EncodedImage:
     width: int
     height: int
     mode: str
-    orientation: int = 1  # EXIF orientation (1-8); GPU decoders ignore it, so it is applied after
+    orientation: int = 1  # EXIF orientation (1-8; HEIC: 1, libheif applies the file's rotation); GPU decoders ignore it
 
 
     @property
@@ -61,26 +71,23 @@ class EncodedImage:
         return self.format in _JPEG_FORMATS
 
 
-def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS,
-          max_jpeg_scan_blocks: int = MAX_JPEG_SCAN_BLOCKS) -> EncodedImage:
-    """Read the header only: format, size and mode; refuse non-images, oversized images and JPEGs whose
-    scans cost more to decode than the limits allow.
+def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS, max_jpeg_scan_blocks: int = MAX_JPEG_SCAN_BLOCKS,
+          *, max_jpeg_pixels: int = MAX_JPEG_PIXELS, min_short_side: int = 0) -> EncodedImage:
+    """Read the header only: format, size and mode; refuse non-images, images that would decode to more
+    than `max_pixels` (a JPEG counted at the DCT scale `min_short_side` asks for, within `max_jpeg_pixels`
+    of header pixels) and JPEGs whose scans cost more to decode than the limits allow.
 
     The pixel count is checked before anything else is read: for some formats even metadata costs
     a full decode (Pillow loads a whole PNG to look for an EXIF chunk after the pixels)."""
     if not data:
         raise BadImage("request body is empty")
-    declared = webp_canvas_size(data)
-    if declared is not None:  # Pillow's WebP reader allocates two canvases of this size as it opens the file
-        check_pixel_count(*declared, max_pixels)
-    Image.init()  # register every format plugin, so `formats=` can name WEBP
+    _check_declared_canvas(data, max_pixels)
+    limits = _PixelLimits(max_pixels, max_jpeg_pixels, min_short_side)
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", Image.DecompressionBombWarning)
-            with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
-                width, height, fmt, mode = image.width, image.height, image.format, image.mode
-                check_pixel_count(width, height, max_pixels)
-                orientation = _exif_orientation(image)
+        with _open(data) as image:
+            width, height, fmt, mode = image.width, image.height, image.format, image.mode
+            limits.check(fmt, width, height)
+            orientation = _exif_orientation(image)
     except ImageTooLarge:
         raise
     except Image.DecompressionBombError as err:
@@ -94,6 +101,68 @@ def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS,
     if fmt in _JPEG_FORMATS:
         check_jpeg_work(data, width, height, max_jpeg_scans, max_jpeg_scan_blocks)
     return EncodedImage(data, fmt, width, height, mode, orientation)
+
+
+@dataclass(frozen=True)
+class _PixelLimits:
+    """What the probe lets a decoder hold: `max_pixels` decoded, and a JPEG decoded at a reduced DCT scale
+    (`min_short_side` > 0) declaring at most `max_jpeg_pixels` in its header."""
+
+    max_pixels: int
+    max_jpeg_pixels: int
+    min_short_side: int
+
+    def check(self, fmt: str, width: int, height: int) -> None:
+        if fmt not in _JPEG_FORMATS or not self.min_short_side:
+            check_pixel_count(width, height, self.max_pixels)
+            return
+        if width * height > max(self.max_jpeg_pixels, self.max_pixels):  # one within max_pixels costs what a PNG may
+            raise ImageTooLarge(f"the JPEG is {width}x{height} = {width * height} pixels; the limit is {self.max_jpeg_pixels} "
+                                "(preprocess.max_jpeg_pixels: decoding reads every pixel's coefficients, even at a reduced scale)")
+        pixels = scaled_pixels(width, height, self.min_short_side)
+        if pixels > self.max_pixels:
+            raise ImageTooLarge(f"the {width}x{height} JPEG decodes to {pixels} pixels at its smallest DCT scale; the limit is "
+                                f"{self.max_pixels} (preprocess.max_pixels)")
+
+
+def _check_declared_canvas(data: bytes, max_pixels: int) -> None:
+    """Refuse what a reader would allocate as it opens the file, before it does: a WebP's canvas, a HEIF file's
+    largest coded image (its reported size may be a small crop of it)."""
+    declared = webp_canvas_size(data)
+    if declared is not None:  # Pillow's WebP reader allocates two canvases of this size as it opens the file
+        check_pixel_count(*declared, max_pixels)
+    if data[4:8] == b"ftyp":
+        for width, height in declared_sizes(data):
+            check_pixel_count(width, height, max_pixels)
+
+
+@functools.lru_cache(maxsize=None)
+def allowed_formats() -> tuple[str, ...]:
+    """The formats this worker decodes: Pillow's built-in ones, AVIF where Pillow has libavif, HEIC where pi-heif
+    imports. Registered once, the decoders' own threads set to torch's (one per worker on a CPU plan, so a decode
+    does not take its neighbours' cores). AVIF is tried before HEIC: both claim the 'mif1' brand, and Pillow's AVIF
+    reader hands a file on when it is not AV1."""
+    Image.init()  # every built-in plugin, so `formats=` can name WEBP
+    threads = torch.get_num_threads()
+    extra = []
+    if features.has_avif():
+        from PIL import AvifImagePlugin
+
+        AvifImagePlugin.DEFAULT_MAX_THREADS = threads
+        extra.append("AVIF")
+    heif = features.heif_decoder()
+    if heif is not None:
+        heif.register_heif_opener(thumbnails=False, depth_images=False, aux_images=False, decode_threads=threads)
+        extra.append("HEIF")
+    return BUILT_IN_FORMATS + tuple(extra)
+
+
+def _open(data: bytes) -> Image.Image:
+    """Pillow's reader for one of the allowed formats, without Pillow's own pixel check: the probe's per-format one
+    applies, and Pillow's single number (179 MP refused, a warning from 89 MP) is not one a scaled JPEG decode needs."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", Image.DecompressionBombWarning)
+        return Image.open(io.BytesIO(data), formats=allowed_formats())
 
 
 def check_jpeg_work(data: bytes, width: int, height: int, max_scans: int, max_scan_blocks: int) -> None:
@@ -127,14 +196,24 @@ def webp_canvas_size(data: bytes) -> tuple[int, int] | None:
 
 
 def _unrecognised(data: bytes) -> BadImage | UnsupportedFormat:
-    """415 for an image format we know but do not decode, 400 for anything else."""
-    allowed = ", ".join(ALLOWED_FORMATS)
+    """415 for an image format we know but do not decode (naming what would decode it, where something would), 400 for
+    anything else: a HEIF file whose decoder is installed but cannot read it is a broken file."""
+    allowed = ", ".join(allowed_formats())
     name = next((fmt for magic, fmt in _UNSUPPORTED_MAGIC.items() if data.startswith(magic)), None)
-    if name is None and data[4:8] == b"ftyp":
-        name = _UNSUPPORTED_BRANDS.get(data[8:12])
+    heif = _HEIF_BRANDS.get(data[8:12]) if data[4:8] == b"ftyp" else None
+    if heif and heif in _format_names():
+        return BadImage(f"cannot read the {heif} image's header ({len(data)} bytes): the file is corrupt or truncated")
+    if heif:
+        return UnsupportedFormat(f"{heif} images are not decoded by this server; allowed formats: {allowed} "
+                                 f"(the server's operator can add {heif}: {_DECODER_HINTS[heif]})")
     if name:
         return UnsupportedFormat(f"{name} images are not supported; allowed formats: {allowed}")
     return BadImage(f"request body is not a recognised image ({len(data)} bytes); allowed formats: {allowed}")
+
+
+def _format_names() -> tuple[str, ...]:
+    """The allowed formats as clients name them (Pillow's HEIF reader is asked for HEIC photos)."""
+    return tuple("HEIC" if fmt == "HEIF" else fmt for fmt in allowed_formats())
 
 
 def check_pixel_count(width: int, height: int, max_pixels: int) -> None:
@@ -146,10 +225,17 @@ def check_pixel_count(width: int, height: int, max_pixels: int) -> None:
 
 def decoded_pixels(image: EncodedImage, min_short_side: int = 0) -> int:
     """Pixels `decode_rgb` will hold in memory for this image: a reducible JPEG is counted at its DCT scale."""
-    if image.is_jpeg and _reducible(image, min_short_side):
-        scale = _dct_scale(image.width, image.height, min_short_side)
-        return -(-image.width // scale) * -(-image.height // scale)
+    if image.is_jpeg:
+        return scaled_pixels(image.width, image.height, min_short_side)
     return image.width * image.height
+
+
+def scaled_pixels(width: int, height: int, min_short_side: int) -> int:
+    """Pixels of a JPEG of this size decoded at the DCT scale `min_short_side` asks for (0: full size)."""
+    if min_short_side <= 0 or min(width, height) < 2 * min_short_side:
+        return width * height
+    scale = _dct_scale(width, height, min_short_side)
+    return -(-width // scale) * -(-height // scale)
 
 
 def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
@@ -244,8 +330,8 @@ def _dct_scale(width: int, height: int, min_short_side: int) -> int:
 
 
 def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:
-    with Image.open(io.BytesIO(data), formats=ALLOWED_FORMATS) as image:
-        image.seek(0)  # GIF / animated WebP: the first frame
+    with _open(data) as image:
+        image.seek(0)  # GIF, APNG, animated WebP and AVIF, HEIF sequences: the first frame
         if min_short_side:
             image.draft(image.mode, _draft_size(image.width, image.height, min_short_side))  # JPEG only
         image.load()

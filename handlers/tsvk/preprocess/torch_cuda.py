@@ -8,8 +8,10 @@ nvJPEG refuses JPEGs libjpeg-turbo decodes (chroma subsampling it has no name fo
 so only a JPEG the CPU decoder refuses too is a 400, as on the CPU backend. A JPEG whose data is
 corrupt but complete decodes to whatever pixels the decoder makes of it on either side (libjpeg-turbo
 warns and goes on; nvJPEG's hardware decoder may not notice): the same answer as the CPU backend's.
-A batch is decoded in chunks within `preprocess.max_batch_pixels` (base.py), so GPU memory holds one
-chunk's pixels at a time.
+A JPEG larger than `preprocess.max_pixels` (a 48-108 MP phone photo) is decoded on the CPU at a reduced DCT scale
+instead, as the CPU backend decodes it, and uploaded: nvJPEG has no scaled decode, and the probe admitted it by its
+pixels at that scale. A batch is decoded in chunks within `preprocess.max_batch_pixels` (base.py), so GPU memory holds
+one chunk's pixels at a time.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from typing import Sequence
 import torch
 
 from ..common import features
-from .decode import EncodedImage, apply_orientation, decode_rgb, jpeg_bytes_tensor, jpeg_is_complete
+from .decode import EncodedImage, apply_orientation, decode_rgb, decoded_pixels, jpeg_bytes_tensor, jpeg_is_complete
 from ..common.errors import RequestError
 from .base import Preprocessor
 from .tensor_ops import Normalizer, resize_crop_stack
@@ -28,7 +30,21 @@ from .tensor_ops import Normalizer, resize_crop_stack
 log = logging.getLogger(__name__)
 
 
-class CudaPreprocessor(Preprocessor):
+class GpuDecoding(Preprocessor):
+    """Decoding for the GPU backends: nvJPEG where it can, oversized JPEGs scaled on the CPU, the rest on the CPU."""
+
+    def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
+        return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device), self.oversize)
+
+    @property
+    def oversize(self) -> "Oversize":
+        return Oversize(self.settings.max_pixels, self.min_short_side)
+
+    def decoded_pixels(self, image: EncodedImage) -> int:
+        return self.oversize.decoded_pixels(image)
+
+
+class CudaPreprocessor(GpuDecoding):
     name = "cuda"
 
     def __init__(self, settings, device: torch.device, dtype: torch.dtype = torch.float32):
@@ -38,28 +54,40 @@ class CudaPreprocessor(Preprocessor):
     def transform(self, images: list[torch.Tensor]) -> torch.Tensor:
         return self._normalize(resize_crop_stack(images, self.settings))
 
-    def decode(self, images: Sequence[EncodedImage]) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
-        return decode_on_gpu(images, self.device, features.has_nvjpeg(self.device))
+
+class Oversize:
+    """JPEGs over `max_pixels` at full size, which a GPU backend decodes on the CPU at a reduced DCT scale."""
+
+    def __init__(self, max_pixels: int = 0, min_short_side: int = 0):
+        self.max_pixels = max_pixels
+        self.min_short_side = min_short_side
+
+    def holds(self, image: EncodedImage) -> bool:
+        return bool(self.max_pixels) and image.is_jpeg and image.width * image.height > self.max_pixels
+
+    def decoded_pixels(self, image: EncodedImage) -> int:
+        return decoded_pixels(image, self.min_short_side) if self.holds(image) else image.width * image.height
 
 
 def decode_on_gpu(
-    images: Sequence[EncodedImage], device: torch.device, nvjpeg: bool = True
+    images: Sequence[EncodedImage], device: torch.device, nvjpeg: bool = True, oversize: Oversize = Oversize()
 ) -> tuple[dict[int, torch.Tensor], dict[int, RequestError]]:
     """RGB uint8 (3, H, W) CUDA tensors by input index, plus the indices that failed to decode.
 
     Without nvJPEG (a torchvision built without it) every image is decoded on the CPU and uploaded, and
-    so is each JPEG nvJPEG refuses.
+    so is each JPEG nvJPEG refuses; an `oversize` JPEG is decoded on the CPU at its reduced DCT scale.
     """
     decoded: dict[int, torch.Tensor] = {}
     failed: dict[int, RequestError] = {}
-    jpegs = [i for i, image in enumerate(images) if nvjpeg and _for_nvjpeg(image)]
+    jpegs = [i for i, image in enumerate(images) if nvjpeg and _for_nvjpeg(image) and not oversize.holds(image)]
     for index, tensor in _nvjpeg_batch([images[i] for i in jpegs], jpegs, device).items():
         decoded[index] = apply_orientation(tensor, images[index].orientation)
     for index, image in enumerate(images):
         if index in decoded or index in failed:
             continue
         try:
-            decoded[index] = decode_rgb(image).to(device, non_blocking=True)
+            scale_to = oversize.min_short_side if oversize.holds(image) else 0
+            decoded[index] = decode_rgb(image, scale_to).to(device, non_blocking=True)
         except RequestError as err:
             failed[index] = err.detached()
     return decoded, failed

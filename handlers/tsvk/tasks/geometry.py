@@ -106,6 +106,16 @@ def fit_within(size: tuple[int, int], max_side: int) -> tuple[int, int]:
     return max(1, round(height * scale)), max(1, round(width * scale))
 
 
+def fit_pixels(size: tuple[int, int], max_pixels: int) -> tuple[int, int]:
+    """(height, width) scaled down to at most `max_pixels`, keeping its shape: a 108 MP photo decoded at a reduced DCT
+    scale would otherwise have its label map (and the PNG encoding it) made at 108 MP, more than any decoded image."""
+    height, width = size
+    if height * width <= max_pixels:
+        return height, width
+    scale = (max_pixels / (height * width)) ** 0.5
+    return max(1, int(height * scale)), max(1, int(width * scale))
+
+
 def resize_label_map(label_map: torch.Tensor, size: tuple[int, int]) -> torch.Tensor:
     """(H, W) class indices -> `size` by nearest neighbour: every pixel keeps a class the model gave.
 

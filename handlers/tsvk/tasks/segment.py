@@ -3,7 +3,8 @@ one resulting size run as one batch, and the label map mapped back to each ORIGI
 
 The answer per image: its size, each class present with its area in the photo's pixels and as a
 fraction, and (unless the option `label_map` is false) the label map itself, one class index per pixel, as a
-base64 PNG at the photo's size or with its longer side at most `label_map_max_side`.
+base64 PNG at the photo's size or with its longer side at most `label_map_max_side`, and never over `preprocess.max_pixels`
+(a larger photo's map comes scaled down, its shape kept; `width` and `height` say the photo's size).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from .answers import first_tensor
 from ..preprocess import PreprocessResult
 from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, _as_batch
 from .base import Task
-from .geometry import fit_within, group_by_size, original_size, resize_label_map, same_size_slices
+from .geometry import fit_pixels, fit_within, group_by_size, original_size, resize_label_map, same_size_slices
 from .params import flag, whole
 
 FRACTION_DECIMALS = 6
@@ -83,7 +84,8 @@ class SegmentTask(Task):
                    for index, count in enumerate(counts) if count]
         answer: dict[str, Any] = {"width": width, "height": height, "classes": sorted(classes, key=lambda c: -c["pixels"])}
         if options["label_map"]:
-            answer["label_map"] = label_map_png(resize_label_map(label_map, fit_within(original, options["label_map_max_side"])))
+            size = fit_pixels(fit_within(original, options["label_map_max_side"]), self.settings.preprocess.max_pixels)
+            answer["label_map"] = label_map_png(resize_label_map(label_map, size))
         return answer
 
 

@@ -231,7 +231,8 @@ class VisionService:
         decodes it; or the pixels a client preprocessed itself."""
         if request.pixels is None:
             limits = self.settings.preprocess
-            image = probe(request.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)
+            image = probe(request.image, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks,
+                          max_jpeg_pixels=limits.max_jpeg_pixels, min_short_side=self.preprocessor.min_short_side)
             check_resized_pixels(image, limits)
             return image
         return torch.from_numpy(request.pixels)
@@ -350,7 +351,7 @@ def _log_loaded(
         threads_from,
         f"; {model.note}" if model.note else "",
         f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
-        features.describe(("cuda", "nvjpeg", "cvcuda"), model.device),
+        features.describe(("cuda", "nvjpeg", "cvcuda", "heif", "avif"), model.device),
     )
     _warn_emulated_bf16(settings, model)
     log.info(

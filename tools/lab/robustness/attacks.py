@@ -35,7 +35,7 @@ TRANSPORTS = (PREDICTIONS, FRONT_REST, FRONT_GRPC)
 JSON = "application/json"
 SCAN_BOMB_SIDE = 4000  # a 16 MP progressive JPEG: within the pixel bound, so only the scan count can refuse it
 SCAN_BOMB_REPEATS = 4000  # copies of its smallest AC scan: ~6 s of decoding on an unbounded handler
-EXPANSION_BYTES = 15 * 2**20  # `[[],[],...]` just under the generated config's 16 MiB request limit
+EXPANSION_BYTES = 15 * 2**20  # `[[],[],...]` just under the JSON body limit (MAX_JSON_MB, 16 MiB), within max_request_size
 LARGE_PHOTO_SIDE = 6000  # 36 MP: allowed (the pixel bound is 40 MP), solid colour so a PNG is ~100 kB
 LARGE_BURST = 8  # large photos sent at once to one model
 

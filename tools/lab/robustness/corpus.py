@@ -21,11 +21,13 @@ import numpy as np
 from hypothesis import HealthCheck, given, seed as hypothesis_seed, settings, strategies as st
 from PIL import Image
 
+from ... import defaults
+
 WRAPPINGS = ("raw", "base64", "json", "multipart", "data-url")
 # kind -> share in percent of the corpus (Hypothesis draws a number 0-99 and this table maps it)
 KIND_SHARES = {"valid": 12, "truncated": 15, "flipped": 20, "spliced": 10, "bomb": 18, "random": 15, "empty": 7, "huge": 3}
 KINDS = tuple(KIND_SHARES)
-HUGE_BODY_BYTES = 20 * 2**20  # above the generated config's 16 MiB max_request_size
+HUGE_BODY_BYTES = (defaults.MAX_REQUEST_MB + 4) * 2**20  # above the generated config's max_request_size
 
 
 @dataclass(frozen=True)
