@@ -6,12 +6,12 @@ batched torch ops), `cuda` (nvJPEG + torch ops on the GPU) and `cvcuda` (nvJPEG 
 antialias settings. `__all__` is what tools/ may import from this room.
 """
 
-from .base import PreprocessResult, Preprocessor
+from .base import PreprocessResult, Preprocessor, dct_short_side
 from .cpu import DCT_OVERSAMPLE, CpuPreprocessor
-from .decode import EncodedImage, decode_rgb, probe
+from .decode import EncodedImage, allowed_formats, decode_rgb, decoded_pixels, probe
 from .factory import BackendChoice, build_preprocessor, choose_backend
 from .tensor_ops import INTERPOLATION_MODES, Normalizer, resize_crop_stack
 
 __all__ = ["DCT_OVERSAMPLE", "INTERPOLATION_MODES", "BackendChoice", "CpuPreprocessor", "EncodedImage", "Normalizer",
-           "PreprocessResult", "Preprocessor", "build_preprocessor", "choose_backend", "decode_rgb", "probe",
-           "resize_crop_stack"]
+           "PreprocessResult", "Preprocessor", "allowed_formats", "build_preprocessor", "choose_backend", "dct_short_side",
+           "decode_rgb", "decoded_pixels", "probe", "resize_crop_stack"]

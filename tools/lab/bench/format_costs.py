@@ -24,9 +24,7 @@ from PIL import Image
 
 from tsvk.common import PreprocessSettings
 from tsvk.model import cpu_flags
-from tsvk.preprocess import decode_rgb, probe
-from tsvk.preprocess.base import dct_short_side
-from tsvk.preprocess.decode import allowed_formats, decoded_pixels
+from tsvk.preprocess import allowed_formats, dct_short_side, decode_rgb, decoded_pixels, probe
 
 SIZES = {12: (4032, 3024), 48: (8064, 6048), 108: (12000, 9000)}  # MP -> the sizes phones write
 ENCODINGS = {  # name -> (Pillow format, save options)
