@@ -110,6 +110,11 @@ ENGINE_MAX_MEMBER_RATIO = 100
 ENGINE_RATIO_FROM_MB = 1
 # Left free on the run directory's disk once an archive is unpacked: the logs, the status file, workers' temporaries.
 ENGINE_DISK_RESERVE_MB = 512
+# The longest message the engine's server reads from a worker (a batch's answers and the handler's metric samples),
+# checked before a byte of it is allocated: a longer length prefix is a broken worker, ended and replaced. A batch
+# decodes at most tsvk.defaults.MAX_BATCH_PIXELS (80 M) pixels, so the largest answer tsvk writes, a segmenter's
+# label maps at the photos' size as 16-bit PNGs in base64, is about 215 MB.
+ENGINE_MAX_WORKER_MESSAGE_MB = 512
 
 # What `tsvk predict` and `tsvk demo` classify when no image is named.
 IMAGE = "skimage:chelsea"

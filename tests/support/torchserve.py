@@ -19,10 +19,11 @@ WITHOUT_TSVK = Path(__file__).parent / "without_tsvk"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
-def archive_tiny(store: Path, factory: str = "TinyNet", *extra: str) -> Path:
-    """tests/fixtures/tiny_model.py packed eagerly as `tiny.mar` into `store` (random weights, batches 1..4):
-    a model that loads in seconds. `SlowTinyNet` takes a steady time per batch, for tests under load."""
-    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(FIXTURES / "tiny_model.py"),
+def archive_tiny(store: Path, factory: str = "TinyNet", *extra: str, model_file: Path = FIXTURES / "tiny_model.py") -> Path:
+    """tests/fixtures/tiny_model.py (or another `model_file` of the fixtures) packed eagerly as `tiny.mar` into `store`
+    (random weights, batches 1..4): a model that loads in seconds. `SlowTinyNet` takes a steady time per batch, for
+    tests under load."""
+    assert tsvk(["archive", "--model", "tiny", "--backend", "eager", "--model-file", str(model_file),
                  "--model-factory", factory, "--resize", "40", "--crop", "32", "--labels", str(FIXTURES / "tiny_labels.txt"),
                  "--weights", "none", "--max-batch", "4", "--model-store", str(store), *extra]) == 0
     return store

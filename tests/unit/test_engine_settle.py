@@ -3,13 +3,15 @@
 A real uvicorn (the engine's REST server) on a loopback port: a client connects, the server accepts the connection,
 the client sends its request, and the graceful shutdown begins in the same turn of the event loop, before the server
 has read a byte of it. uvicorn's own shutdown then closes the connection as idle; with the settle step the engine
-adds (tools/engines/kserve/server.py), the request is read and answered first.
+adds (tools/engines/kserve/server.py), the request is read and answered first. The gRPC server's stop, begun beside
+uvicorn's shutdown, settles too: calls that reached it while its event loop was busy are taken up and answered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import socket
+import time
 
 import uvicorn
 
@@ -92,3 +94,46 @@ def test_no_new_connection_is_taken_once_the_stop_began():
         return refused
 
     assert asyncio.run(scenario())
+
+
+GRPC_CALLS = 8
+GRPC_METHOD = "/tsvk.test.Echo/Call"
+
+
+async def _echo_after_a_while(request: bytes, context) -> bytes:
+    await asyncio.sleep(0.2)
+    return request
+
+
+async def _grpc_answers_to_calls_sent_as_the_stop_begins(settle_s: float) -> list[str]:
+    """A real uvicorn and a real grpc.aio server stopped together (the gRPC stop `beside` uvicorn's shutdown), with
+    GRPC_CALLS calls that reached the gRPC server while its event loop was busy: none had been taken up yet."""
+    import grpc
+    from grpc import aio
+
+    rest_port, grpc_port = free_ports(2)
+    server = await _started(rest_port)
+    calls = aio.server()
+    calls.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        "tsvk.test.Echo", {"Call": grpc.unary_unary_rpc_method_handler(_echo_after_a_while)}),))
+    calls.add_insecure_port(f"127.0.0.1:{grpc_port}")
+    await calls.start()
+    settle_before_shutdown(server, settle_s=settle_s, beside=(lambda: calls.stop(5),))
+    channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+    try:
+        grpc.channel_ready_future(channel).result(timeout=10)
+        sent = [channel.unary_unary(GRPC_METHOD).future(b"hello", timeout=30) for _ in range(GRPC_CALLS)]
+        time.sleep(0.5)  # the event loop busy (blocked): the calls arrive, the server takes none of them up
+        await server.shutdown()  # in this same turn of the loop, as a SIGTERM arriving now
+        return await asyncio.to_thread(lambda: [f.code().name if f.exception() else f.result().decode() for f in sent])
+    finally:
+        channel.close()
+
+
+def test_grpc_stopped_at_once_cancels_the_calls_it_had_not_taken_up():
+    """The failure the gRPC settle exists for: calls its clients sent before the stop are cancelled."""
+    assert "CANCELLED" in asyncio.run(_grpc_answers_to_calls_sent_as_the_stop_begins(settle_s=0.0))
+
+
+def test_after_the_settle_grpc_answers_every_call_that_had_reached_it():
+    assert asyncio.run(_grpc_answers_to_calls_sent_as_the_stop_begins(settle_s=0.5)) == ["hello"] * GRPC_CALLS

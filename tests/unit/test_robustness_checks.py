@@ -38,6 +38,7 @@ CASES = {
     checks.good_answered_beside_hostile: ({}, {"good": [None, []]}),
     checks.no_accepted_lost: ({}, {"drain": [None, {}, {"accepted": 0, "lost": 0}]}),
     checks.exited_within_drain: ({}, {"drain": [None, {}, {"exit_s": 3.0}]}),
+    checks.grpc_calls_answered: ({}, {"calls": [None, {}, {"sent": 0, "answered": 0}, {"sent": 16}]}),
     checks.drift_under: ({"goal_pct": 5.0, "what": "RSS"}, {"drift_pct": [None]}),
     checks.none_failed: ({"what": "good requests"}, {"total": [None, 0], "failures": [None]}),
     checks.no_growth: ({"what": "open files"}, {"growth": [None]}),
@@ -69,6 +70,7 @@ PASSING = {
     checks.good_answered_beside_hostile: {"good": [(200, True)]},
     checks.no_accepted_lost: {"drain": {"accepted": 30, "lost": 0}},
     checks.exited_within_drain: {"drain": {"exit_s": 3.0, "drain_timeout_s": 30.0}},
+    checks.grpc_calls_answered: {"calls": {"sent": 16, "answered": 16, "answered_after_stop_began": 9}},
     checks.drift_under: {"drift_pct": 1.0},
     checks.none_failed: {"total": 100, "failures": 0},
     checks.no_growth: {"growth": 0},
@@ -113,6 +115,7 @@ def test_a_dead_worker_a_slow_bomb_and_an_exposed_port_fail():
     assert not checks.not_exposed({8081: ["127.0.0.1"]}, [Probe("fe80::1%eth0", 8081, True)], [8081])
     assert not checks.not_exposed({8081: ["127.0.0.1"]}, [], [8081, 9090])  # 9090 never found listening
     assert not checks.no_server_errors({"200": 5, "0": 1})
+    assert not checks.grpc_calls_answered({"sent": 16, "answered": 12, "statuses": {"OK": 12, "CANCELLED": 4}})
     assert checks.no_server_errors({"200": 5, "503": 1}, allowed_5xx=(503,))
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,9 @@ from tsvk_tools.lab.robustness.attacks import FRONT_GRPC, FRONT_REST, PREDICTION
 from tsvk_tools.lab.robustness.client import Answer, histogram
 from tsvk_tools.lab.robustness.parts import FUZZ_ROUTE_CYCLE, fuzz_route
 from tsvk_tools.lab.robustness.robustness_cli import counted_inputs, drain_part
+from tsvk_tools.lab.robustness.grpc_calls import Outcome as GrpcOutcome, summary as grpc_summary
+from tsvk_tools.lab.robustness.service import ServiceSpec
+from tsvk_tools.engines.kserve.engine_process import ENGINE as KSERVE
 
 PHOTO = attacks.noise_photo(0, (64, 48))
 ISSUE_CLASSES = ("scan bomb", "pixel bomb png", "pixel bomb gif", "pixel bomb bmp", "pixel bomb jpeg", "pixel bomb webp",
@@ -138,6 +142,20 @@ def test_a_run_without_a_drain_measurement_fails_its_drain_checks():
     assert not any(drain_part(None, None)["checks"].values())
     measured = drain_part(lambda spec, load: {"accepted": 40, "lost": 0, "exit_s": 12.0, "drain_timeout_s": 30.0}, None)
     assert all(measured["checks"].values())
+
+
+def test_the_drain_of_the_engine_speaking_the_protocol_checks_its_grpc_calls_too():
+    spec = ServiceSpec(Path("store"), "tiny", Path("work"), oip=True, engine=KSERVE)
+    rest_only = {"accepted": 40, "lost": 0, "exit_s": 12.0, "drain_timeout_s": 30.0}
+    assert not drain_part(lambda spec, load: rest_only, spec)["checks"]["every gRPC call in flight at the stop answered"]
+    with_grpc = {**rest_only, "grpc_in_flight": {"sent": 16, "answered": 16, "answered_after_stop_began": 9}}
+    assert all(drain_part(lambda spec, load: with_grpc, spec)["checks"].values())
+
+
+def test_grpc_calls_at_the_stop_are_counted_by_what_each_got_and_when():
+    outcomes = [GrpcOutcome("OK", 9.0), GrpcOutcome("OK", 11.0), GrpcOutcome("CANCELLED", 11.0), GrpcOutcome()]
+    assert grpc_summary(outcomes, stop_began=10.0) == {"sent": 4, "answered": 2, "answered_after_stop_began": 1,
+                                                       "statuses": {"OK": 2, "CANCELLED": 1, "no end": 1}}
 
 
 def test_an_undocumented_503_is_counted_apart_from_overload_and_deadline():

@@ -36,6 +36,7 @@ from .upstream import TorchServeClient
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
 PROTOCOL_PATHS = r"^/v2(/health/(live|ready))?/?$|^/v2/models/[^/]+(/versions/[^/]+)?(/(ready|infer))?/?$"
 GRPC_THREADS = 4
+GRACE_S = 5  # the front's drain: how long its REST and gRPC servers answer what they hold once stopped
 BINARY_JSON_LENGTH = b"inference-header-content-length"  # the binary extension: the JSON part's length, in bytes
 
 
@@ -169,7 +170,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     app.add_exception_handler(ForwardedError, forwarded_error_handler)
     app.add_middleware(Guard, max_request_bytes=config.max_request_bytes, json_limits=front_json_limits(config))
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
-                      workers=1, grace_period=5)
+                      workers=1, grace_period=GRACE_S)
     rest.config.host = config.address
     serve_https(rest.config, config.tls if config.rest_tls else None)
     grpc = grpc_server(config, server)
@@ -230,9 +231,9 @@ def torchserve_dataplane(registry, health):
     return TorchServeDataPlane()
 
 
-def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
+def grpc_server(config: FrontConfig, server, interceptors: tuple = (), grace_s: float = GRACE_S):
     """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused; `interceptors` run
-    before KServe's (the engine's key check)."""
+    before KServe's (the engine's key check). Its stop takes no new call and answers those in flight for `grace_s`."""
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
     from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
@@ -258,7 +259,7 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
             await self._server.start()
             await self._server.wait_for_termination()
 
-    return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=5)
+    return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=grace_s)
 
 
 def _add_port(server, config: FrontConfig) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 from .files import WORKER_LOG, WORKER_MODULE
 from .forkserver import ForkServer, worker_env
 
-GRACE_S = 30  # uvicorn's wait for the requests it holds once SIGTERM arrives, unless --drain-timeout says otherwise
+GRACE_S = 30  # how long SIGTERM waits for the REST requests and gRPC calls held to be answered, unless --drain-timeout says otherwise
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--config", type=Path, required=True, help="the config.properties `tsvk config` wrote")
     parser.add_argument("--run-dir", type=Path, required=True, help="working directory: key file, unpacked archives, logs")
     parser.add_argument("--drain-timeout", type=float, default=GRACE_S,
-                        help=f"seconds SIGTERM waits for the requests held to be answered (default {GRACE_S})")
+                        help=f"seconds SIGTERM waits for the requests and gRPC calls held to be answered (default {GRACE_S})")
     return parser
 
 

@@ -1,14 +1,18 @@
 """A model's worker processes: each started with the archive unpacked, fed batches by the model's batcher, and
-replaced when it dies, the requests it held answered 503 at once.
+replaced when it dies or breaks, the requests it held answered 503 at once.
 
 A worker holds one end of a socket pair; the other end is this process's. When a worker dies its end closes, so the
 batch it held is answered the moment the read sees the end of the stream (well within a second), and a new worker
-is started in its place while the other workers go on taking batches.
+is started in its place while the other workers go on taking batches. A worker that answers with bytes that are no
+message (a length over the bound, a payload that does not unpickle) or with the wrong answer (another batch's, or not
+one (status, body) per request) is broken: it is ended by its pid and replaced the same way, as TorchServe's frontend
+drops a worker whose message it cannot decode, so no request of its batch is left waiting on it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import logging
 import socket
@@ -21,6 +25,7 @@ from typing import Callable
 from tsvk.common import RequestError
 from tsvk.worker import refusal
 
+from ... import defaults
 from . import wire
 from .archives import ServedModel
 from .batcher import Batcher, Pending
@@ -33,10 +38,19 @@ log = logging.getLogger(__name__)
 RESTART_PAUSE_S = 1.0  # between a refused restart and the next try
 DIED_STATUS = 503
 FORKED_WAIT_POLL_S = 0.05  # how often a killed forked worker (not this process's child) is checked for its end
+MAX_MESSAGE_BYTES = defaults.ENGINE_MAX_WORKER_MESSAGE_MB * 2**20
 
 
 class WorkerGone(Exception):
     """The worker exited (killed, out of memory, crashed) or outlived the response timeout."""
+
+    what = "is gone with"  # the log's words: "worker 0 (pid 12) is gone with a batch of 3 (why)"
+
+
+class WorkerBroken(WorkerGone):
+    """The worker answered with a broken message (wire.BrokenMessage): it is ended and replaced like one that died."""
+
+    what = "sent a broken answer to"
 
 
 @dataclass(frozen=True)
@@ -96,6 +110,7 @@ class WorkerProcess:
         self.reader: asyncio.StreamReader | None = None
         self.writer: asyncio.StreamWriter | None = None
         self.loaded = False  # said READY since it was last started: its archive is loaded, it takes batches
+        self.batch_ids = itertools.count()  # each batch's own id, so that an answer to another batch is told apart
 
     @property
     def pid(self) -> int | None:
@@ -111,16 +126,21 @@ class WorkerProcess:
         self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
         timeout = self.model.startup_timeout_s
         try:
-            message = await asyncio.wait_for(wire.read_message(self.reader), timeout)
+            message = await asyncio.wait_for(wire.read_message(self.reader, MAX_MESSAGE_BYTES), timeout)
         except asyncio.TimeoutError:
             await self.kill()
             return (f"it had not loaded {timeout:g} s after it started (the model's startupTimeout, else the config's "
                     "default_startup_timeout); it was ended")
-        if isinstance(message, tuple) and message[0] == wire.READY:
+        except wire.BrokenMessage as err:
+            await self.kill()
+            return f"it sent {err} instead of saying it had loaded; it was ended"
+        if wire.said(message, wire.READY):
             self.loaded = True
             return None
         await self.kill()
-        return message[1] if isinstance(message, tuple) and message[0] == wire.REFUSED else "the worker exited while loading"
+        if message is None:
+            return "the worker exited while loading"
+        return str(message[1]) if wire.said(message, wire.REFUSED) else "its first message was not that it had loaded; it was ended"
 
     async def _forked(self, theirs: socket.socket, out) -> ForkedWorker | None:
         """The worker forked by the fork server, or None where there is none (or it cannot): then it is spawned."""
@@ -150,17 +170,20 @@ class WorkerProcess:
         return arguments + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
 
     async def run(self, batch: list[Pending]) -> tuple[list[tuple[int, bytes]], list]:
-        """The worker's (status, body) for each request of the batch and the handler's metric samples, or WorkerGone."""
-        message = (id(batch), [p.request for p in batch], [p.arrival_s for p in batch])
+        """The worker's (status, body) for each request of the batch and the handler's metric samples; WorkerGone, or
+        WorkerBroken for an answer that is no message or not this batch's."""
+        batch_id = next(self.batch_ids)
         try:
-            self.writer.write(wire.pack(message))
+            self.writer.write(wire.pack((batch_id, [p.request for p in batch], [p.arrival_s for p in batch])))
             await self.writer.drain()
-            answer = await asyncio.wait_for(wire.read_message(self.reader), self.model.response_timeout_s)
+            answer = await asyncio.wait_for(wire.read_message(self.reader, MAX_MESSAGE_BYTES), self.model.response_timeout_s)
+            if answer is None:
+                raise WorkerGone("the worker's socket closed")
+            return wire.batch_answer(answer, batch_id, len(batch))
         except (ConnectionError, asyncio.TimeoutError) as err:
             raise WorkerGone(f"{type(err).__name__}") from None
-        if answer is None:
-            raise WorkerGone("the worker's socket closed")
-        return answer[1], (answer[2] if len(answer) > 2 else [])
+        except wire.BrokenMessage as err:
+            raise WorkerBroken(str(err)) from None
 
     def alive(self) -> bool:
         return self.handle is not None and self.handle.alive()
@@ -222,7 +245,7 @@ class ModelPool:
             try:
                 answers, samples = await worker.run(batch)
             except WorkerGone as err:
-                self._answer_died(batch, worker, str(err))
+                self._answer_died(batch, worker, err)
                 await self._replace(worker)
                 continue
             for pending, (status, body) in zip(batch, answers):
@@ -234,10 +257,11 @@ class ModelPool:
         self.metrics.batch_done(self.model.name, None, [taken - p.submitted_s for p in batch],
                                 [done - p.submitted_s for p in batch], done - taken, samples)
 
-    def _answer_died(self, batch: list[Pending], worker: WorkerProcess, why: str) -> None:
-        log.error("%s: worker %d (pid %s) is gone with a batch of %d (%s): answering 503 and starting another",
-                  self.model.name, worker.number, worker.pid, len(batch), why)
-        body = died_body(self.model.name)
+    def _answer_died(self, batch: list[Pending], worker: WorkerProcess, gone: WorkerGone) -> None:
+        """One line of the log saying which worker, what became of it and why; every request of its batch answered 503."""
+        log.error("%s: worker %d (pid %s) %s a batch of %d (%s): answering 503, ending it and starting another",
+                  self.model.name, worker.number, worker.pid, gone.what, len(batch), gone)
+        body = broken_body(self.model.name) if isinstance(gone, WorkerBroken) else died_body(self.model.name)
         for pending in batch:
             pending.settle(DIED_STATUS, body)
 
@@ -264,7 +288,7 @@ class ModelPool:
 
 
 class WorkerDied(RequestError):
-    """The worker died (killed, out of memory) while it held this request."""
+    """The worker died (killed, out of memory) or broke (wire.BrokenMessage) while it held this request."""
 
     status = DIED_STATUS
     kind = "ServiceUnavailable"
@@ -274,6 +298,11 @@ class WorkerDied(RequestError):
 def died_body(model: str) -> bytes:
     """The handler's error shape (handlers/tsvk/common/errors.py), encoded as the worker encodes answers."""
     return encode_body(WorkerDied(f"the worker serving {model} died with this request; it is being replaced: send it again").body())
+
+
+def broken_body(model: str) -> bytes:
+    """What a request of a broken worker's batch is answered: the same code as a death's, as the client's remedy is the same."""
+    return encode_body(WorkerDied(f"the worker serving {model} failed with this request; it is being replaced: send it again").body())
 
 
 def stopping_body() -> bytes:

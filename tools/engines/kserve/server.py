@@ -5,8 +5,9 @@ Run as `python -m tsvk_tools.engines.kserve --config <config.properties> --run-d
 kserve` does (engine_process.py). The REST server is KServe's (its data plane for /v2) with the OIP front's guard in front:
 only the served paths, bodies no larger than max_request_size, /v2 JSON bounded before it is parsed, and the
 inference key checked on every path when token authorization is on. The gRPC Open Inference Protocol server is
-started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST server stops
-accepting and answers what it holds (uvicorn's graceful shutdown), then the workers are ended. With token
+started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST and gRPC servers
+stop accepting together and answer what they hold within the drain timeout (uvicorn's graceful shutdown, gRPC's
+stop with that grace), then the workers are ended. With token
 authorization on, a run directory another user owns or others may write is refused before the keys are written
 (tokens.py); with it off (the chart's pods, whose run directory is an emptyDir of their own) there are no keys to keep.
 """
@@ -19,6 +20,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
+from typing import Awaitable, Callable
 from urllib.parse import urlsplit
 
 from tsvk.common import read_properties
@@ -40,8 +42,9 @@ from .tokens import KEY_REFUSED, InferenceKey, auth_enabled, run_dir_problem, wr
 log = logging.getLogger("tsvk.engine")
 
 ENGINE_PATHS = f"{PING_PATH.pattern}|{PREDICTIONS_PATH.pattern}"  # TorchServe's inference API
-# From the listeners' close to uvicorn's graceful shutdown: long enough for a request a client had already sent on an
-# open connection to be read, so it is held and answered rather than cut as an idle connection.
+# From the listeners' close to uvicorn's graceful shutdown and gRPC's stop: long enough for a request a client had
+# already sent on an open connection to be read, and a gRPC call that had reached the server to be taken up, so each
+# is held and answered rather than cut.
 SETTLE_S = 0.5
 
 
@@ -141,14 +144,16 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     await asyncio.to_thread(_import_kserve)
     server, rest = _servers(properties, engine, key, networks, served, grace_s)
     serve_https(rest.config, _tls_on(tls, properties, "inference_address"))
+    grpc = _grpc(properties, server, key, networks, tls, grace_s) if is_oip_config(properties) else None
+    # kserve/protocol/rest/server.py (0.21): RESTServer's uvicorn.Server, whose shutdown SIGTERM begins
+    settle_before_shutdown(rest._server, beside=(grpc.stop,) if grpc else ())
     servers = [asyncio.create_task(rest.start())]
-    if is_oip_config(properties):
-        servers.append(asyncio.create_task(_grpc(properties, server, key, networks, tls)))
+    if grpc is not None:
+        servers.append(asyncio.create_task(grpc.start(GRPC_THREADS)))
     await loading
     _register_oip_models(server, engine, key, properties)
-    await servers[0]  # until SIGTERM; uvicorn answers what it holds first
-    for task in servers[1:]:
-        task.cancel()
+    await servers[0]  # until SIGTERM; uvicorn and gRPC answer what they hold first
+    await _ended(servers[1:])
     await asyncio.gather(*(pool.stop() for pool in engine.pools.values()))
     await metrics_server.stop()
     return 0
@@ -196,15 +201,21 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
     rest.config.app = guarded
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
-    settle_before_shutdown(rest._server)  # kserve/protocol/rest/server.py (0.21): RESTServer's uvicorn.Server
     return server, rest
 
 
-def settle_before_shutdown(server, settle_s: float = SETTLE_S) -> None:
+def settle_before_shutdown(server, settle_s: float = SETTLE_S, beside: tuple[Callable[[], Awaitable], ...] = ()) -> None:
     """uvicorn's graceful shutdown (uvicorn/server.py, 0.54) closes the listeners and at once every connection with no
     request in progress, including one whose request has arrived but not yet been read: that request would be cut
     though its client sent it before the stop. Here the listeners close first (connections the kernel had queued
-    are taken before), the open connections are read for `settle_s`, and only then does uvicorn's shutdown begin."""
+    are taken before), the open connections are read for `settle_s`, and only then does uvicorn's shutdown begin.
+
+    `beside`: the other servers' drains (the gRPC server's stop), begun with uvicorn's once the settle is over, so that
+    the stop takes no new call on any of them while each answers what it holds; the shutdown returns once all have.
+    gRPC settles too: its server takes up the calls that have reached it one at a time from the event loop, and those
+    not yet taken up when its stop begins are cancelled though their clients sent them before the stop (under load,
+    most of a burst sent 0.1 s before it). It cannot close its listener apart from its stop, so during the settle it
+    still takes new calls, and answers them."""
     shutdown = server.shutdown
 
     async def shutdown_after_settling(sockets=None) -> None:
@@ -212,9 +223,18 @@ def settle_before_shutdown(server, settle_s: float = SETTLE_S) -> None:
         for listener in server.servers:
             listener.close()
         await asyncio.sleep(settle_s)
-        await shutdown(sockets)
+        await asyncio.gather(shutdown(sockets), *(stop() for stop in beside))
 
     server.shutdown = shutdown_after_settling
+
+
+async def _ended(servers: list[asyncio.Task]) -> None:
+    """The other servers' tasks, ended: their drains ran beside the REST server's, so each has returned unless it
+    had not yet begun serving when the stop came (it is then cancelled: it holds no call)."""
+    for task in servers:
+        if not task.done():
+            task.cancel()
+    await asyncio.gather(*servers, return_exceptions=True)
 
 
 def _register_oip_models(server, engine: _Engine, key: InferenceKey | None, properties: dict[str, str]) -> None:
@@ -241,17 +261,18 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-async def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple, tls: ServedTls | None) -> None:
+def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple, tls: ServedTls | None, grace_s: float):
     """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port); with
     token authorization on, every call needs the key, and every call's arrival is stamped (grpc_guards.py); TLS where
-    the config's key files are set (tools/tls.py: unless enable_grpc_ssl=false)."""
+    the config's key files are set (tools/tls.py: unless enable_grpc_ssl=false). Its stop answers the calls in flight
+    within `grace_s`, the REST server's drain timeout."""
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
                         max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=(), tls=tls)
     from .grpc_guards import GrpcArrivalStamp, KeyInterceptor  # grpc: once the config serves the protocol
 
     interceptors = ((KeyInterceptor(key.allows),) if key is not None else ()) + (GrpcArrivalStamp(networks),)
-    await grpc_server(front, server, interceptors).start(GRPC_THREADS)
+    return grpc_server(front, server, interceptors, grace_s)
 
 
 def _max_images(properties: dict[str, str]) -> int:

@@ -315,6 +315,15 @@ def exited_within_drain(drain: Mapping | None, margin_s: float = DRAIN_EXIT_MARG
     return below(drain["exit_s"], drain["drain_timeout_s"] + margin_s, "seconds from stop to exit")
 
 
+def grpc_calls_answered(calls: Mapping | None) -> Verdict:
+    """The gRPC calls sent just before the stop (drain_measure.py): every one answered OK, none cut or refused."""
+    if not calls or not _number(calls.get("sent")) or not _number(calls.get("answered")) or calls["sent"] < 1:
+        return failed("no gRPC call was sent before the stop")
+    if calls["answered"] < calls["sent"]:
+        return failed(f"{calls['sent'] - calls['answered']} of {calls['sent']} gRPC calls not answered: {calls.get('statuses')}")
+    return held(f"all {calls['sent']} gRPC calls answered, {calls.get('answered_after_stop_began', '?')} of them after the stop began")
+
+
 # The soak
 
 

@@ -12,6 +12,9 @@ through, keeps sending until `stop` has returned, and sorts every request by wha
 A request accepted by the kernel but never read by TorchServe (in the listening socket's queue when it
 closes) cannot be told apart from one TorchServe had counted: both are counted lost, so nothing is hidden.
 Exit = from the stop's start until the server's processes are gone.
+
+Where the server speaks the Open Inference Protocol, `stop_under_load` also starts GRPC_CALLS_AT_STOP gRPC calls
+just before the stop, beside the REST load (grpc_calls.py): what each got says whether gRPC drains as REST does.
 """
 
 from __future__ import annotations
@@ -27,10 +30,16 @@ import requests
 
 from ... import defaults
 from ...serve.torchserve_drain import DrainReport, arrivals, is_stop_refusal
+from .grpc_calls import CallsInFlight, summary
+from .parts import Service
 from .service import ServiceSpec, running_service
 
 SENDERS = 128  # threads sending; enough that none waits for a free one at the rates measured here
 REQUEST_TIMEOUT_S = 120.0
+# gRPC calls sent at once just before the stop, and how long before it: a loopback connection and one message take
+# milliseconds, and sixteen more images on a queue already at DRAIN_LOAD keep most of them in flight past the stop.
+GRPC_CALLS_AT_STOP = 16
+GRPC_LEAD_S = 0.1
 
 
 @dataclass
@@ -156,17 +165,35 @@ def drain_report(outcomes: list[Outcome], stop_times: dict[str, float], rate: fl
 
 def stop_under_load(spec: ServiceSpec, load: float, drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S) -> dict:
     """`make robustness`'s drain part: serve `spec`, measure its capacity, send `load` x capacity and stop it the
-    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal)."""
+    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal); with the Open Inference Protocol served, gRPC
+    calls in flight at the stop too (`grpc_in_flight`)."""
     with running_service(spec) as service:
         run, body = service.run, service.photo
         url, headers = f"{run.url('inference')}/predictions/{service.model}", run.headers("inference")
         rate = load * capacity(url, body, headers)
         counted_before = arrivals(run.url("metrics"))
         stops: list[DrainReport | None] = []
-        report = measure_drain(url, body, rate, lambda: stops.append(run.stop(drain_timeout=drain_timeout_s)), headers=headers,
-                               gone=lambda: not run.session_alive())
+        calls: list[tuple[CallsInFlight, float]] = []
+
+        def stop() -> None:
+            calls.extend(_grpc_calls_before_stop(service))
+            stops.append(run.stop(drain_timeout=drain_timeout_s))
+
+        report = measure_drain(url, body, rate, stop, headers=headers, gone=lambda: not run.session_alive())
+    grpc = {"grpc_in_flight": summary(calls[0][0].wait(REQUEST_TIMEOUT_S), calls[0][1])} if calls else {}
     return {**report, **counted_by_torchserve(report, counted_before, stops[0] if stops else None),
-            "drain_timeout_s": drain_timeout_s, "load": load}
+            "drain_timeout_s": drain_timeout_s, "load": load, **grpc}
+
+
+def _grpc_calls_before_stop(service: Service) -> list[tuple[CallsInFlight, float]]:
+    """GRPC_CALLS_AT_STOP gRPC calls to the service's model, started GRPC_LEAD_S before the moment returned with
+    them (when the stop begins); none where the service does not speak the Open Inference Protocol."""
+    if service.front is None:
+        return []
+    headers = {name.lower(): value for name, value in service.run.headers("inference").items()}
+    calls = CallsInFlight(service.front[1], service.model, service.photo, GRPC_CALLS_AT_STOP, headers)
+    time.sleep(GRPC_LEAD_S)
+    return [(calls, time.monotonic())]
 
 
 def counted_by_torchserve(report: dict, counted_before: Counter | None, stop: DrainReport | None) -> dict:

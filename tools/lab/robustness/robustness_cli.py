@@ -136,7 +136,7 @@ def run_robustness(
         with running_service(expiring) as service:
             figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
     measure = drain or stop_under_load
-    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine)
+    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine, oip=True)
     figures["drain"] = _timed("drain", lambda: drain_part(measure, draining))
     return envelope(_results_name(engine), vcpus, figures, started)
 
@@ -156,18 +156,18 @@ def counted_inputs(figures: dict) -> dict:
 CORPUS_PARTS = ("fuzz", "hostile classes")
 
 
-def drain_part(measure: Callable[[ServiceSpec, float], dict] | None, spec: ServiceSpec) -> dict:
-    """The drain measurement's figures (none without a measurement) and its two checks."""
+def drain_part(measure: Callable[[ServiceSpec, float], dict] | None, spec: ServiceSpec | None) -> dict:
+    """The drain measurement's figures (none without a measurement) and its checks: REST's two, and on an engine
+    serving the Open Inference Protocol itself (tsvk's), gRPC's. TorchServe's gRPC (the OIP front's) is measured and reported: the
+    front stops through KServe's ModelServer.stop, which unloads the models as gRPC begins to stop."""
     evidence = measure(spec, DRAIN_LOAD) if measure else None
-    return {
-        **(evidence or {"measured": False}),
-        **judged(
-            {
-                "0 accepted requests lost": checks.no_accepted_lost(evidence),
-                "exit within the drain timeout + 5 s": checks.exited_within_drain(evidence),
-            }
-        ),
+    verdicts = {
+        "0 accepted requests lost": checks.no_accepted_lost(evidence),
+        "exit within the drain timeout + 5 s": checks.exited_within_drain(evidence),
     }
+    if spec is not None and spec.oip and engine_named(spec.engine).serves_protocol_itself:
+        verdicts["every gRPC call in flight at the stop answered"] = checks.grpc_calls_answered((evidence or {}).get("grpc_in_flight"))
+    return {**(evidence or {"measured": False}), **judged(verdicts)}
 
 
 def _timed(name: str, part) -> dict:
