@@ -61,26 +61,25 @@ class ForwardedError(GrpcException):
 
 
 @dataclass(frozen=True)
-class _Answer:
+class Answer:
     status: int
     body: Any  # the handler's answer: {label: probability} for an image, a protocol response for pixels
 
 
-class TorchServeModel(Model):
-    """One tsvk model behind the front; ready while TorchServe says it can serve (its /ping)."""
+class ImagesModel(Model):
+    """One tsvk classifier on the protocol: the request's images (or rows of pixels) checked and split into one
+    /predictions body each, `send` to whatever answers them, and the answers joined into the protocol's response.
+    TorchServeModel sends them to TorchServe over HTTP; the engine's model hands them to its batcher."""
 
-    def __init__(self, tensors: ModelTensors, torchserve_url: str, max_images: int, client: TorchServeClient,
-                 health: TorchServeHealth):
+    def __init__(self, tensors: ModelTensors, max_images: int):
         super().__init__(tensors.name)
         self.tensors = tensors
-        self.url = f"{torchserve_url}/predictions/{tensors.name}"
         self.max_images = max_images
-        self.client = client
-        self.health = health
         self.ready = True
 
-    async def healthy(self) -> bool:
-        return await self.health.healthy()
+    async def send(self, item: tuple[bytes, str], headers: dict[str, str]) -> Answer:
+        """The answer to one /predictions body (and its content type), with the headers forwarded to it."""
+        raise NotImplementedError
 
     def get_input_types(self) -> list[dict]:
         return self.tensors.inputs()
@@ -93,7 +92,7 @@ class TorchServeModel(Model):
         tensor = self._the_input(payload)
         items = self._items(tensor)
         forwarded = {name: value for name, value in (headers or {}).items() if name.lower() in FORWARDED_HEADERS}
-        answers = await asyncio.gather(*(self._send(item, forwarded) for item in items))
+        answers = await asyncio.gather(*(self.send(item, forwarded) for item in items))
         _raise_first_failure(answers)
         return self._response(answers, payload)
 
@@ -121,16 +120,7 @@ class TorchServeModel(Model):
         return [(orjson.dumps({"inputs": [{"name": oip.PIXELS, "datatype": "FP32", "shape": [1, 3, crop, crop], "data": row.reshape(-1)}]},
                               option=orjson.OPT_SERIALIZE_NUMPY), "application/json") for row in values]
 
-    async def _send(self, item: tuple[bytes, str], headers: dict[str, str]) -> _Answer:
-        body, content_type = item
-        try:
-            response = await self.client.request("POST", self.url, self.tensors.timeout_s,
-                                                 {"Content-Type": content_type, **headers}, body)
-        except UpstreamError as err:
-            return _Answer(503, {"error": f"torchserve_unreachable: {err}"})
-        return _Answer(response.status, _json_or_text(response))
-
-    def _response(self, answers: list[_Answer], payload: InferRequest) -> InferResponse:
+    def _response(self, answers: list[Answer], payload: InferRequest) -> InferResponse:
         rows = [_top_k(answer.body) for answer in answers]
         probabilities = np.array([[p for _, p in row] for row in rows], dtype=np.float32)
         labels = np.array([[label.encode() for label, _ in row] for row in rows], dtype=np.object_)
@@ -142,6 +132,29 @@ class TorchServeModel(Model):
         response_id = payload.id or str(uuid.uuid4())  # optional in a request, a string in every response
         return InferResponse(response_id=response_id, model_name=self.name, infer_outputs=outputs,
                              use_binary_outputs=payload.use_binary_outputs, requested_outputs=payload.request_outputs)
+
+
+class TorchServeModel(ImagesModel):
+    """One tsvk model behind the front; ready while TorchServe says it can serve (its /ping)."""
+
+    def __init__(self, tensors: ModelTensors, torchserve_url: str, max_images: int, client: TorchServeClient,
+                 health: TorchServeHealth):
+        super().__init__(tensors, max_images)
+        self.url = f"{torchserve_url}/predictions/{tensors.name}"
+        self.client = client
+        self.health = health
+
+    async def healthy(self) -> bool:
+        return await self.health.healthy()
+
+    async def send(self, item: tuple[bytes, str], headers: dict[str, str]) -> Answer:
+        body, content_type = item
+        try:
+            response = await self.client.request("POST", self.url, self.tensors.timeout_s,
+                                                 {"Content-Type": content_type, **headers}, body)
+        except UpstreamError as err:
+            return Answer(503, {"error": f"torchserve_unreachable: {err}"})
+        return Answer(response.status, _json_or_text(response))
 
 
 def _image_bytes(value: Any) -> bytes:
@@ -178,7 +191,7 @@ def _output(body: dict, name: str) -> list:
     return next(output["data"] for output in body["outputs"] if output["name"] == name)
 
 
-def _raise_first_failure(answers: list[_Answer]) -> None:
+def _raise_first_failure(answers: list[Answer]) -> None:
     """The first failed image's status, with which image it was and why (the handler's code, or TorchServe's type)."""
     failed = next(((i, a) for i, a in enumerate(answers) if a.status != 200), None)
     if failed is None:
@@ -189,7 +202,7 @@ def _raise_first_failure(answers: list[_Answer]) -> None:
     raise ForwardedError(status, _error_text(answer, where))
 
 
-def _error_text(answer: _Answer, where: str) -> str:
+def _error_text(answer: Answer, where: str) -> str:
     """The handler writes its code and message; TorchServe's own refusals carry `type` and `message`."""
     body = answer.body
     if body.get("source") == ERROR_SOURCE:  # the handler's /predictions error

@@ -31,6 +31,7 @@ from ..tls import ServedTls, TlsError, served_tls, verifying
 from .bounded_body import CLOSE, BodyTooLarge, BoundedReceive, declared_length, read_body, too_large
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
+from .kserve_private import stop_grpc_with
 from .upstream import TorchServeClient
 
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
@@ -174,7 +175,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     rest.config.host = config.address
     serve_https(rest.config, config.tls if config.rest_tls else None)
     grpc = grpc_server(config, server)
-    server._grpc_server = grpc  # ModelServer.stop (its SIGTERM handler) stops it
+    stop_grpc_with(server, grpc)
     server.setup_event_loop()
     server.register_signal_handler()
     asyncio.run(_run_all(rest.start(), grpc.start(GRPC_THREADS)))

@@ -116,7 +116,7 @@ class TorchServeRun:
         while time.monotonic() < deadline:
             if not self.alive():
                 raise self._start_failure()
-            if _ping_ok(self) and all(_model_ready(self, m) for m in models):
+            if ping_ok(self) and all(_model_ready(self, m) for m in models):
                 return
             time.sleep(1)
         raise UsageError(f"TorchServe not ready after {timeout:.0f} s; see {self.run_dir / 'logs'}:\n{self.log_tail()}")
@@ -316,7 +316,7 @@ def _get(url: str, headers: dict[str, str], tls: ssl.SSLContext, timeout: float 
         return 0, ""
 
 
-def _ping_ok(run: TorchServeRun) -> bool:
+def ping_ok(run: TorchServeRun) -> bool:
     status, body = _get(run.url("inference") + "/ping", run.headers("inference"), run.client_tls)  # token auth covers /ping too
     return status == 200 and '"Healthy"' in body
 

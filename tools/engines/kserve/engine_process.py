@@ -22,7 +22,7 @@ from ...processes import Owned, recorded_if_ours, start_detached, stop_group, wr
 from ...keys import KEY_FILE
 from ..base import StopResult
 from ...serve.allocator import allocator_env
-from ...serve.server import PRIVATE_UMASK, TorchServeRun, _ping_ok, make_private_dir
+from ...serve.server import PRIVATE_UMASK, TorchServeRun, ping_ok, make_private_dir
 from .files import LOG, PID_FILE, WORKER_MARKER
 
 ENGINE = "kserve"
@@ -42,7 +42,7 @@ class EngineRun(TorchServeRun):
         while time.monotonic() < deadline:
             if not self.alive():
                 raise UsageError(f"the engine exited during start-up; see {self.run_dir / 'logs' / LOG}:\n{self.log_tail()}")
-            if _ping_ok(self):
+            if ping_ok(self):
                 return
             time.sleep(0.2)
         raise UsageError(f"the engine was not ready after {timeout:.0f} s; see {self.run_dir / 'logs'}:\n{self.log_tail()}")

@@ -11,27 +11,23 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
-from kserve import Model
 
 from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from ...oip.config import ModelTensors
-from ...oip.forward import ForwardedError, TorchServeModel, _Answer
+from ...oip.forward import Answer, ForwardedError, ImagesModel
 from .batcher import Pending, QueueFull
 from .pool import ModelPool
 from .tokens import KEY_REFUSED, InferenceKey
 
 
-class EngineModel(TorchServeModel):
+class EngineModel(ImagesModel):
     """One served classifier behind KServe's data plane; ready while its pool has a worker."""
 
     def __init__(self, tensors: ModelTensors, pool: ModelPool, max_images: int, key: InferenceKey | None = None):
-        Model.__init__(self, tensors.name)
-        self.tensors = tensors
+        super().__init__(tensors, max_images)
         self.pool = pool
-        self.max_images = max_images
         self.key = key
-        self.ready = True
         self.enable_latency_logging = False
 
     async def healthy(self) -> bool:
@@ -44,16 +40,16 @@ class EngineModel(TorchServeModel):
                 raise ForwardedError(401, f"InvalidKeyException: {KEY_REFUSED}")
         return await super().predict(payload, headers, response_headers)
 
-    async def _send(self, item: tuple[bytes, str], headers: dict[str, str]) -> _Answer:
+    async def send(self, item: tuple[bytes, str], headers: dict[str, str]) -> Answer:
         body, _ = item
         arrival = parse_arrival({name.lower(): value for name, value in headers.items()}.get(ARRIVAL_HEADER.lower()))
         try:
             pending = self.pool.batcher.submit(Pending({"body": body}, arrival))
         except QueueFull as err:
-            return _Answer(503, {"error": f"queue_full: {err}"})
+            return Answer(503, {"error": f"queue_full: {err}"})
         self.pool.metrics.accepted(self.pool.model.name, None)
         status, answer = await pending.answer
-        return _Answer(status, _parsed(answer))
+        return Answer(status, _parsed(answer))
 
 
 def _parsed(answer: bytes) -> Any:

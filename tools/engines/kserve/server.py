@@ -28,6 +28,7 @@ from tsvk.common import read_properties
 from ... import defaults
 from ...tls import ServedTls, TlsError, is_https, served_tls, tls_warnings
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
+from ...oip.kserve_private import uvicorn_server
 from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
                            serve_https, torchserve_dataplane)
 from .archives import open_archives
@@ -145,8 +146,7 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     server, rest = _servers(properties, engine, key, networks, served, grace_s)
     serve_https(rest.config, _tls_on(tls, properties, "inference_address"))
     grpc = _grpc(properties, server, key, networks, tls, grace_s) if is_oip_config(properties) else None
-    # kserve/protocol/rest/server.py (0.21): RESTServer's uvicorn.Server, whose shutdown SIGTERM begins
-    settle_before_shutdown(rest._server, beside=(grpc.stop,) if grpc else ())
+    settle_before_shutdown(uvicorn_server(rest), beside=(grpc.stop,) if grpc else ())  # whose shutdown SIGTERM begins
     servers = [asyncio.create_task(rest.start())]
     if grpc is not None:
         servers.append(asyncio.create_task(grpc.start(GRPC_THREADS)))

@@ -194,7 +194,7 @@ def _loopback_host(host: str | None) -> bool:
 def listening_addresses(run, ports: dict[str, int]) -> dict[int, list[str]]:
     """Port -> the local addresses our processes (TorchServe's tree and the OIP front) listen on."""
     wanted, found = set(ports.values()), {}
-    for process in [*watch.tree(run), *_front_process(run)]:
+    for process in [*watch.tree(run), *front_processes(run)]:
         try:
             connections = net_connections(process, "inet")
         except psutil.Error:
@@ -205,7 +205,7 @@ def listening_addresses(run, ports: dict[str, int]) -> dict[int, list[str]]:
     return {port: sorted(set(addresses)) for port, addresses in found.items()}
 
 
-def _front_process(run) -> list[psutil.Process]:
+def front_processes(run) -> list[psutil.Process]:
     pid = front_pid(run.run_dir)
     try:
         return [psutil.Process(pid)] if pid else []

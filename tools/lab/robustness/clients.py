@@ -27,7 +27,7 @@ from ...keys import current_key
 from ...serve.server import TORCHSERVE
 from . import checks, watch
 from .attacks import multipart
-from .auth import _front_process
+from .auth import front_processes
 from .checks import Verdict, judged
 from .client import send
 from .corpus import seed_images
@@ -148,7 +148,7 @@ def _read_bounded(answers: dict[str, dict], bound: int) -> Verdict:
 
 def oversize_burst(service: Service, limit: int) -> tuple[dict, dict[str, Verdict]]:
     """BURST_BODIES chunked bodies of BURST_BODY_BYTES at once while the RSS of every server process is sampled."""
-    extra = _front_process(service.run)
+    extra = front_processes(service.run)
     barrier = threading.Barrier(BURST_BODIES)
 
     def one(_) -> int:
