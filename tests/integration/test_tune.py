@@ -105,7 +105,7 @@ def _serves_the_chosen_numbers(tuned, chosen: dict, tmp_path):
         run.wait_ready(timeout=300)
         described = requests.get(f"{run.url('management')}/models/resnet18", timeout=10).json()[0]
         assert (described["minWorkers"], described["batchSize"], described["maxBatchDelay"]) == \
-               (chosen["workers"], chosen["batch"], chosen["delay_ms"])
+               (chosen["workers"], chosen["batch"], chosen["max_batch_delay_ms"])
         log = (run.run_dir / "logs" / "model_log.log").read_text()
         threads = [(int(a), int(b)) for a, b in re.findall(r"threads=intra (\d+), inter (\d+)", log)]
         assert threads == [(chosen["intra"], chosen["inter"])] * chosen["workers"]

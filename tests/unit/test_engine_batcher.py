@@ -18,7 +18,7 @@ def _run(coroutine):
 
 def test_a_full_batch_goes_at_once():
     async def scenario():
-        batcher = Batcher(batch_size=3, max_delay_s=5.0, queue_size=10)
+        batcher = Batcher(batch_size=3, max_batch_delay_ms=5000, queue_size=10)
         for index in range(4):
             batcher.submit(Pending({"body": bytes([index])}))
         started = time.monotonic()
@@ -31,7 +31,7 @@ def test_a_full_batch_goes_at_once():
 
 def test_a_batch_closes_the_max_delay_after_its_first_request():
     async def scenario():
-        batcher = Batcher(batch_size=8, max_delay_s=0.2, queue_size=10)
+        batcher = Batcher(batch_size=8, max_batch_delay_ms=200, queue_size=10)
         batcher.submit(Pending({"body": b"first"}))
 
         async def late():
@@ -48,7 +48,7 @@ def test_a_batch_closes_the_max_delay_after_its_first_request():
 
 def test_two_idle_workers_do_not_split_a_burst():
     async def scenario():
-        batcher = Batcher(batch_size=4, max_delay_s=0.2, queue_size=10)
+        batcher = Batcher(batch_size=4, max_batch_delay_ms=200, queue_size=10)
         first = asyncio.create_task(batcher.next_batch())
         second = asyncio.create_task(batcher.next_batch())
         await asyncio.sleep(0.01)
@@ -64,7 +64,7 @@ def test_two_idle_workers_do_not_split_a_burst():
 
 def test_a_full_queue_refuses_and_a_batch_put_back_goes_first():
     async def scenario():
-        batcher = Batcher(batch_size=2, max_delay_s=0.0, queue_size=2)
+        batcher = Batcher(batch_size=2, max_batch_delay_ms=0, queue_size=2)
         batcher.submit(Pending({"body": b"a"}))
         batcher.submit(Pending({"body": b"b"}))
         with pytest.raises(QueueFull):

@@ -40,7 +40,7 @@ class FakeMachine:
     def img_s(self, c: ModelConfig) -> float:
         b = self.best
         return (100 - 12 * abs(c.workers - b.workers) - 6 * abs(c.intra - b.intra) - 8 * abs(math.log2(c.batch) - math.log2(b.batch))
-                - 0.5 * abs(c.delay_ms - b.delay_ms) - 4 * (c.inter - 1))
+                - 0.5 * abs(c.max_batch_delay_ms - b.max_batch_delay_ms) - 4 * (c.inter - 1))
 
     def window(self, candidate: Candidate) -> Window:
         (name, config), = candidate.models
@@ -90,7 +90,7 @@ class FakeMachine:
 
 
 def one_model_space(vcpus: int = 4, max_batch: int = 8) -> Space:
-    return Space(vcpus, (ModelLimits("net", max_batch=max_batch, batch=8, delay_ms=50),))
+    return Space(vcpus, (ModelLimits("net", max_batch=max_batch, batch=8, max_batch_delay_ms=50),))
 
 
 def search(machine: FakeMachine, goal: Goal = Goal(), budget_s: float = 10_000, space: Space | None = None) -> Search:
@@ -166,7 +166,7 @@ def test_meets_the_p99_goal_when_it_costs_throughput():
     result = search(machine, Goal(p99_ms=250)).run()  # p99 = 100 ms x batch: batch 2 at most
     chosen = result.chosen.candidate.of("net")
     assert result.goal_met and result.chosen.measurement.p99_ms <= 250
-    assert (chosen.workers, chosen.intra, chosen.batch, chosen.delay_ms) == (2, 2, 2, 10)
+    assert (chosen.workers, chosen.intra, chosen.batch, chosen.max_batch_delay_ms) == (2, 2, 2, 10)
 
 
 def test_never_starts_a_candidate_over_the_memory_cap():

@@ -71,7 +71,7 @@ def candidate_plan(bench: Bench, candidate: Candidate, clients: dict[str, int] |
 
 
 def choices_of(candidate: Candidate, notes: dict[str, str] | None = None) -> dict[str, ModelChoice]:
-    return {name: ModelChoice(c.workers, c.intra, c.inter, c.batch, c.delay_ms, (notes or {}).get(name, ""))
+    return {name: ModelChoice(c.workers, c.intra, c.inter, c.batch, c.max_batch_delay_ms, (notes or {}).get(name, ""))
             for name, c in candidate.models}
 
 

@@ -23,11 +23,11 @@ class ModelConfig:
     intra: int  # torch intra-op threads per worker
     inter: int  # torch inter-op threads per worker
     batch: int
-    delay_ms: int
+    max_batch_delay_ms: int
 
     def describe(self) -> str:
         return (f"{self.workers} worker(s) x {self.intra} thread(s){'' if self.inter == 1 else f' (+{self.inter} inter-op)'}, "
-                f"batch {self.batch}, delay {self.delay_ms} ms")
+                f"batch {self.batch}, delay {self.max_batch_delay_ms} ms")
 
 
 @dataclass(frozen=True, order=True)
@@ -63,7 +63,7 @@ class ModelLimits:
     name: str
     max_batch: int
     batch: int  # the archive's suggestion: where the search starts
-    delay_ms: int
+    max_batch_delay_ms: int
 
 
 @dataclass(frozen=True)
@@ -86,14 +86,14 @@ class Space:
         return sorted(powers | {limits.max_batch, min(limits.batch, limits.max_batch)})
 
     def delays(self, name: str) -> list[int]:
-        return sorted(set(self.delays_ms) | {self._limits[name].delay_ms})
+        return sorted(set(self.delays_ms) | {self._limits[name].max_batch_delay_ms})
 
     def fits(self, candidate: Candidate) -> bool:
         return candidate.threads <= self.vcpus and all(self._fits_model(n, c) for n, c in candidate.models)
 
     def _fits_model(self, name: str, config: ModelConfig) -> bool:
         return (config.workers >= 1 and config.intra >= 1 and 1 <= config.inter <= self.max_inter
-                and config.batch in self.batches(name) and config.delay_ms in self.delays(name))
+                and config.batch in self.batches(name) and config.max_batch_delay_ms in self.delays(name))
 
     def coarse(self) -> list[Candidate]:
         """The first pass: the 1 x N versus N x 1 question. Each model gets an equal share of the vCPUs,
@@ -101,7 +101,8 @@ class Space:
         and delay are the archives' suggestions."""
         share = self.vcpus // len(self.models)
         counts = sorted({2**i for i in range(share.bit_length()) if 2**i <= share} | {share})
-        return [Candidate(tuple((m.name, ModelConfig(w, share // w, 1, min(m.batch, m.max_batch), m.delay_ms)) for m in self.models))
+        return [Candidate(tuple((m.name, ModelConfig(w, share // w, 1, min(m.batch, m.max_batch), m.max_batch_delay_ms))
+                                for m in self.models))
                 for w in counts]
 
     def neighbours(self, candidate: Candidate) -> list[Candidate]:
@@ -121,8 +122,8 @@ class Space:
 
     def _delay_steps(self, candidate: Candidate) -> Iterator[Candidate]:
         for name, config in candidate.models:
-            for delay in _adjacent(self.delays(name), config.delay_ms):
-                yield candidate.with_model(name, replace(config, delay_ms=delay))
+            for delay in _adjacent(self.delays(name), config.max_batch_delay_ms):
+                yield candidate.with_model(name, replace(config, max_batch_delay_ms=delay))
 
     def _worker_steps(self, candidate: Candidate) -> Iterator[Candidate]:
         """One worker more or fewer, each using what the other models leave (threads follow workers)."""

@@ -34,9 +34,9 @@ class Pending:
 
 
 class Batcher:
-    def __init__(self, batch_size: int, max_delay_s: float, queue_size: int):
+    def __init__(self, batch_size: int, max_batch_delay_ms: float, queue_size: int):
         self.batch_size = batch_size
-        self.max_delay_s = max_delay_s
+        self.max_batch_delay_ms = max_batch_delay_ms
         self.queue_size = queue_size
         self._waiting: collections.deque[Pending] = collections.deque()
         self._arrived = asyncio.Event()
@@ -61,10 +61,10 @@ class Batcher:
         self._arrived.set()
 
     async def next_batch(self) -> list[Pending]:
-        """Up to batch_size requests: the first one waited for, the rest for at most max_delay_s after it."""
+        """Up to batch_size requests: the first one waited for, the rest for at most max_batch_delay_ms after it."""
         async with self._collecting:
             batch = [await self._take()]
-            close_at = time.monotonic() + self.max_delay_s
+            close_at = time.monotonic() + self.max_batch_delay_ms / 1e3
             while len(batch) < self.batch_size:
                 if not self._waiting:
                     left = close_at - time.monotonic()

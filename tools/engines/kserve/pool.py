@@ -207,7 +207,7 @@ class ModelPool:
     def __init__(self, model: ServedModel, start: WorkerStart, metrics: EngineMetrics | None = None):
         self.model = model
         self.metrics = metrics or EngineMetrics()
-        self.batcher = Batcher(model.batch_size, model.max_batch_delay_ms / 1e3, model.queue_size)
+        self.batcher = Batcher(model.batch_size, model.max_batch_delay_ms, model.queue_size)
         self.workers = [WorkerProcess(model, start, n) for n in range(model.workers)]
         self.ready_workers = 0
         self.starts = 0
