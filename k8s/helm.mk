@@ -151,26 +151,29 @@ BASE ?= debian:bookworm-slim
 GPU_BASE ?= nvidia/cuda:13.0.1-runtime-ubuntu22.04
 # A CA bundle pip must trust during the build (a TLS-intercepting proxy); podman only (--volume).
 BUILD_CA ?=
-IMAGE_TAG_CPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu
-IMAGE_TAG_GPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu
+# An image's tag: the TorchServe version, cpu or gpu, then -kserve for the image without Java or TorchServe, which
+# serves ENGINE=kserve only (the chart's default tag with engine=kserve). ENGINE picks it for every target here.
+image_tag = $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-$(1)$(if $(filter kserve,$(2)),-kserve)
+IMAGE_TAG_CPU = $(call image_tag,cpu,$(ENGINE))
+IMAGE_TAG_GPU = $(call image_tag,gpu,$(ENGINE))
 image_revision = $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 image_ca_flags = $(if $(BUILD_CA),--volume $(abspath $(BUILD_CA)):/etc/tsvk-build-ca.pem:ro --build-arg PIP_CERT=/etc/tsvk-build-ca.pem)
 image_build = $(DOCKER) build -f k8s/image/Dockerfile --build-arg VERSION=$(TORCHSERVE_VERSION) \
-	--build-arg REVISION=$(image_revision) $(image_ca_flags)
+	--build-arg REVISION=$(image_revision) $(if $(ENGINE),--build-arg ENGINE=$(ENGINE)) $(image_ca_flags)
 
 image-engine:
 	@$(DOCKER) info >/dev/null 2>&1 || { \
 		echo "make image: no container engine answers '$(DOCKER) info' here: install docker or podman" >&2; \
-		echo "  (DOCKER=docker|podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu and BASE." >&2; \
+		echo "  (DOCKER=docker|podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu, ENGINE=torchserve|kserve and BASE." >&2; \
 		exit 1; }
 
-image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm-slim) with docker or podman
+image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm-slim) with docker or podman (ENGINE=kserve: the image without Java, for the kserve engine)
 	$(image_build) --build-arg VARIANT=cpu --build-arg BASE=$(BASE) -t $(IMAGE_TAG_CPU) .
 
-image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image)
+image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image; ENGINE=kserve: without Java)
 	$(image_build) --build-arg VARIANT=gpu --build-arg BASE=$(GPU_BASE) --build-arg PYTHON=python3.11 -t $(IMAGE_TAG_GPU) .
 
-# The image pushed: IMAGE_TAG_CPU, or IMAGE_TAG_GPU with PUSH_VARIANT=gpu.
+# The image pushed: IMAGE_TAG_CPU, or IMAGE_TAG_GPU with PUSH_VARIANT=gpu (with ENGINE=kserve, the image without Java).
 PUSH_VARIANT ?= cpu
 image-push: $(kube_setup) image-engine ## push the image tagged by its revision, and one built on it holding the archives of MODELS, to REGISTRY (by digest)
 	@test -n "$(REGISTRY)" || { echo "$@: name the registry to push to: make $@ REGISTRY=host[:port]/path" >&2; exit 1; }
@@ -187,7 +190,7 @@ image-push: $(kube_setup) image-engine ## push the image tagged by its revision,
 image_built_from = $(shell podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' $(IMAGE_TAG_CPU) 2>/dev/null)
 current_image = test "$(image_built_from)" = "$(image_revision)" || { echo "$@: $(IMAGE_TAG_CPU) \
 	$(if $(image_built_from),was built from revision $(image_built_from),is missing); this checkout is $(image_revision): building it"; \
-	$(MAKE) --no-print-directory image DOCKER=podman; }
+	$(MAKE) --no-print-directory image DOCKER=podman $(if $(ENGINE),ENGINE=$(ENGINE)); }
 
 # make kube-check: the chart's pods run by podman (k8s/README.md, "The pods, run here").
 KUBE_MODEL ?= $(chart_models)
@@ -201,7 +204,8 @@ kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube
 	$(PYTHON) -m tsvk_tools.lab.kube_check --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
 
 # make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
-# (k8s/README.md, "From KServe's TorchServe runtime").
+# (k8s/README.md, "From KServe's TorchServe runtime"), from the image without Java, which the runtime names.
+kserve-runtime-check: ENGINE = kserve
 kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
 	@$(current_image)
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
