@@ -91,7 +91,7 @@ helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry
 kube_setup ?=
 helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check chart-scan
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check java-free-check chart-scan
 
 $(helm_fetch): | $(kube_setup)
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -219,6 +219,15 @@ deploy-check: $(kube_setup) $(helm_fetch) ## run the README's deploy block again
 	@test -f model_store/$(DEPLOY_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(DEPLOY_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.lab.kube_check.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
 		$(if $(BUILD_CA),--env BUILD_CA=$(BUILD_CA))
+
+# make java-free-check: the README's Java-free path on a bare Debian container of BASE, then the image without Java
+# (built when missing or from another commit) run as the chart runs it (k8s/README.md, "The image without Java").
+# It needs no venv here: the system's python3 runs it.
+java-free-check: ENGINE = kserve
+java-free-check: ## `make demo ENGINE=kserve` and `make serve ENGINE=kserve` in a fresh Debian container with only git, make and Python 3.11, no JDK before, during or after; then the image without Java answering a photo; results in benchmarks/results
+	@$(current_image)
+	$(SYSTEM_PYTHON) scripts/java-free-check.py --engine $(DOCKER) --base $(BASE) $(if $(BUILD_CA),--ca $(BUILD_CA)) \
+		--image $(IMAGE_TAG_CPU) --torchserve-image $(call image_tag,cpu,torchserve)
 
 # checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
 CHECKOV ?= .checkov-venv/bin/checkov
