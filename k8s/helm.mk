@@ -158,8 +158,11 @@ IMAGE_TAG_CPU = $(call image_tag,cpu,$(ENGINE))
 IMAGE_TAG_GPU = $(call image_tag,gpu,$(ENGINE))
 image_revision = $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 image_ca_flags = $(if $(BUILD_CA),--volume $(abspath $(BUILD_CA)):/etc/tsvk-build-ca.pem:ro --build-arg PIP_CERT=/etc/tsvk-build-ca.pem)
+# The revision is also given as a label: podman (buildah) reuses the recipe's cached LABEL step whatever REVISION says,
+# so a rebuild from a commit that changed nothing copied would keep the older commit's label.
 image_build = $(DOCKER) build -f k8s/image/Dockerfile --build-arg VERSION=$(TORCHSERVE_VERSION) \
-	--build-arg REVISION=$(image_revision) $(if $(ENGINE),--build-arg ENGINE=$(ENGINE)) $(image_ca_flags)
+	--build-arg REVISION=$(image_revision) --label org.opencontainers.image.revision=$(image_revision) \
+	$(if $(ENGINE),--build-arg ENGINE=$(ENGINE)) $(image_ca_flags)
 
 image-engine:
 	@$(DOCKER) info >/dev/null 2>&1 || { \

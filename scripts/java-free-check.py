@@ -181,9 +181,11 @@ def host_facts(engine: str) -> dict:
 
 
 def image_facts(engine: str, image: str) -> dict:
-    """An image's id and size in bytes as the engine reports them (`podman image inspect`)."""
+    """An image's id, the commit it was built from (when labelled) and its size in bytes, as the engine reports them."""
     found = json.loads(run([engine, "image", "inspect", image]))[0]
-    return {"name": image, "id": found["Id"][:12], "size_bytes": found["Size"], "size_gb": round(found["Size"] / 1e9, 2)}
+    labels = found.get("Labels") or (found.get("Config") or {}).get("Labels") or {}
+    return {"name": image, "id": found["Id"][:12], "revision": labels.get("org.opencontainers.image.revision"),
+            "size_bytes": found["Size"], "size_gb": round(found["Size"] / 1e9, 2)}
 
 
 def parse_no_java(where: str, step: Step) -> NoJava:
@@ -321,8 +323,9 @@ def look_inside(inside: Container, image: str, report: Report) -> None:
         if "no torchserve" not in torchserve.tail:
             report.fail(f"TorchServe is installed in {image}: {torchserve.tail}")
         # PyPI's torch brings its CUDA libraries: most of what is left.
-        report.image["site_packages"] = inside.sh("the image's own report", "grep MB /usr/share/tsvk/image-report.txt | tail -4",
-                                                  timeout=60).tail
+        report.image["site_packages"] = inside.sh(
+            "the image's own report", "grep -E 'CUDA libraries|site-packages MB after' /usr/share/tsvk/image-report.txt | tail -2",
+            timeout=60).tail
     finally:
         inside.remove()
 
