@@ -91,7 +91,7 @@ helm_image_step = $(if $(REGISTRY),$(PYTHON) k8s/push_image.py values --registry
 kube_setup ?=
 helm_fetch := $(if $(findstring /,$(HELM)),$(HELM))
 
-.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check chart-scan
+.PHONY: helm-install-tools helm-config helm-sync-default helm-lint helm-template helm-deploy image image-gpu image-push image-engine kube-check kserve-runtime-check deploy-check java-free-check chart-scan
 
 $(helm_fetch): | $(kube_setup)
 	$(PYTHON) k8s/fetch_helm.py $(HELM)
@@ -151,26 +151,32 @@ BASE ?= debian:bookworm-slim
 GPU_BASE ?= nvidia/cuda:13.0.1-runtime-ubuntu22.04
 # A CA bundle pip must trust during the build (a TLS-intercepting proxy); podman only (--volume).
 BUILD_CA ?=
-IMAGE_TAG_CPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-cpu
-IMAGE_TAG_GPU := $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-gpu
+# An image's tag: the TorchServe version, cpu or gpu, then -kserve for the image without Java or TorchServe, which
+# serves ENGINE=kserve only (the chart's default tag with engine=kserve). ENGINE picks it for every target here.
+image_tag = $(IMAGE_REPOSITORY):$(TORCHSERVE_VERSION)-$(1)$(if $(filter kserve,$(2)),-kserve)
+IMAGE_TAG_CPU = $(call image_tag,cpu,$(ENGINE))
+IMAGE_TAG_GPU = $(call image_tag,gpu,$(ENGINE))
 image_revision = $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 image_ca_flags = $(if $(BUILD_CA),--volume $(abspath $(BUILD_CA)):/etc/tsvk-build-ca.pem:ro --build-arg PIP_CERT=/etc/tsvk-build-ca.pem)
+# The revision is also given as a label: podman (buildah) reuses the recipe's cached LABEL step whatever REVISION says,
+# so a rebuild from a commit that changed nothing copied would keep the older commit's label.
 image_build = $(DOCKER) build -f k8s/image/Dockerfile --build-arg VERSION=$(TORCHSERVE_VERSION) \
-	--build-arg REVISION=$(image_revision) $(image_ca_flags)
+	--build-arg REVISION=$(image_revision) --label org.opencontainers.image.revision=$(image_revision) \
+	$(if $(ENGINE),--build-arg ENGINE=$(ENGINE)) $(image_ca_flags)
 
 image-engine:
 	@$(DOCKER) info >/dev/null 2>&1 || { \
 		echo "make image: no container engine answers '$(DOCKER) info' here: install docker or podman" >&2; \
-		echo "  (DOCKER=docker|podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu and BASE." >&2; \
+		echo "  (DOCKER=docker|podman). k8s/image/Dockerfile takes --build-arg VARIANT=cpu|gpu, ENGINE=torchserve|kserve and BASE." >&2; \
 		exit 1; }
 
-image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm-slim) with docker or podman
+image: image-engine ## build the CPU TorchServe image from BASE (debian:bookworm-slim) with docker or podman (ENGINE=kserve: the image without Java, for the kserve engine)
 	$(image_build) --build-arg VARIANT=cpu --build-arg BASE=$(BASE) -t $(IMAGE_TAG_CPU) .
 
-image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image)
+image-gpu: image-engine ## build the GPU TorchServe image from GPU_BASE (an NVIDIA CUDA runtime image; ENGINE=kserve: without Java)
 	$(image_build) --build-arg VARIANT=gpu --build-arg BASE=$(GPU_BASE) --build-arg PYTHON=python3.11 -t $(IMAGE_TAG_GPU) .
 
-# The image pushed: IMAGE_TAG_CPU, or IMAGE_TAG_GPU with PUSH_VARIANT=gpu.
+# The image pushed: IMAGE_TAG_CPU, or IMAGE_TAG_GPU with PUSH_VARIANT=gpu (with ENGINE=kserve, the image without Java).
 PUSH_VARIANT ?= cpu
 image-push: $(kube_setup) image-engine ## push the image tagged by its revision, and one built on it holding the archives of MODELS, to REGISTRY (by digest)
 	@test -n "$(REGISTRY)" || { echo "$@: name the registry to push to: make $@ REGISTRY=host[:port]/path" >&2; exit 1; }
@@ -187,7 +193,7 @@ image-push: $(kube_setup) image-engine ## push the image tagged by its revision,
 image_built_from = $(shell podman image inspect --format '{{ index .Labels "org.opencontainers.image.revision" }}' $(IMAGE_TAG_CPU) 2>/dev/null)
 current_image = test "$(image_built_from)" = "$(image_revision)" || { echo "$@: $(IMAGE_TAG_CPU) \
 	$(if $(image_built_from),was built from revision $(image_built_from),is missing); this checkout is $(image_revision): building it"; \
-	$(MAKE) --no-print-directory image DOCKER=podman; }
+	$(MAKE) --no-print-directory image DOCKER=podman $(if $(ENGINE),ENGINE=$(ENGINE)); }
 
 # make kube-check: the chart's pods run by podman (k8s/README.md, "The pods, run here").
 KUBE_MODEL ?= $(chart_models)
@@ -201,7 +207,8 @@ kube-check: $(kube_setup) $(helm_fetch) ## run the chart's pods with podman kube
 	$(PYTHON) -m tsvk_tools.lab.kube_check --image $(IMAGE_TAG_CPU) --model $(KUBE_MODEL) $(call helm_opt,--engine,$(ENGINE)) $(KUBE_ARGS)
 
 # make kserve-runtime-check: k8s/kserve's ServingRuntime container played by podman on a KServe-style storage layout
-# (k8s/README.md, "From KServe's TorchServe runtime").
+# (k8s/README.md, "From KServe's TorchServe runtime"), from the image without Java, which the runtime names.
+kserve-runtime-check: ENGINE = kserve
 kserve-runtime-check: $(kube_setup) ## run k8s/kserve's ServingRuntime container with podman on storage laid out as KServe's TorchServe runtime reads it; results in benchmarks/results
 	@$(current_image)
 	@test -f model_store/$(KUBE_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(KUBE_MODEL) --weights $(KUBE_WEIGHTS)
@@ -215,6 +222,15 @@ deploy-check: $(kube_setup) $(helm_fetch) ## run the README's deploy block again
 	@test -f model_store/$(DEPLOY_MODEL).mar || $(PYTHON) -m tsvk_tools.cli archive --model $(DEPLOY_MODEL) --weights $(KUBE_WEIGHTS)
 	$(PYTHON) -m tsvk_tools.lab.kube_check.deploy --model $(DEPLOY_MODEL) --env DOCKER=$(DOCKER) --env BASE=$(BASE) \
 		$(if $(BUILD_CA),--env BUILD_CA=$(BUILD_CA))
+
+# make java-free-check: the README's Java-free path on a bare Debian container of BASE, then the image without Java
+# (built when missing or from another commit) run as the chart runs it (k8s/README.md, "The image without Java").
+# It needs no venv here: the system's python3 runs it.
+java-free-check: ENGINE = kserve
+java-free-check: ## `make demo ENGINE=kserve` and `make serve ENGINE=kserve` in a fresh Debian container with only git, make and Python 3.11, no JDK before, during or after; then the image without Java answering a photo; results in benchmarks/results
+	@$(current_image)
+	$(SYSTEM_PYTHON) scripts/java-free-check.py --engine $(DOCKER) --base $(BASE) $(if $(BUILD_CA),--ca $(BUILD_CA)) \
+		--image $(IMAGE_TAG_CPU) --torchserve-image $(call image_tag,cpu,torchserve)
 
 # checkov in a venv of its own (not a project dependency): python3 -m venv .checkov-venv && .checkov-venv/bin/pip install checkov
 CHECKOV ?= .checkov-venv/bin/checkov

@@ -29,6 +29,10 @@ MODELS_DOCKERFILE = REPO / "k8s" / "image" / "Dockerfile.models"
 REPOSITORY_NAME = "tsvk-torchserve"
 REVISION_LABEL = "org.opencontainers.image.revision"
 VERSION_LABEL = "org.opencontainers.image.version"
+# The engine an image was built for (k8s/image/Dockerfile's ARG ENGINE, torchserve unless told): the image without
+# Java, for kserve, is pushed as ...-kserve, as `make image ENGINE=kserve` tags it, never over TorchServe's.
+ENGINE_LABEL = "io.tsvk.engine"
+DEFAULT_ENGINE = "torchserve"
 ARCHIVES_LABEL = "io.tsvk.archives"
 
 
@@ -75,6 +79,13 @@ def image_labels(engine: str, image: str) -> dict[str, str]:
     return (data.get("Config") or {}).get("Labels") or data.get("Labels") or {}
 
 
+def pushed_version(labels: dict[str, str], image: str) -> str:
+    """What the pushed tags start with: the image's version (0.12.0-cpu), then -kserve for the image without Java."""
+    version = labels.get(VERSION_LABEL) or image.rpartition(":")[2]
+    engine = labels.get(ENGINE_LABEL, DEFAULT_ENGINE)
+    return version if engine == DEFAULT_ENGINE else f"{version}-{engine}"
+
+
 def push(engine: str, reference: str, workdir: Path) -> str:
     """Push and return the digest the registry now knows the image by."""
     if Path(engine).name == "podman":
@@ -107,7 +118,7 @@ def cmd_push(args: argparse.Namespace) -> dict:
     found = archives(args.models, args.model_store)
     labels = image_labels(args.engine, args.image)
     revision = labels.get(REVISION_LABEL) or "unknown"
-    version = labels.get(VERSION_LABEL) or args.image.rpartition(":")[2]
+    version = pushed_version(labels, args.image)
     sums = {path.name: sha256_of(path) for path in found.values()}
     label = " ".join(f"{name}=sha256:{digest}" for name, digest in sorted(sums.items()))
     repository = f"{args.registry.rstrip('/')}/{REPOSITORY_NAME}"

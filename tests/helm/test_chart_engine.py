@@ -1,4 +1,4 @@
-"""engine=kserve: the same image and config, tsvk's own engine as the pod's server instead of TorchServe.
+"""engine=kserve: the same config, tsvk's own engine as the pod's server instead of TorchServe, from the image without Java.
 
 Rendered with the real helm and checked field by field; the Kubernetes schema validation, lint and hardening of the
 kserve scenarios run with every other scenario (tests/support/helm_scenarios.py), and `make kube-check ENGINE=kserve`
@@ -55,10 +55,12 @@ def test_torchserve_stays_the_default_and_its_pod_is_unchanged(torchserve):
     assert {v["name"] for v in torchserve.pod_spec()["volumes"]} >= {"run", "java-tmp", "logs"}
 
 
-def test_the_same_image_runs_the_engine_from_its_entrypoint(kserve, torchserve):
+def test_the_image_without_java_runs_the_engine_from_its_entrypoint(kserve, torchserve, render):
     server = kserve.server()
     assert server["name"] == "kserve"
-    assert server["image"] == torchserve.server()["image"]
+    assert server["image"] == torchserve.server()["image"] + "-kserve", "make image ENGINE=kserve's tag: no Java, no TorchServe"
+    pinned = {"image": {"tag": "0.12.0-cpu"}}
+    assert render({**KSERVE, **pinned}).server()["image"] == render(pinned).server()["image"], "a tag set names one image for both"
     args = entry_args(server)
     assert args.engine == "kserve"
     assert (args.config, args.drain_timeout) == (entry_args(torchserve.server()).config, 30)

@@ -27,7 +27,7 @@ BUILD_TIME_ONLY = {"torch-model-archiver"}
 # listed in setup.cfg without an __init__.py: the handler modules (handlers/*.py) the wheel carries as files for
 # `tsvk archive` to pack
 FILE_PACKAGES = {"tsvk_tools.handler_files"}
-IMAGE_REQUIREMENT_FILES = ("requirements.txt", "requirements-gpu.txt", "requirements-no-deps.txt")
+IMAGE_REQUIREMENT_FILES = ("requirements.txt", "requirements-gpu.txt", "requirements-torchserve.txt", "requirements-no-deps.txt")
 
 
 def requirements(lines: str) -> dict[str, Requirement]:
@@ -78,9 +78,20 @@ def test_image_pins_equal_the_tested_requirements_txt():
             pinned_version(req)
             if name in tested:
                 assert req.specifier == tested[name].specifier, f"{file}: {req} but requirements.txt: {tested[name]}"
-    image = image_requirements("requirements.txt")
+    image = {**image_requirements("requirements.txt"), **image_requirements("requirements-torchserve.txt")}
     for name in ("torch", "torchvision", "torchserve"):
         assert name in image and name in tested, name
+
+
+def test_only_the_torchserve_engine_gets_torchserve_and_java():
+    """ENGINE=kserve (the image without Java) leaves out TorchServe's package and Java 17, and nothing else."""
+    assert set(image_requirements("requirements-torchserve.txt")) == {"torchserve"}
+    assert "torchserve" not in image_requirements("requirements.txt")
+    dockerfile = (IMAGE / "Dockerfile").read_text()
+    assert _arg(dockerfile, "ENGINE") == "torchserve"
+    assert re.search(r"torchserve\) java=openjdk-17-jre-headless ;;", dockerfile)
+    assert re.search(r'kserve\) java="" ;;', dockerfile)
+    assert re.search(r'if \[ "\$\{ENGINE\}" = torchserve \]; then echo "-r requirements-torchserve.txt"', dockerfile)
 
 
 def test_image_pins_every_runtime_pin_of_setup_cfg():
@@ -122,7 +133,7 @@ def test_dockerfile_builds_from_a_plain_base_with_the_distributions_java_and_pyt
     for gone in ("pytorch/torchserve", "deadsnakes", "download.pytorch.org", "extra-index-url"):
         assert gone not in dockerfile, gone
     install = re.search(r"apt-get install[^;]*;", dockerfile).group(0)
-    assert "openjdk-17-jre-headless" in install and '"${PYTHON}" "${PYTHON}-venv"' in install
+    assert "${java}" in install and '"${PYTHON}" "${PYTHON}-venv"' in install  # java: openjdk-17-jre-headless for TorchServe
     tested_pythons = re.findall(r"Programming Language :: Python :: (3\.\d+)", (REPO / "setup.cfg").read_text())
     assert _arg(dockerfile, "PYTHON").removeprefix("python") in tested_pythons
     assert '"${PYTHON}" -m venv /opt/venv' in dockerfile

@@ -116,7 +116,7 @@ def test_the_runtime_serves_no_metrics_so_it_announces_none(runtime):
 def test_the_image_is_the_charts(runtime):
     chart = yaml.safe_load((ROOT / "k8s" / "tsvk" / "Chart.yaml").read_text())
     values = yaml.safe_load((ROOT / "k8s" / "tsvk" / "values.yaml").read_text())
-    assert _container(runtime)["image"] == f"{values['image']['repository']}:{chart['appVersion']}-cpu"
+    assert _container(runtime)["image"] == f"{values['image']['repository']}:{chart['appVersion']}-cpu-kserve", "the image without Java"
 
 
 def test_the_grace_period_covers_the_drain(runtime, service):

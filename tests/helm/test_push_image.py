@@ -80,3 +80,13 @@ def test_push_refuses_a_missing_archive_before_any_engine_runs(tmp_path, capsys)
     assert code == 1
     error = capsys.readouterr().err
     assert "resnet152.mar not in" in error and "it holds: resnet50.mar" in error
+
+
+@pytest.mark.parametrize("labels, version", [
+    ({push_image.VERSION_LABEL: "0.12.0-cpu"}, "0.12.0-cpu"),
+    ({push_image.VERSION_LABEL: "0.12.0-cpu", push_image.ENGINE_LABEL: "torchserve"}, "0.12.0-cpu"),
+    ({push_image.VERSION_LABEL: "0.12.0-cpu", push_image.ENGINE_LABEL: "kserve"}, "0.12.0-cpu-kserve"),
+], ids=["before-the-engine-label", "torchserve", "kserve"])
+def test_the_image_without_java_is_pushed_under_tags_of_its_own(labels, version):
+    """Pushed from the same revision, the two images never share a tag: the one without Java ends in -kserve."""
+    assert push_image.pushed_version(labels, "tsvk/torchserve:0.12.0-cpu") == version

@@ -75,11 +75,13 @@ Name of the service account the pods run as.
 {{- end }}
 
 {{/*
-TorchServe image: the tag defaults to "<appVersion>-cpu" or "<appVersion>-gpu" following gpu.enabled.
+The serving image: the tag defaults to "<appVersion>-cpu" or "<appVersion>-gpu" following gpu.enabled, and with
+engine kserve to the image without Java or TorchServe that `make image ENGINE=kserve` builds, "...-cpu-kserve".
 */}}
 {{- define "tsvk.image" -}}
 {{- $variant := ternary "gpu" "cpu" .Values.gpu.enabled }}
-{{- $tag := .Values.image.tag | default (printf "%s-%s" .Chart.AppVersion $variant) }}
+{{- $withoutJava := ternary "-kserve" "" (eq (include "tsvk.kserveEngine" .) "true") }}
+{{- $tag := .Values.image.tag | default (printf "%s-%s%s" .Chart.AppVersion $variant $withoutJava) }}
 {{- if .Values.image.digest }}
 {{- printf "%s:%s@%s" .Values.image.repository $tag .Values.image.digest }}
 {{- else }}

@@ -147,7 +147,8 @@ def run(args: argparse.Namespace) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tsvk_tools.lab.kube_check.kserve_runtime", description=__doc__)
-    parser.add_argument("--image", default="tsvk/torchserve:0.12.0-cpu", help="the local image to run (make image)")
+    parser.add_argument("--image", default="tsvk/torchserve:0.12.0-cpu-kserve",
+                        help="the local image to run (make image ENGINE=kserve: the image without Java)")
     parser.add_argument("--model", default="resnet50", help="model_store/<model>.mar is the archive served")
     parser.add_argument("--photo", default="skimage:chelsea", help="the photo sent (a JPEG file or skimage:<name>)")
     parser.add_argument("--build-dir", type=Path, default=REPO / "build" / "kube")
