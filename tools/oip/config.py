@@ -18,6 +18,7 @@ from tsvk.request import oip
 from .. import defaults
 from ..archive.archive_info import read_archive_settings
 from ..errors import UsageError
+from .connection_bounds import GrpcBounds, HttpBounds
 
 KEY_PREFIX = "tsvk.oip."
 ADDRESS_KEY = KEY_PREFIX + "address"
@@ -51,6 +52,8 @@ class FrontConfig:
     max_images: int  # images (or pixel rows) in one request
     max_request_bytes: int  # the largest request body, as TorchServe's max_request_size
     models: tuple[ModelTensors, ...]
+    http_bounds: HttpBounds = HttpBounds()  # slow and idle clients on the REST server (`tsvk.http.*`)
+    grpc_bounds: GrpcBounds = GrpcBounds()  # and on the gRPC server (`tsvk.grpc.*`)
 
 
 def is_oip_config(properties: dict[str, str]) -> bool:
@@ -71,7 +74,17 @@ def read_front_config(config_path: Path) -> FrontConfig:
         max_images=int(properties.get(MAX_IMAGES_KEY, defaults.OIP_MAX_IMAGES)),
         max_request_bytes=int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20)),
         models=model_tensors(properties),
+        http_bounds=_bounds(HttpBounds, properties, config_path),
+        grpc_bounds=_bounds(GrpcBounds, properties, config_path),
     )
+
+
+def _bounds(kind, properties: dict[str, str], config_path: Path):
+    """The config's bounds of `kind` (HttpBounds, GrpcBounds); a bad value is the config's UsageError, naming the key."""
+    try:
+        return kind.from_properties(properties)
+    except ValueError as err:
+        raise UsageError(f"{config_path}: {err}") from None
 
 
 def model_tensors(properties: dict[str, str]) -> tuple[ModelTensors, ...]:

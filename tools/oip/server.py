@@ -5,7 +5,8 @@ API, model load/unload, its docs and metrics); this front keeps its protocol cod
 that: both servers bind the configured address (127.0.0.1 unless asked), REST answers only the
 protocol's paths (the rest 404, model load/unload refused on gRPC too), request bodies are bounded
 like TorchServe's, a request's JSON is bounded like the handler's (size, depth, values: tsvk/request/json_body.py)
-before FastAPI and pydantic parse it, and server readiness is TorchServe's.
+before FastAPI and pydantic parse it, slow and idle clients are bounded on both servers (connection_bounds.py,
+bounded_http.py), and server readiness is TorchServe's.
 
 Run as `python -m tsvk_tools.oip --config <TorchServe config>`; `tsvk serve` does (process.py).
 """
@@ -147,6 +148,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
+    from .bounded_http import bound_uvicorn  # uvicorn, as kserve
     from .forward import ForwardedError, TorchServeModel  # kserve: the front's own process only
 
     _quiet_logs()
@@ -169,6 +171,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     rest = RESTServer(FASTAPI_APP_IMPORT_STRING, server.dataplane, server.model_repository_extension, config.rest_port,
                       workers=1, grace_period=5)
     rest.config.host = config.address
+    bound_uvicorn(rest.config, config.http_bounds)
     grpc = grpc_server(config, server)
     server._grpc_server = grpc  # ModelServer.stop (its SIGTERM handler) stops it
     server.setup_event_loop()
@@ -220,8 +223,8 @@ def torchserve_dataplane(registry, health):
 
 
 def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
-    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused; `interceptors` run
-    before KServe's (the engine's key check)."""
+    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused, within the config's
+    bounds on calls and connections (connection_bounds.py); `interceptors` run before KServe's (the engine's key check)."""
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
     from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
@@ -238,9 +241,12 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = ()):
     class OnAddress(GRPCServer):
         async def start(self, max_workers):
             limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
+            bounds = config.grpc_bounds
             self._server = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                                       interceptors=(*interceptors, ExceptionToStatusInterceptor()),
-                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                                               *bounds.server_options()],
+                                      maximum_concurrent_rpcs=bounds.max_concurrent_rpcs)
             grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
                 ServingOnly(self._data_plane, self._model_repository_extension), self._server)
             host = f"[{config.address}]" if ":" in config.address else config.address
