@@ -156,3 +156,33 @@ OIP_ADDRESS = "127.0.0.1"  # the front's REST and gRPC listen here: nothing new 
 OIP_REST_PORT = 8000  # Triton's ports, where tritonclient users look first
 OIP_GRPC_PORT = 8001
 OIP_MAX_IMAGES = 64  # images in one request; each is one TorchServe request, so TorchServe's queue bounds them too
+
+# Slow and idle clients on tsvk's own servers: the engine's REST and gRPC servers and the OIP front's
+# (tools/oip/connection_bounds.py reads them from config.properties as `tsvk.http.<name>` / `tsvk.grpc.<name>`;
+# TorchServe has no key for any of them, and its Netty frontend bounds only the request line and headers' size).
+# HTTP (uvicorn; tools/oip/bounded_http.py adds what uvicorn lacks):
+HTTP_HEADER_TIMEOUT_S = 10.0  # a request's line and headers must arrive within this of their first byte (of the
+# connection's opening for its first request), or it is answered 408 and closed; a connection that sent nothing is closed
+HTTP_BODY_TIMEOUT_S = 60.0  # a request body with no byte for this long is closed (nginx's client_body_timeout)
+HTTP_MAX_HEADER_BYTES = 16 * 1024  # request line and headers; more: 431 (TorchServe's Netty: 4 KiB line, 8 KiB headers)
+HTTP_MAX_HEADERS = 100  # header fields in one request; more: 431 (Apache's LimitRequestFields; Netty counts none)
+# An idle keep-alive connection is closed after this: KServe's own 65 s, longer than the 60 s idle timeout of common load
+# balancers (AWS ALB, nginx), so a balancer never sends a request on a connection the server is closing.
+HTTP_KEEP_ALIVE_S = 65.0
+# Open connections the server answers requests on: a request arriving while more are open is answered 503
+# too_many_connections and its connection closed (uvicorn's limit_concurrency rule); lowered to fit the open-files limit.
+HTTP_MAX_CONNECTIONS = 10_000
+HTTP_BACKLOG = 2048  # connections the kernel completes and queues before they are accepted (uvicorn's; <= somaxconn)
+HTTP_OPEN_FILES_RESERVE = 1024  # open files kept for all but connections (workers' pipes, archives, logs; a quarter at most)
+# gRPC (grpcio server arguments; tools/oip/grpc_bounds.py):
+GRPC_MAX_CONCURRENT_RPCS = 1000  # calls in progress; more are refused RESOURCE_EXHAUSTED at once
+GRPC_HANDSHAKE_TIMEOUT_S = 10.0  # a connection must finish its HTTP/2 handshake (preface, settings) within this
+GRPC_MAX_CONNECTION_IDLE_S = 65.0  # a connection with no call for this long is sent GOAWAY (as HTTP's keep-alive)
+# Every connection is sent GOAWAY at this age (clients reconnect, and spread over replicas); its calls in progress
+# then have the grace to finish before it is closed: longer than a call may take (deadline + response timeout).
+GRPC_MAX_CONNECTION_AGE_S = 3600.0
+GRPC_MAX_CONNECTION_AGE_GRACE_S = 300.0
+GRPC_KEEPALIVE_TIME_S = 60.0  # the server pings a connection with calls this often, to find clients that vanished
+GRPC_KEEPALIVE_TIMEOUT_S = 20.0  # and closes it when a ping is not answered within this
+GRPC_MAX_PING_STRIKES = 2  # pings a client may send too often (grpc core: more than one per 5 min without data) before GOAWAY
+GRPC_MAX_METADATA_BYTES = HTTP_MAX_HEADER_BYTES  # a call's metadata (its headers); more: RESOURCE_EXHAUSTED

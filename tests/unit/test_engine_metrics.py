@@ -8,6 +8,7 @@ import asyncio
 from tsvk.worker.metrics import BatchMetrics
 from tsvk_tools.lab.bench.tsmetrics import metric_total, parse_prometheus
 from tsvk_tools.engines.kserve.metrics import LATENCY_US, QUEUE_US, REQUESTS, EngineMetrics, MetricsServer, RecordingMetrics
+from tsvk_tools.oip.connection_bounds import HttpBounds
 
 
 def _served_batch(metrics: EngineMetrics) -> None:
@@ -63,7 +64,7 @@ def test_the_metrics_api_filters_by_name_and_serves_nothing_else():
     metrics = EngineMetrics(hostname="host")
     metrics.accepted("tiny", None)
     _served_batch(metrics)
-    server = MetricsServer(metrics, "127.0.0.1", 0)
+    server = MetricsServer(metrics, "127.0.0.1", 0, HttpBounds())
     filtered = _get(server, f"/metrics?name[]={REQUESTS}")
     assert filtered.startswith(b"HTTP/1.1 200 OK")
     names = {n for n, _, _ in parse_prometheus(filtered.split(b"\r\n\r\n", 1)[1].decode())}

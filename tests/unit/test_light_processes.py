@@ -48,6 +48,12 @@ def test_the_engine_s_entry_point_starts_the_fork_server_before_importing_the_se
     assert {"aiohttp", "tsvk_tools.oip.server"} <= set(heavy_imports_of("tsvk_tools.engines.kserve.server", server_side))
 
 
+def test_the_engine_s_worker_module_imports_no_tsvk_before_the_archive_s():
+    """A worker loads the archive's own tsvk (worker.py checks where it came from): the worker module, and the engine's
+    modules it imports, must import none from the checkout first (tools.defaults does, so they must not import it)."""
+    assert heavy_imports_of("tsvk_tools.engines.kserve.worker", ("tsvk", "tsvk.common", "tsvk_tools.defaults")) == []
+
+
 def test_the_probe_sees_a_heavy_import():
     assert heavy_imports_of("tsvk.worker.service") == list(HEAVY)
 

@@ -19,6 +19,7 @@ from .. import defaults
 from ..archive.archive_info import read_archive_settings
 from ..errors import UsageError
 from ..tls import ServedTls, is_https, tls_of
+from .connection_bounds import GrpcBounds, HttpBounds
 
 KEY_PREFIX = "tsvk.oip."
 ADDRESS_KEY = KEY_PREFIX + "address"
@@ -58,6 +59,8 @@ class FrontConfig:
     def rest_tls(self) -> bool:
         """The front's REST is https where TorchServe's inference address is (the API it stands beside)."""
         return self.tls is not None and is_https(self.torchserve_url)
+    http_bounds: HttpBounds = HttpBounds()  # slow and idle clients on the REST server (`tsvk.http.*`)
+    grpc_bounds: GrpcBounds = GrpcBounds()  # and on the gRPC server (`tsvk.grpc.*`)
 
 
 def is_oip_config(properties: dict[str, str]) -> bool:
@@ -79,7 +82,17 @@ def read_front_config(config_path: Path) -> FrontConfig:
         max_request_bytes=int(properties.get("max_request_size", defaults.MAX_REQUEST_MB * 2**20)),
         models=model_tensors(properties),
         tls=tls_of(properties),
+        http_bounds=_bounds(HttpBounds, properties, config_path),
+        grpc_bounds=_bounds(GrpcBounds, properties, config_path),
     )
+
+
+def _bounds(kind, properties: dict[str, str], config_path: Path):
+    """The config's bounds of `kind` (HttpBounds, GrpcBounds); a bad value is the config's UsageError, naming the key."""
+    try:
+        return kind.from_properties(properties)
+    except ValueError as err:
+        raise UsageError(f"{config_path}: {err}") from None
 
 
 def model_tensors(properties: dict[str, str]) -> tuple[ModelTensors, ...]:

@@ -5,7 +5,8 @@ API, model load/unload, its docs and metrics); this front keeps its protocol cod
 that: both servers bind the configured address (127.0.0.1 unless asked), REST answers only the
 protocol's paths (the rest 404, model load/unload refused on gRPC too), request bodies are bounded
 like TorchServe's, a request's JSON is bounded like the handler's (size, depth, values: tsvk/request/json_body.py)
-before FastAPI and pydantic parse it, and server readiness is TorchServe's.
+before FastAPI and pydantic parse it, slow and idle clients are bounded on both servers (connection_bounds.py,
+bounded_http.py), and server readiness is TorchServe's.
 
 Run as `python -m tsvk_tools.oip --config <TorchServe config>`; `tsvk serve` does (process.py).
 """
@@ -151,6 +152,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
+    from .bounded_http import bound_uvicorn  # uvicorn, as kserve
     from .forward import ForwardedError, TorchServeModel  # kserve: the front's own process only
 
     _quiet_logs()
@@ -174,6 +176,7 @@ def serve(config: FrontConfig, run_dir: Path) -> None:
                       workers=1, grace_period=GRACE_S)
     rest.config.host = config.address
     serve_https(rest.config, config.tls if config.rest_tls else None)
+    bound_uvicorn(rest.config, config.http_bounds)
     grpc = grpc_server(config, server)
     stop_grpc_with(server, grpc)
     server.setup_event_loop()
@@ -233,8 +236,9 @@ def torchserve_dataplane(registry, health):
 
 
 def grpc_server(config: FrontConfig, server, interceptors: tuple = (), grace_s: float = GRACE_S):
-    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused; `interceptors` run
-    before KServe's (the engine's key check). Its stop takes no new call and answers those in flight for `grace_s`."""
+    """KServe's gRPC servicer and interceptor on `config.address` only, model load/unload refused, within the config's
+    bounds on calls and connections (connection_bounds.py); `interceptors` run before KServe's (the engine's key
+    check). Its stop takes no new call and answers those in flight for `grace_s`."""
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
     from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
@@ -251,9 +255,12 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = (), grace_s: 
     class OnAddress(GRPCServer):
         async def start(self, max_workers):
             limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
+            bounds = config.grpc_bounds
             self._server = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
                                       interceptors=(*interceptors, ExceptionToStatusInterceptor()),
-                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit)])
+                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                                               *bounds.server_options()],
+                                      maximum_concurrent_rpcs=bounds.max_concurrent_rpcs)
             grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
                 ServingOnly(self._data_plane, self._model_repository_extension), self._server)
             _add_port(self._server, config)

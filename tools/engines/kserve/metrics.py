@@ -17,8 +17,11 @@ import asyncio
 import socket
 import ssl
 from collections import defaultdict
-from typing import Any, Iterable
+from typing import TYPE_CHECKING, Any, Iterable
 from urllib.parse import parse_qs, urlsplit
+
+if TYPE_CHECKING:  # a worker imports this module, and must import no tsvk but its archive's (tools.defaults imports tsvk)
+    from ...oip.connection_bounds import HttpBounds
 
 REQUESTS = "ts_inference_requests_total"
 LATENCY_US = "ts_inference_latency_microseconds"
@@ -123,12 +126,14 @@ def _escape(value: str) -> str:
 
 class MetricsServer:
     """GET /metrics on the metrics address: a plain HTTP/1.1 answer per connection, closed after it; over TLS where the
-    address is https."""
+    address is https. A request's line and headers must arrive within the REST servers' header timeout, in no more
+    lines than their header count."""
 
-    def __init__(self, metrics: EngineMetrics, host: str, port: int, tls: ssl.SSLContext | None = None):
+    def __init__(self, metrics: EngineMetrics, host: str, port: int, bounds: HttpBounds, tls: ssl.SSLContext | None = None):
         self.metrics = metrics
         self.host = host
         self.port = port
+        self.bounds = bounds
         self.tls = tls  # https: the config's key and certificate (tools/tls.py)
         self._server: asyncio.base_events.Server | None = None
 
@@ -143,18 +148,24 @@ class MetricsServer:
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            line = await asyncio.wait_for(reader.readline(), 10)
-            while (header := await asyncio.wait_for(reader.readline(), 10)) not in (b"\r\n", b"\n", b""):
-                if len(header) > MAX_REQUEST_LINE:
-                    break
+            line = await asyncio.wait_for(self._request_line(reader), self.bounds.header_timeout_s)
             status, body = self._route(line[:MAX_REQUEST_LINE].decode("latin-1"))
             writer.write(f"HTTP/1.1 {status}\r\nContent-Type: {CONTENT_TYPE}\r\nContent-Length: {len(body)}\r\n"
                          f"Connection: close\r\n\r\n".encode() + body)
             await writer.drain()
-        except (asyncio.TimeoutError, ConnectionError, UnicodeError, ssl.SSLError):
+        except (asyncio.TimeoutError, ConnectionError, UnicodeError, ssl.SSLError, ValueError):  # ValueError: a line past the limit
             pass
         finally:
             writer.close()
+
+    async def _request_line(self, reader: asyncio.StreamReader) -> bytes:
+        """The request line, once the headers after it are read (and ignored): at most the bound's count of them."""
+        line = await reader.readline()
+        for _ in range(self.bounds.max_headers + 1):
+            header = await reader.readline()
+            if header in (b"\r\n", b"\n", b"") or len(header) > MAX_REQUEST_LINE:
+                break
+        return line
 
     def _route(self, request_line: str) -> tuple[str, bytes]:
         parts = request_line.split()

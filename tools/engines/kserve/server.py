@@ -4,7 +4,9 @@ API plus the Open Inference Protocol served on the config's inference address th
 Run as `python -m tsvk_tools.engines.kserve --config <config.properties> --run-dir <dir>`; `tsvk serve --engine
 kserve` does (engine_process.py). The REST server is KServe's (its data plane for /v2) with the OIP front's guard in front:
 only the served paths, bodies no larger than max_request_size, /v2 JSON bounded before it is parsed, and the
-inference key checked on every path when token authorization is on. The gRPC Open Inference Protocol server is
+inference key checked on every path when token authorization is on; slow and idle clients are bounded in the
+connection itself (headers' time, size and count, a body's pauses, idle keep-alive, open connections: bounded_http.py),
+and so are gRPC's (connection_bounds.py). The gRPC Open Inference Protocol server is
 started too where the config serves the protocol (`tsvk config --protocol oip`). SIGTERM: the REST and gRPC servers
 stop accepting together and answer what they hold within the drain timeout (uvicorn's graceful shutdown, gRPC's
 stop with that grace), then the workers are ended. With token
@@ -28,6 +30,7 @@ from tsvk.common import read_properties
 from ... import defaults
 from ...tls import ServedTls, TlsError, is_https, served_tls, tls_warnings
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, MAX_IMAGES_KEY, REST_PORT_KEY, FrontConfig, is_oip_config, tensors_of
+from ...oip.connection_bounds import GrpcBounds, HttpBounds
 from ...oip.kserve_private import uvicorn_server
 from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
                            serve_https, torchserve_dataplane)
@@ -121,6 +124,7 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     try:
         networks = trusted_networks(properties)
         tls = served_tls(properties)
+        http_bounds, grpc_bounds = HttpBounds.from_properties(properties), GrpcBounds.from_properties(properties)
     except (ValueError, TlsError) as err:  # the line says what to set
         log.error("not starting: %s", err)
         return 2
@@ -139,13 +143,13 @@ async def serve(config: Path, run_dir: Path, forks: ForkServer, grace_s: float) 
     start = WorkerStart(config, run_dir / "logs" / WORKER_LOG, worker_env(config), forks)
     metrics = EngineMetrics()
     engine = _Engine({model.name: ModelPool(model, start, metrics) for model in served}, run_dir, metrics)
-    metrics_server = MetricsServer(metrics, *metrics_bind(properties), tls=_metrics_context(tls, properties))
+    metrics_server = MetricsServer(metrics, *metrics_bind(properties), http_bounds, tls=_metrics_context(tls, properties))
     await metrics_server.start()
     loading = asyncio.create_task(_load(engine))
     await asyncio.to_thread(_import_kserve)
-    server, rest = _servers(properties, engine, key, networks, served, grace_s)
+    server, rest = _servers(properties, engine, key, networks, served, grace_s, http_bounds)
     serve_https(rest.config, _tls_on(tls, properties, "inference_address"))
-    grpc = _grpc(properties, server, key, networks, tls, grace_s) if is_oip_config(properties) else None
+    grpc = _grpc(properties, server, key, networks, tls, grace_s, grpc_bounds) if is_oip_config(properties) else None
     settle_before_shutdown(uvicorn_server(rest), beside=(grpc.stop,) if grpc else ())  # whose shutdown SIGTERM begins
     servers = [asyncio.create_task(rest.start())]
     if grpc is not None:
@@ -176,13 +180,15 @@ def _import_kserve() -> None:
 
 
 def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | None, networks: tuple, served: list,
-             grace_s: float):
+             grace_s: float, bounds: HttpBounds):
     """KServe's model server and REST server, with the front's guards and TorchServe's inference API in front of its app;
-    `key` is None with token authorization off, `networks` the proxies whose arrival stamps are believed."""
+    `key` is None with token authorization off, `networks` the proxies whose arrival stamps are believed, `bounds` those
+    on slow and idle clients (tools/oip/bounded_http.py)."""
     from kserve import ModelServer
     from kserve.model_server import FASTAPI_APP_IMPORT_STRING, app
     from kserve.protocol.rest.server import RESTServer
 
+    from ...oip.bounded_http import bound_uvicorn  # uvicorn, as kserve
     from ...oip.forward import ForwardedError  # kserve, imported once main() has hidden the command line from it
 
     host, port = inference_bind(properties)
@@ -201,6 +207,7 @@ def _servers(properties: dict[str, str], engine: _Engine, key: InferenceKey | No
     rest.config.app = guarded
     rest.config.host = host
     rest.config.server_header = rest.config.date_header = False  # TorchServe sends neither
+    bound_uvicorn(rest.config, bounds)
     return server, rest
 
 
@@ -261,14 +268,16 @@ async def _load(engine: _Engine) -> None:
     log.info("serving %s", ", ".join(f"{name} ({pool.model.workers} worker(s))" for name, pool in engine.pools.items()) or "no model")
 
 
-def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple, tls: ServedTls | None, grace_s: float):
+def _grpc(properties: dict[str, str], server, key: InferenceKey | None, networks: tuple, tls: ServedTls | None, grace_s: float,
+          bounds: GrpcBounds):
     """KServe's gRPC server with the front's guards, where the config serves the protocol (its address and port); with
     token authorization on, every call needs the key, and every call's arrival is stamped (grpc_guards.py); TLS where
     the config's key files are set (tools/tls.py: unless enable_grpc_ssl=false). Its stop answers the calls in flight
     within `grace_s`, the REST server's drain timeout."""
     front = FrontConfig(torchserve_url="", address=properties.get(ADDRESS_KEY, defaults.OIP_ADDRESS),
                         rest_port=int(properties[REST_PORT_KEY]), grpc_port=int(properties.get(GRPC_PORT_KEY, defaults.OIP_GRPC_PORT)),
-                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=(), tls=tls)
+                        max_images=_max_images(properties), max_request_bytes=_max_request_bytes(properties), models=(), tls=tls,
+                        grpc_bounds=bounds)
     from .grpc_guards import GrpcArrivalStamp, KeyInterceptor  # grpc: once the config serves the protocol
 
     interceptors = ((KeyInterceptor(key.allows),) if key is not None else ()) + (GrpcArrivalStamp(networks),)
