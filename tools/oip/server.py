@@ -32,7 +32,7 @@ from ..tls import ServedTls, TlsError, served_tls, verifying
 from .bounded_body import CLOSE, BodyTooLarge, BoundedReceive, declared_length, read_body, too_large
 from .config import FrontConfig, read_front_config
 from .health import TorchServeHealth
-from .kserve_private import stop_grpc_with
+from .kserve_private import grpc_server_built_by, stop_grpc_with
 from .upstream import TorchServeClient
 
 # The protocol's REST paths: health, server metadata, model metadata / ready / infer (versions say 501).
@@ -242,7 +242,6 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = (), grace_s: 
     from grpc import StatusCode, aio
     from kserve.protocol.grpc import grpc_predict_v2_pb2_grpc
     from kserve.protocol.grpc.interceptors import ExceptionToStatusInterceptor
-    from kserve.protocol.grpc.server import GRPCServer
     from kserve.protocol.grpc.servicer import InferenceServicer
 
     class ServingOnly(InferenceServicer):
@@ -252,22 +251,19 @@ def grpc_server(config: FrontConfig, server, interceptors: tuple = (), grace_s: 
         async def RepositoryModelUnload(self, request, context):
             await context.abort(StatusCode.PERMISSION_DENIED, "models are loaded by TorchServe's config, not over the protocol")
 
-    class OnAddress(GRPCServer):
-        async def start(self, max_workers):
-            limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
-            bounds = config.grpc_bounds
-            self._server = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
-                                      interceptors=(*interceptors, ExceptionToStatusInterceptor()),
-                                      options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
-                                               *bounds.server_options()],
-                                      maximum_concurrent_rpcs=bounds.max_concurrent_rpcs)
-            grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(
-                ServingOnly(self._data_plane, self._model_repository_extension), self._server)
-            _add_port(self._server, config)
-            await self._server.start()
-            await self._server.wait_for_termination()
+    def build(data_plane, repository_extension, max_workers: int):
+        limit = config.max_request_bytes + 2**16  # the images plus the request's own fields
+        bounds = config.grpc_bounds
+        built = aio.server(futures.ThreadPoolExecutor(max_workers=max_workers),
+                           interceptors=(*interceptors, ExceptionToStatusInterceptor()),
+                           options=[("grpc.max_receive_message_length", limit), ("grpc.max_send_message_length", limit),
+                                    *bounds.server_options()],
+                           maximum_concurrent_rpcs=bounds.max_concurrent_rpcs)
+        grpc_predict_v2_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(ServingOnly(data_plane, repository_extension), built)
+        _add_port(built, config)
+        return built
 
-    return OnAddress(config.grpc_port, server.dataplane, server.model_repository_extension, kwargs={}, grace_period=grace_s)
+    return grpc_server_built_by(build, config.grpc_port, server, grace_s)
 
 
 def _add_port(server, config: FrontConfig) -> None:
