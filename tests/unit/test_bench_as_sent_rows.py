@@ -11,6 +11,7 @@ from PIL import Image
 
 from tsvk.common import PreprocessSettings
 from tsvk_tools.lab.bench import decode_floor
+from tsvk_tools.lab.bench.apps.ceiling_probe import photo_batches
 from tsvk_tools.lab.bench.apps.openvino_classifier import OpenVinoClassifier
 from tsvk_tools.lab.bench.apps.torchserve_draft_handler import open_photo
 from tsvk_tools.lab.bench.assets import Photo
@@ -69,3 +70,11 @@ def test_the_decode_floor_measures_each_jpeg_and_skips_the_rest(tmp_path):
     rows = decode_floor.measure(photos, settings, repeats=1)
     assert [row["photo"] for row in rows] == ["sideways"]
     assert rows[0]["megapixels"] == 1.0 and rows[0]["floor_ms"] > 0 and rows[0]["tsvk_vs_floor"] > 0
+
+
+def test_the_spread_ceiling_takes_every_photos_batches_in_turn():
+    photos = [b"a", b"b", b"c"]
+    assert photo_batches(photos, 2, every_photo=False) == [[b"a", b"b"]]
+    batches = photo_batches(photos, 2, every_photo=True)
+    assert batches == [[b"a", b"b"], [b"c", b"a"], [b"b", b"c"]]
+    assert all(sum(batch.count(photo) for batch in batches) == 2 for photo in photos)

@@ -9,8 +9,10 @@ import requests
 
 from tsvk_tools.lab.bench import orientation
 from tsvk_tools.lab.bench.assets import Photo
+from tsvk_tools.lab.bench.harness import with_orientation
 from tsvk_tools.lab.bench.orientation import AS_DISPLAYED, AS_STORED, REFUSED, UNDECIDED, Asked, answer_scores, verdict
 from tsvk_tools.lab.bench.photo_report import photo_lines
+from tsvk_tools.measure.stats import combine_rounds
 
 UPRIGHT = {"tabby": 0.0030, "tiger cat": 0.0021, "lynx": 0.0012}
 STORED = {"tabby": 0.0026, "tiger cat": 0.0024, "Egyptian cat": 0.0013}  # the same top-1: random weights mostly agree
@@ -124,3 +126,11 @@ def test_the_report_shows_each_asked_system_and_what_it_refused():
     assert "12.2 MP JPEG 100%" in text
     assert "| 12.2 MP JPEG | 12.2 | 3.1 | 40.0 | 60.0 | 1.5 | 150.0 |" in text
     assert photo_lines({"systems": {"ours": {"label": "tsvk"}}}) == []  # the default photos: no such sections
+
+
+def test_the_answers_of_the_first_round_stay_whichever_round_is_typical():
+    rows = [{"photo": "12mp", "verdict": AS_DISPLAYED}]
+    rounds = [{"throughput_ips": 1.0, "orientation": rows}, {"throughput_ips": 3.0}, {"throughput_ips": 2.0}]
+    combined = with_orientation(combine_rounds(rounds), rounds)
+    assert combined["throughput_ips"] == 2.0 and combined["orientation"] == rows
+    assert "orientation" not in with_orientation(combine_rounds(rounds[1:]), rounds[1:])

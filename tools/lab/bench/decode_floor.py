@@ -26,6 +26,8 @@ from PIL import Image, ImageOps
 from tsvk.common import PreprocessSettings
 from tsvk.preprocess import CpuPreprocessor, decode_rgb, probe
 
+from ...archive.task_preprocess import preprocess_from_weights
+
 MAX_PIXELS = 10**9  # the floor is measured on every photo; which ones a served archive refuses is the report's business
 REPEATS = 7  # calls of each per photo (a --quick run: QUICK_REPEATS)
 QUICK_REPEATS = 3
@@ -34,8 +36,6 @@ QUICK_REPEATS = 3
 def for_run(model: str, photos: Sequence, quick: bool) -> list[dict]:
     """The floor of a classifier's photos, with the preprocessing its torchvision weights were trained with."""
     import torchvision.models as tvm
-
-    from ...archive.task_preprocess import preprocess_from_weights
 
     settings = preprocess_from_weights(tvm.get_model_weights(model).DEFAULT)
     return measure(photos, settings, QUICK_REPEATS if quick else REPEATS)

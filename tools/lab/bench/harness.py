@@ -17,7 +17,6 @@ from pathlib import Path
 import psutil
 
 from ... import progress
-from . import decode_floor
 from ...measure.loadgen import TIME_BOUNDED_JOBS, run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
 from .orientation import check_photos
@@ -53,6 +52,8 @@ def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:
     own path (decode_floor.py); measured before any system starts, on one thread of this process."""
     if not ctx.options.as_sent or ctx.options.task != "classify":
         return None
+    from . import decode_floor  # torch and torchvision: only for a run that measures it
+
     log("bench: the decode floor of each JPEG, in-process on one thread")
     with progress.step("decode floor", "each JPEG decoded to the model's input, the least and tsvk's way"):
         return decode_floor.for_run(ctx.options.model, ctx.photos, ctx.options.quick)

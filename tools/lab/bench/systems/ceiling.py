@@ -88,8 +88,9 @@ class FastPipelineCeiling(FastCeiling):
                    "batch of the photos' JPEG bytes, its model runs on the batch and the task shapes the answers (top-k, "
                    "class map, boxes), back to back, all vCPUs as threads; batch = the served batch size; timed for the "
                    "round's seconds (the bound for any server of this artifact). With photos as sent, one such process "
-                   "per vCPU with one thread each, timed over the same seconds and added up: decoding a photo runs on "
-                   "one core, so one process would leave the others idle while it decodes")
+                   "per vCPU with one thread each, timed over the same seconds and added up, each taking every photo's "
+                   "batches in turn: decoding a photo runs on one core, so one process would leave the others idle while "
+                   "it decodes")
 
     def probe_arguments(self, ctx: RunContext) -> list[str]:
         return ["--seconds", str(ctx.options.round_seconds or ctx.options.ceiling_seconds), "--pipeline-batch", str(ctx.options.batch)]
@@ -99,7 +100,7 @@ class FastPipelineCeiling(FastCeiling):
         if not ctx.options.as_sent:
             return super().run(ctx, variant)
         command = [sys.executable, "-m", "tsvk_tools.lab.bench.apps.ceiling_probe", "--mar", str(self.archive(ctx)), "--threads", "1",
-                   *self.probe_arguments(ctx), "--device", ctx.options.device, "--wait-for-go",
+                   *self.probe_arguments(ctx), "--device", ctx.options.device, "--wait-for-go", "--every-photo",
                    "--images", *[str(p.file) for p in ctx.photos]]
         check = ["--check", *map(str, check_files(ctx.photos))]
         probes = run_together([command + check] + [command] * (ctx.vcpus - 1), ctx.system_dir(self.name))
