@@ -15,7 +15,9 @@ from tsvk_tools.lab.bench.apps.ceiling_probe import photo_batches
 from tsvk_tools.lab.bench.apps.openvino_classifier import OpenVinoClassifier
 from tsvk_tools.lab.bench.apps.torchserve_draft_handler import open_photo
 from tsvk_tools.lab.bench.assets import Photo
+from tsvk_tools.lab.bench.options import BenchOptions
 from tsvk_tools.lab.bench.sent_photos import orientation_exif
+from tsvk_tools.lab.bench.systems.base import RunContext
 from tsvk_tools.lab.bench.systems.ceiling import combine_processes
 from tsvk_tools.lab.bench.systems.torchserve import request_size_properties, stock_tuned_properties
 
@@ -78,3 +80,13 @@ def test_the_spread_ceiling_takes_every_photos_batches_in_turn():
     batches = photo_batches(photos, 2, every_photo=True)
     assert batches == [[b"a", b"b"], [b"c", b"a"], [b"b", b"c"]]
     assert all(sum(batch.count(photo) for batch in batches) == 2 for photo in photos)
+
+
+def test_a_server_is_set_to_take_the_largest_photo_twins_included(tmp_path):
+    upright, stored = tmp_path / "upright.jpg", tmp_path / "stored.jpg"
+    upright.write_bytes(b"u" * 120)
+    stored.write_bytes(b"s" * 99)
+    ctx = RunContext(BenchOptions(), 2, tmp_path)
+    ctx.__dict__["photos"] = [Photo("sideways", b"x" * 100, tmp_path / "sent.jpg", "", upright, stored),
+                              Photo("flat", b"y" * 110, tmp_path / "flat.png")]  # the cached property, without making photos
+    assert ctx.largest_photo == 120

@@ -5,6 +5,7 @@
     tsvk bench --central-figure    # the central figure: stock defaults vs ours, concurrency 32
     tsvk bench --tuned-vs-generated --model resnet18   # what `tsvk tune` wrote vs the generated config
     tsvk bench --gpu               # the same table with every system on the GPU
+    tsvk bench --photos as-sent    # photos as phones send them: 12-48 MP, sideways with an EXIF orientation
 
 `tsvk bench preprocess`, `tsvk bench compile` and `tsvk bench pinning` run the narrower benchmarks
 (BENCHMARKS below), each with its own options (`tsvk bench <name> --help`).
