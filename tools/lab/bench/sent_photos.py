@@ -1,8 +1,8 @@
 """Photos as phones and cameras send them: 12, 24 and 48 MP JPEGs stored sideways with an EXIF orientation, a 4K
 PNG and a 12 MP WebP, generated once (seeded) and cached.
 
-No package installable here ships full-resolution photographs (scikit-image's are 451x300 to 512x512, imageio's
-standard images no larger), so each photo is one of scikit-image's real photographs cropped to the photo's shape
+No package installable here ships full-resolution photographs (scikit-image's and imageio's standard images are
+well under 1 MP), so each photo is one of scikit-image's real photographs cropped to the photo's shape
 (portrait 3:4 upright for a sideways JPEG, 4:3 for the WebP, 16:9 for the PNG), upscaled with Lanczos to its size,
 and given sensor-like noise: per pixel, shot noise whose spread grows with the square root of the level plus a
 constant read noise, a little stronger in the blue channel. The noise makes the files as large as a phone's (a
