@@ -54,7 +54,7 @@ batch_flags = $(strip $(call opt,--model,$(MODEL)) $(call opt,--input,$(INPUT)) 
   $(call opt,--max-request-mb,$(MAX_REQUEST_MB)))
 
 bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,$(ROUND_SECONDS)) $(call switch,--quick,$(QUICK)) $(call switch,--gpu,$(GPU)) $(call opt,--model,$(MODEL)) \
-  $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)))
+  $(call opt,--jobs,$(JOBS)) $(call opt,--concurrency,$(CONCURRENCY)) $(call opt,--image,$(IMAGE)) $(call opt,--photos,$(PHOTOS)))
 
 # The variables each target takes on the command line: one list a target, the rows of docs/commands.md. Every
 # target also takes VENV, PYTHON, SYSTEM_PYTHON and TSVK. A variable given on the command line that no goal
@@ -63,7 +63,7 @@ bench_flags = $(strip $(call opt,--rounds,$(ROUNDS)) $(call opt,--round-seconds,
 # no list and are not checked.
 build_takes := MODEL WEIGHTS BACKEND DEVICE CPU_ISA PRECISION MAX_BATCH BATCH MAX_BATCH_DELAY WORKERS TOPK TASK \
   SCORE_THRESHOLD MAX_DETECTIONS MODEL_FILE MODEL_FACTORY RESIZE CROP MEAN STD LABELS TOLERANCE EXACT_JPEG CALIBRATION ACCURACY_PHOTOS MAX_ACCURACY_DROP
-bench_takes := MODEL ROUNDS ROUND_SECONDS QUICK GPU JOBS CONCURRENCY IMAGE
+bench_takes := MODEL ROUNDS ROUND_SECONDS QUICK GPU JOBS CONCURRENCY IMAGE PHOTOS
 triton_takes := TRITON_VENV TRITON_SYSTEM_PYTHON
 listen_takes := INFERENCE_ADDRESS MANAGEMENT_ADDRESS METRICS_ADDRESS GRPC_INFERENCE_PORT GRPC_MANAGEMENT_PORT OIP_ADDRESS OIP_REST_PORT OIP_GRPC_PORT
 takes_help :=
@@ -180,7 +180,7 @@ demo: setup ## set up, archive, configure, serve, classify a real photo, stop (M
 	$(java_unless_kserve)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE)) $(call opt,--engine,$(ENGINE))
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; PHOTOS=as-sent: 12-48 MP phone photos, sideways ones checked; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
 	$(java)
 	@$(MAKE) --no-print-directory triton-venv || echo "bench: the Triton venv could not be built; the triton row is left out"
 	$(TSVK) bench $(bench_flags)

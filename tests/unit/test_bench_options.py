@@ -110,3 +110,25 @@ def test_a_hand_tuned_system_tries_at_most_max_variants():
     assert len(_variants_to_try(system, SimpleNamespace(options=SimpleNamespace(max_variants=None)))) == 3
     with pytest.raises(UsageError, match="max_variants must be >= 1, got 0"):
         BenchOptions(max_variants=0)
+
+
+def test_photos_as_sent_is_its_own_set_with_its_own_tag_and_rows():
+    options = _options("--quick", "--photos", "as-sent")
+    assert options.as_sent and options.tag == "as-sent-quick"
+    assert {"torchserve_draft", "litserve_draft"} < set(options.systems)
+    default = _options("--quick")
+    assert not default.as_sent and default.photos == "default" and default.tag == "quick"
+    assert not {"torchserve_draft", "litserve_draft"} & set(default.systems)  # asked for by name only
+
+
+def test_an_unknown_photo_set_is_refused_with_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["--photos", "phone"])
+    assert "--photos: must be one of default, as-sent; got 'phone'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="photos must be one of default, as-sent, got 'raw'"):
+        BenchOptions(photos="raw")
+
+
+def test_photos_as_sent_and_image_are_not_mixed():
+    with pytest.raises(UsageError, match="photos as-sent is its own set of photos; leave out images"):
+        _options("--photos", "as-sent", "--image", "skimage:coffee")

@@ -104,6 +104,7 @@ OPTIONS = [
     Option("CONFIG", "--output", "config tune", "configs/other.properties"),
     Option("CONFIG", "--config", "serve", "configs/other.properties"),
     Option("IMAGE", "--image", f"predict draw demo {BENCH}", "cat.jpg"),
+    Option("PHOTOS", "--photos", BENCH, "as-sent"),
     Option("OUTPUT", "--output", "draw batch", "docs/images/boxes.png"),
     Option("INPUT", "--input", "batch", "photos/"),
     Option("COLUMN", "--column", "batch", "url"),

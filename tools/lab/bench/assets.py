@@ -25,6 +25,7 @@ from ...fsutil import atomic_path, scratch_dir
 from ...images import image_bytes, image_name
 from ...archive.models import WEIGHTS_NONE, torchvision_builders
 from .apps.eager import load_eager_model
+from . import sent_photos
 from .options import BenchOptions
 
 WEIGHTS_SEED = 0
@@ -49,8 +50,11 @@ STOCK_CROP = 224  # TorchServe's image_classifier hard-codes Resize(256) + Cente
 @dataclass(frozen=True)
 class Photo:
     name: str
-    jpeg: bytes
+    data: bytes  # what is sent: a JPEG, or (photos as sent) a PNG or WebP
     file: Path  # the same bytes on disk, for one-process-per-job runs
+    kind: str = ""  # what the photo is (photos as sent: size, format, scan, orientation)
+    upright: Path | None = None  # a sideways photo's pixels turned upright, no EXIF (orientation.py)
+    stored: Path | None = None  # a sideways photo's bytes without its EXIF
 
 
 def model_dir(options: BenchOptions) -> Path:
@@ -235,10 +239,12 @@ def pt2_model_config(backend: str) -> str:
     return f"pt2:\n  compile:\n    enable: true\n    backend: {backend}\n"
 
 
-def pt2_archive(options: BenchOptions, weights: Path, backend: str) -> Path:
-    """The stock image_classifier on the eager model with TorchServe's documented `pt2` compile for `backend`."""
-    key = hashlib.sha256(f"{file_digest(weights)}|{_torch_version()}|{backend}".encode()).hexdigest()[:12]
-    prefix = f"pt2-{backend}-"  # not "stock-": stock_archive clears those
+def pt2_archive(options: BenchOptions, weights: Path, backend: str, handler: Path | None = None) -> Path:
+    """The stock image_classifier (or a user's own `handler` file) on the eager model with TorchServe's documented
+    `pt2` compile for `backend`."""
+    handled = f"|{file_digest(handler)}" if handler else ""
+    key = hashlib.sha256(f"{file_digest(weights)}|{_torch_version()}|{backend}{handled}".encode()).hexdigest()[:12]
+    prefix = f"pt2-{handler.stem if handler else 'stock'}-{backend}-"  # not "stock-": stock_archive clears those
     store = model_dir(options) / f"{prefix}{key}"
     target = store / f"{options.model}.mar"
     if target.is_file():
@@ -249,14 +255,18 @@ def pt2_archive(options: BenchOptions, weights: Path, backend: str) -> Path:
         labels.write_text(json.dumps({str(i): name for i, name in enumerate(labels_for(options.model))}))
         config = work / "model-config.yaml"
         config.write_text(pt2_model_config(backend))
-        _archive_eager(options, weights, labels, work, STOCK_HANDLER, config)
+        _archive_eager(options, weights, labels, work, str(handler) if handler else STOCK_HANDLER, config)
         store.mkdir(parents=True, exist_ok=True)
         shutil.move(str(work / "export" / f"{options.model}.mar"), target)
     return target
 
 
 def photos(options: BenchOptions) -> list[Photo]:
-    """The real photographs as JPEG bytes (and files), `skimage:<name>` resized to the benchmark size."""
+    """The photos every system is sent: the real photographs of `images` as JPEG bytes (and files), `skimage:<name>`
+    resized to the benchmark size; or, as phones send them, the as-sent set (sent_photos.py)."""
+    if options.as_sent:
+        return [Photo(sent.photo.name, sent.file.read_bytes(), sent.file, sent.photo.describe(), sent.upright, sent.stored)
+                for sent in sent_photos.build_set(Path(options.cache_dir).resolve())]
     folder = Path(options.cache_dir).resolve() / "images"
     folder.mkdir(parents=True, exist_ok=True)
     found = []

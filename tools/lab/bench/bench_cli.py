@@ -5,6 +5,7 @@
     tsvk bench --central-figure    # the central figure: stock defaults vs ours, concurrency 32
     tsvk bench --tuned-vs-generated --model resnet18   # what `tsvk tune` wrote vs the generated config
     tsvk bench --gpu               # the same table with every system on the GPU
+    tsvk bench --photos as-sent    # photos as phones send them: 12-48 MP, sideways with an EXIF orientation
 
 `tsvk bench preprocess`, `tsvk bench compile` and `tsvk bench pinning` run the narrower benchmarks
 (BENCHMARKS below), each with its own options (`tsvk bench <name> --help`).
@@ -26,8 +27,8 @@ from ...archive.backends import get_backend
 from ...archive.precision import AUTO, BUILD_PRECISIONS, choose_precision
 from ...errors import UsageError
 from ...images import SKIMAGE_PHOTOS
-from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, FULL, GPU, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS, TUNED_VS_GENERATED_SYSTEMS,
-                      WARMUP_SECONDS, gpu_backend, with_preset)
+from .options import (BACKENDS, CENTRAL_FIGURE_SYSTEMS, DEFAULT_PHOTOS, FULL, GPU, PHOTO_SETS, QUICK, ROUND_SECONDS, ROUNDS, SYSTEMS,
+                      TUNED_VS_GENERATED_SYSTEMS, WARMUP_SECONDS, gpu_backend, with_preset)
 from .result_document import refresh, write_outputs
 from .markdown import render_markdown
 
@@ -71,6 +72,12 @@ def _names(text: str) -> tuple[str, ...]:
     return names
 
 
+def _photo_set(text: str) -> str:
+    if text not in PHOTO_SETS:
+        raise argparse.ArgumentTypeError(f"must be one of {', '.join(PHOTO_SETS)}; got {text!r}")
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     others = "; ".join(f"tsvk bench {name}: {what}" for name, (_, what) in BENCHMARKS.items())
     p = argparse.ArgumentParser(prog="tsvk bench", description="Benchmark every way of serving one image classifier on this machine.",
@@ -106,6 +113,10 @@ def build_parser() -> argparse.ArgumentParser:
         f"{FULL.decentralized_jobs}; --quick: {QUICK.decentralized_jobs}; never more than --jobs)",
     )
     p.add_argument("--image", help=f"comma-separated photos: skimage:{'|'.join(SKIMAGE_PHOTOS)} or JPEG files (default: all of them)")
+    p.add_argument("--photos", type=_photo_set, default=DEFAULT_PHOTOS,
+                   help=f"the photos sent: {' or '.join(PHOTO_SETS)} ({DEFAULT_PHOTOS}: --image's photos as 640x480 JPEGs; "
+                   "as-sent: 12, 24 and 48 MP JPEGs stored sideways with an EXIF orientation, a 4K PNG and a 12 MP WebP, each "
+                   "sideways one also asked upright and as stored; results tagged as-sent)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument(
         "--central-figure",
@@ -178,7 +189,8 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         tag = tag if tag is not None else f"tuned-{args.model or preset.model}"
     if tag is None:  # latest.* is the preset's model: another model's run gets its own latest-<model>.*
         other_model = args.model if args.model and args.model != preset.model else ""
-        tag = "-".join(name for name, on in ((other_model, other_model), ("gpu", args.gpu), ("quick", args.quick)) if on)
+        photos = args.photos if args.photos != DEFAULT_PHOTOS else ""
+        tag = "-".join(name for name, on in ((other_model, other_model), (photos, photos), ("gpu", args.gpu), ("quick", args.quick)) if on)
     images = tuple(i.strip() for i in args.image.split(",") if i.strip()) if args.image else None
     return with_preset(
         preset,
@@ -190,6 +202,7 @@ def options_from_args(args: argparse.Namespace, argv: list[str]):
         round_seconds=args.round_seconds,
         decentralized_jobs=args.decentralized_jobs,
         images=images,
+        photos=args.photos,
         systems=systems,
         vcpus=args.vcpus,
         ours_workers=args.ours_workers,

@@ -19,6 +19,7 @@ import psutil
 from ... import progress
 from ...measure.loadgen import TIME_BOUNDED_JOBS, run_closed_loop, summarize_records
 from .options import BenchOptions, require_device, resolved_vcpus
+from .orientation import check_photos
 from .result_document import build_result
 from ...measure.sampler import TreeSampler, leftover, window_stats
 from ...measure.stats import combine_rounds, error_headline
@@ -38,11 +39,24 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
     hidden = _hide_gpus_unless_asked(options.device)
     try:
         ctx, systems = prepare(options, started, log)
+        floor = measure_decode_floor(ctx, log)
         results = measure_rounds(systems, ctx, log)
     finally:
         _restore(hidden)
         os.environ.update(removed)
-    return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed)
+    return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed, decode_floor=floor)
+
+
+def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:
+    """With photos as sent and a classifier: the least each JPEG costs to decode to the model's input, beside tsvk's
+    own path (decode_floor.py); measured before any system starts, on one thread of this process."""
+    if not ctx.options.as_sent or ctx.options.task != "classify":
+        return None
+    from . import decode_floor  # torch and torchvision: only for a run that measures it
+
+    log("bench: the decode floor of each JPEG, in-process on one thread")
+    with progress.step("decode floor", "each JPEG decoded to the model's input, the least and tsvk's way"):
+        return decode_floor.for_run(ctx.options.model, ctx.photos, ctx.options.quick)
 
 
 def prepare(options: BenchOptions, started: datetime | None = None, log=print) -> tuple[RunContext, list[System]]:
@@ -107,20 +121,30 @@ def measure_rounds(systems: list[System], ctx: RunContext, log=print) -> dict:
             chosen = None if number == 1 else [rounds[system.name][0].get("variant", {})]
             rounds[system.name].append(measure_system(system, ctx, log, chosen))
             time.sleep(SETTLE_S)
-    return {name: combine_rounds(measured) for name, measured in rounds.items()}
+    return {name: with_orientation(combine_rounds(measured), measured) for name, measured in rounds.items()}
+
+
+def with_orientation(combined: dict, rounds: list[dict]) -> dict:
+    """The sideways photos' answers (asked in the first round only) kept whichever round is the typical one."""
+    asked = next((r["orientation"] for r in rounds if r.get("orientation") is not None), None)
+    combined.pop("orientation", None)
+    return {**combined, "orientation": asked} if asked is not None else combined
 
 
 def measure_system(system: System, ctx: RunContext, log=print, variants_to_run: list[dict] | None = None) -> dict:
     """The best variant's measurements, with every variant's kept when there are several."""
     variants = []
-    for variant in _variants_to_try(system, ctx) if variants_to_run is None else variants_to_run:
+    for number, variant in enumerate(_variants_to_try(system, ctx) if variants_to_run is None else variants_to_run):
         log(f"bench: {system.name} {_describe(variant)}".rstrip())
-        measured = measure_variant(system, ctx, variant)
+        measured = measure_variant(system, ctx, variant, check_answers=variants_to_run is None and number == 0)
         log(f"bench:   -> {_brief(measured)}")
         variants.append(measured)
     working = [v for v in variants if v.get("throughput_ips")]
     best = max(working, key=lambda v: v["throughput_ips"]) if working else variants[0]
     result = {"label": system.label, "description": system.description, **best}
+    asked = next((v["orientation"] for v in variants if "orientation" in v), None)
+    if asked is not None:  # asked of the first variant only: every variant runs the same code on the photos
+        result["orientation"] = asked
     if len(variants) > 1:
         result["variants"] = variants
     return result
@@ -132,13 +156,15 @@ def _variants_to_try(system: System, ctx: RunContext) -> list[dict]:
     return variants[: ctx.options.max_variants] if ctx.options.max_variants else variants
 
 
-def measure_variant(system: System, ctx: RunContext, variant: dict) -> dict:
+def measure_variant(system: System, ctx: RunContext, variant: dict, check_answers: bool = False) -> dict:
+    """One variant's round; with `check_answers` and photos as sent, also how it answers the sideways photos."""
     sampler = TreeSampler()
+    check_answers = check_answers and ctx.options.as_sent
     try:
         with sampler:
             began = time.monotonic()
             measured, window = (_self_timed(system, ctx, variant, began) if system.self_timed
-                                else _served(system, ctx, variant, began))
+                                else _served(system, ctx, variant, began, check_answers))
     except Exception as err:  # noqa: BLE001 - record it, stop nothing else, go on with the next system
         measured, window = {"error": f"{type(err).__name__}: {err}"[:2000], "traceback": traceback.format_exc()[-4000:]}, (None, None)
     measured.update(window_stats(sampler.samples, *window))
@@ -156,9 +182,9 @@ def _self_timed(system: System, ctx: RunContext, variant: dict, began: float) ->
     return measured, (began, time.monotonic())
 
 
-def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
+def _served(system: System, ctx: RunContext, variant: dict, began: float, check_answers: bool = False) -> tuple[dict, tuple]:
     options = ctx.options
-    images = [photo.jpeg for photo in ctx.photos]
+    images = [photo.data for photo in ctx.photos]
     with progress.step(f"start {system.name}", "the server to answer"):
         deployment = system.start(ctx, variant)
     ready_s = time.monotonic() - began
@@ -174,6 +200,7 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
             records = run_closed_loop(deployment.target, images, total, options.concurrency, until=until)
         load_end = time.monotonic()
         after = deployment.profile() if deployment.profile else None
+        asked = _ask_sideways(system, deployment, ctx) if check_answers else None
     finally:
         deployment.stop()
     measured = {**summarize_records(records), "ready_s": round(ready_s, 2), "concurrency": options.concurrency,
@@ -181,7 +208,15 @@ def _served(system: System, ctx: RunContext, variant: dict, began: float) -> tup
     if after is not None:
         measured["profile"] = profile_difference(before or {}, after)
         measured["details"]["workers_after_load"] = after.get("workers", [])
+    if asked is not None:
+        measured["orientation"] = asked
     return measured, (load_start, load_end)
+
+
+def _ask_sideways(system: System, deployment, ctx: RunContext) -> list[dict]:
+    """After the measured load (so it costs the measurement nothing): each sideways photo sent, upright and as stored."""
+    with progress.step(f"ask {system.name}", "the sideways photos, upright and as stored"):
+        return check_photos(deployment.target, ctx.photos)
 
 
 def require_an_answer(warm: list) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from .options import PEER_SYSTEMS
+from .photo_report import photo_lines
 from ...measure.stats import cpu_ms_per_image, error_headline, ranges_overlap, ratio
 
 PEER_TABLE = ("ours_fast", "ours", *PEER_SYSTEMS, "ceiling_pipeline_fast")  # rows of the lead table, in this order
@@ -144,6 +145,7 @@ def render_markdown(result: dict, chart_name: str | None = None) -> str:
         "|---|---|---|---|",
         *(f"| {g['goal']} | {g['target']} | {_cell(g['measured'], 2)} | {_met(g['met'])}{_overlap_note(g)} |" for g in result["goals"]),
     ]
+    lines += photo_lines(result)
     lines += _compute_lines(result.get("compute") or {}, result["systems"])
     lines += _cpu_by_process_lines(result["systems"])
     if result.get("diagnosis"):

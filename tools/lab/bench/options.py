@@ -17,15 +17,14 @@ from ...archive.task_builds import task_build
 SYSTEMS = ("decentralized", "torchserve_default", "torchserve_tuned", "ours", "ours_tuned", "ours_fast", "ours_oip_rest",
            "ours_oip_grpc", "flask_gunicorn", "litserve", "ceiling", "ceiling_fast", "torchserve_best", "triton", "litserve_fast",
            "ceiling_pipeline_fast", "ceiling_pipeline", "batch", "batch_fast", "batch_ray", "batch_ray_fast", "ours_kserve",
-           "ours_kserve_fast", "ours_kserve_oip_rest", "ours_kserve_oip_grpc")
+           "ours_kserve_fast", "ours_kserve_oip_rest", "ours_kserve_oip_grpc", "torchserve_draft", "litserve_draft")
 # The fastest verified CPU artifact (OpenVINO int8 by default), and the peers serving that same artifact: CPU runs only
 FAST_SYSTEMS = ("ours_fast", "ceiling_fast", "triton", "litserve_fast", "ceiling_pipeline_fast", "batch_fast", "batch_ray_fast",
-                "ours_kserve_fast")
-PEER_SYSTEMS = (
-    "torchserve_best",
-    "triton",
-    "litserve_fast",
-)  # the strongest alternatives, each at its best  # the fastest verified CPU artifact: CPU runs only
+                "ours_kserve_fast", "litserve_draft")
+# The strongest alternatives, each at its best; the draft rows are the same peers with the decoding their users write
+# by hand for phone photos (peers.py), run by default with photos as sent only, where that decoding matters.
+PEER_SYSTEMS = ("torchserve_best", "triton", "litserve_fast", "torchserve_draft", "litserve_draft")
+AS_SENT_SYSTEMS = ("torchserve_draft", "litserve_draft")
 CENTRAL_FIGURE_SYSTEMS = ("torchserve_default", "ours")
 TUNED_VS_GENERATED_SYSTEMS = ("ours", "ours_tuned")  # what `tsvk tune` wrote against the rule's config, same archive
 # Detection and segmentation: stock TorchServe with its own object_detector / image_segmenter handlers, ours, the
@@ -41,6 +40,12 @@ ROUND_SECONDS = 20.0  # long enough by time, so the requests per round follow th
 # every server's first minutes of allocations settle, so a round measures the steady service a user runs for hours.
 WARMUP_SECONDS = 10.0
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
+# What the systems are sent: `default`, the photos of --image at a typical upload size after a client-side resize
+# (640x480); `as-sent`, photos as phones and cameras send them (sent_photos.py: 12-48 MP JPEGs stored sideways
+# with an EXIF orientation, a 4K PNG, a 12 MP WebP), each sideways one also asked upright and as stored.
+DEFAULT_PHOTOS = "default"
+AS_SENT = "as-sent"
+PHOTO_SETS = (DEFAULT_PHOTOS, AS_SENT)
 
 
 @dataclass(frozen=True)
@@ -90,6 +95,7 @@ class BenchOptions:
     round_seconds: float = ROUND_SECONDS  # each round's load lasts this long (0: `jobs` requests instead)
     max_variants: int | None = None  # a hand-tuned system tries at most this many of its variants (None: all)
     images: tuple[str, ...] = DEFAULT_IMAGES
+    photos: str = DEFAULT_PHOTOS  # one of PHOTO_SETS; `as-sent` replaces `images`
     image_size: tuple[int, int] = (640, 480)  # a typical phone-upload size after a client-side resize
     systems: tuple[str, ...] | None = None  # None: every system that runs on `device`
     backend: str = defaults.BACKEND  # our archive's backend
@@ -122,12 +128,17 @@ class BenchOptions:
 
     def __post_init__(self):
         if self.systems is None:  # frozen: these are the only fields filled in after construction
-            object.__setattr__(self, "systems", default_systems(self.device, self.task))
+            object.__setattr__(self, "systems", default_systems(self.device, self.task, self.photos))
         if self.backend == defaults.BACKEND:
             object.__setattr__(self, "backend", task_build(self.task).default_backend)  # torch.export cannot capture a detector
         problems = validation_problems(self)
         if problems:
             raise UsageError("; ".join(problems))
+
+    @property
+    def as_sent(self) -> bool:
+        """Photos as phones send them: decode-heavy, sideways ones checked for how they are answered."""
+        return self.photos == AS_SENT
 
     @property
     def warmup_requests(self) -> int:
@@ -141,9 +152,12 @@ class BenchOptions:
         return WARMUP_SECONDS if self.round_seconds else 0.0
 
 
-def default_systems(device: str, task: str = "classify") -> tuple[str, ...]:
-    """Every system that serves the task; in the GPU mode all but the rows that measure a CPU-only artifact."""
+def default_systems(device: str, task: str = "classify", photos: str = DEFAULT_PHOTOS) -> tuple[str, ...]:
+    """Every system that serves the task; in the GPU mode all but the rows that measure a CPU-only artifact; the
+    hand-written draft rows with photos as sent only (on photos already small, their decoding is the plain one)."""
     systems = TASK_SYSTEMS.get(task, SYSTEMS)
+    if photos != AS_SENT:
+        systems = tuple(s for s in systems if s not in AS_SENT_SYSTEMS)
     return systems if device != "cuda" else tuple(s for s in systems if s not in FAST_SYSTEMS)
 
 
@@ -179,9 +193,19 @@ def validation_problems(options: BenchOptions) -> list[str]:
         problems.append(f"vcpus must be >= 1, got {options.vcpus}")
     if not options.images:
         problems.append(f"images must name at least one photo ({defaults.IMAGE} or a file)")
+    problems += _photo_problems(options)
     if options.tag and not options.tag.replace("-", "").replace("_", "").isalnum():
         problems.append(f"tag must be letters, digits, - or _, got {options.tag!r}")
     return problems
+
+
+def _photo_problems(options: BenchOptions) -> list[str]:
+    """The photo set is one of PHOTO_SETS, and the as-sent set is not mixed with --image's photos."""
+    if options.photos not in PHOTO_SETS:
+        return [f"photos must be one of {', '.join(PHOTO_SETS)}, got {options.photos!r}"]
+    if options.photos != DEFAULT_PHOTOS and options.images != DEFAULT_IMAGES:
+        return [f"photos {options.photos} is its own set of photos; leave out images (--image) or use photos default"]
+    return []
 
 
 def _target_problems(backend: str, device: str, precision: str) -> list[str]:

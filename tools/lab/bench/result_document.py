@@ -22,7 +22,7 @@ from .chart import write_chart
 from .compute import compute_use, fp32_peak, gflop_per_image
 from .diagnosis import explain
 from .markdown import render_markdown
-from .options import BenchOptions
+from .options import PEER_SYSTEMS, BenchOptions
 from .rows import FAST_VS_BEST_PEER_GOAL, FP32_VS_TORCHSERVE_BEST_GOAL, best_peer, throughput
 from ...measure.stats import ranges_overlap, ratio
 
@@ -79,7 +79,7 @@ GOALS = (  # (ratio key, minimum, wording)
     (
         "fast_vs_best_peer",
         FAST_VS_BEST_PEER_GOAL,
-        f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast",
+        f"ours_fast >= {FAST_VS_BEST_PEER_GOAL:g}x the best of {', '.join(PEER_SYSTEMS)}",
     ),
     ("ours_vs_torchserve_best", FP32_VS_TORCHSERVE_BEST_GOAL, f"ours (fp32) >= {FP32_VS_TORCHSERVE_BEST_GOAL:g}x torchserve_best"),
     ("fast_vs_pipeline_fast_ceiling", 0.9, "ours_fast >= 0.9x its in-process pipeline ceiling (decode + preprocess + model)"),
@@ -93,7 +93,7 @@ GOALS = (  # (ratio key, minimum, wording)
     (
         "kserve_fast_vs_best_peer",
         FAST_VS_BEST_PEER_GOAL,
-        f"the kserve engine (fastest CPU artifact) >= {FAST_VS_BEST_PEER_GOAL:g}x the best of torchserve_best, triton, litserve_fast",
+        f"the kserve engine (fastest CPU artifact) >= {FAST_VS_BEST_PEER_GOAL:g}x the best of {', '.join(PEER_SYSTEMS)}",
     ),
     ("ours_kserve_oip_rest_vs_ours_kserve", OIP_MIN_THROUGHPUT, "the kserve engine's OIP REST within 5% of its /predictions"),
     ("ours_kserve_oip_grpc_vs_ours_kserve", OIP_MIN_THROUGHPUT, "the kserve engine's OIP gRPC within 5% of its /predictions"),
@@ -101,10 +101,12 @@ GOALS = (  # (ratio key, minimum, wording)
 
 
 def build_result(
-    options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime, removed_env: dict | None = None
+    options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime, removed_env: dict | None = None,
+    decode_floor: list[dict] | None = None,
 ) -> dict:
     ratios = compute_ratios(systems)
     compute = compute_inputs(options.model, vcpus, options.task)
+    extra = {"decode_floor": decode_floor} if decode_floor is not None else {}
     return {
         "schema_version": SCHEMA_VERSION,
         "created": started.isoformat(timespec="seconds"),
@@ -120,7 +122,19 @@ def build_result(
         "goals": evaluate_goals(systems, ratios, options.task),
         "compute": {**compute, "systems": compute_use(systems, compute["gflop_per_image"], compute["fp32_peak"])},
         "diagnosis": diagnose(systems, vcpus),
+        **photo_set(options),
+        **extra,
     }
+
+
+def photo_set(options: BenchOptions) -> dict:
+    """With photos as sent: what each photo is and each size and format's share of the requests."""
+    if not options.as_sent:
+        return {}
+    from . import sent_photos  # Pillow and NumPy: only for a run that made the photos
+
+    return {"photo_set": {"name": options.photos, "photos": [photo.describe() for photo in sent_photos.PHOTOS],
+                          "proportions": sent_photos.proportions()}}
 
 
 def compute_inputs(model: str, vcpus: int, task: str = "classify") -> dict:

@@ -8,8 +8,10 @@ the GPU, and every timed call waits for the GPU to finish (CUDA calls return bef
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import statistics
+import sys
 import tempfile
 import time
 import zipfile
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from tsvk.common import HandlerSettings, label_for, load_labels, task_kind
+from tsvk.common import HandlerSettings, RequestError, label_for, load_labels, task_kind
 from tsvk.model import load_model
 from tsvk.preprocess import build_preprocessor, decode_rgb, probe
 from tsvk.tasks import task_class
@@ -123,7 +125,7 @@ def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.d
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
         task = task_class(settings.task)(settings, model, preprocessor, labels)
-        encoded = [probe(path.read_bytes(), settings.preprocess.max_pixels) for path in images]
+        encoded = probed([path.read_bytes() for path in images], settings.preprocess)  # those a worker takes
         max_batch = settings.artifact.max_batch
         prepared = task.prepare([encoded[i % len(encoded)] for i in range(max_batch)]).batch
         if task_kind(settings.task).top_k:
@@ -145,31 +147,89 @@ def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> list[float]:
     return timed_calls(pipeline, seconds, sync=sync)
 
 
-def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu")) -> dict:
-    """Images/s of one process doing what a worker does per batch, back to back: probe the JPEG bytes, decode +
+def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu"),
+                   check: list[Path] | None = None, wait_for_go=None, every_photo: bool = False) -> dict:
+    """Images/s of one process doing what a worker does per batch, back to back: probe the photos' bytes, decode +
     resize + crop + normalize them, run the model and shape the answers (the handler's own task code: a
-    classifier's top-k, a segmenter's class map and label map, a detector's boxes and masks). No server, no HTTP."""
+    classifier's top-k, a segmenter's class map and label map, a detector's boxes and masks). No server, no HTTP.
+    A photo the worker refuses (over `max_pixels`, say) costs its probe, as in a worker, and is not counted.
+    `every_photo`: the calls take the photos' batches in turn, so each photo is in as many batches as the others
+    (`photo_batches`), and the rate is answered photos over the calls' whole time (they differ in cost); otherwise
+    every call is the first batch and the rate is from the median call.
+    `check`: photos answered one by one first (`photo_answers`); `wait_for_go`: called once loaded, before timing."""
     started = time.monotonic()
     sync = device_sync(device)
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
         task = task_class(settings.task)(settings, model, preprocessor, labels)
-        data = [path.read_bytes() for path in images]
-        group = [data[i % len(data)] for i in range(batch)]
-        options = [task.options({}) for _ in group]  # each request with the task's default options
+        groups = photo_batches([path.read_bytes() for path in images], batch, every_photo)
+        options = [task.options({}) for _ in range(batch)]  # each request with the task's default options
+        answered = [len(probed(group, settings.preprocess)) for group in groups]
+        turn = itertools.count()
 
         def pipeline():
-            prepared = task.prepare([probe(raw, settings.preprocess.max_pixels) for raw in group]).batch
+            encoded = probed(groups[next(turn) % len(groups)], settings.preprocess)
+            prepared = task.prepare(encoded).batch
             with torch.inference_mode():
-                task.answer(prepared, options)
+                task.answer(prepared, options[: len(encoded)])
 
+        answers = photo_answers(task, settings.preprocess, check or [])
         ready_s = time.monotonic() - started
+        if wait_for_go:
+            wait_for_go()
         durations = pipeline_calls(pipeline, seconds, sync=sync)
+    counted = sum(answered[(1 + i) % len(groups)] for i in range(len(durations)))  # call 0 was the warm-up
+    mean_rate = round(counted / sum(durations), 2)
     return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
-            "device": str(model.device), "preprocess_backend": choice.name, "top1": {},
-            "batches": {str(batch): {"images_per_s": round(batch / statistics.median(durations), 2),
-                                     "mean_images_per_s": round(batch * len(durations) / sum(durations), 2),
+            "device": str(model.device), "preprocess_backend": choice.name, "top1": {}, "answers": answers,
+            "answered_per_batch": round(statistics.mean(answered), 2), "refused_per_batch": round(batch - statistics.mean(answered), 2),
+            "batches": {str(batch): {"images_per_s": mean_rate if every_photo else round(answered[0] / statistics.median(durations), 2),
+                                     "mean_images_per_s": mean_rate,
                                      "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}}}
+
+
+def photo_batches(data: list[bytes], batch: int, every_photo: bool) -> list[list[bytes]]:
+    """The batches the calls take in turn: the photos cycled `batch` at a time until each has been in as many batches
+    as the others (len(data) batches), or the first batch alone."""
+    starts = range(0, len(data) * batch, batch) if every_photo else [0]
+    return [[data[(start + i) % len(data)] for i in range(batch)] for start in starts]
+
+
+def probed(group: list[bytes], limits) -> list:
+    """The photos' headers, as a worker probes them; those it refuses (RequestError) are left out."""
+    kept = []
+    for raw in group:
+        try:
+            kept.append(probe(raw, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks))
+        except RequestError:
+            continue
+    return kept
+
+
+def photo_answers(task, limits, files: list[Path]) -> list[dict]:
+    """Each photo's answer as the handler gives it, one at a time: {"status": 200, "answer": ...}, or the status and
+    error a worker refuses it with."""
+    answers = []
+    for path in files:
+        try:
+            prepared = task.prepare([probe(path.read_bytes(), limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)])
+        except RequestError as err:
+            answers.append({"status": err.status, "error": str(err)[:200]})
+            continue
+        failed = getattr(prepared, "failed", None)
+        if failed:
+            err = next(iter(failed.values()))
+            answers.append({"status": err.status, "error": str(err)[:200]})
+            continue
+        with torch.inference_mode():
+            answers.append({"status": 200, "answer": task.answer(prepared.batch, [task.options({})])[0]})
+    return answers
+
+
+def go_on_stdin() -> None:
+    """Say `ready` on stdout and wait for a line on stdin: the processes of a ceiling then time the same seconds."""
+    print("ready", flush=True)
+    sys.stdin.readline()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -181,10 +241,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--pipeline-batch", type=int, default=0,
                         help="time decode + preprocess + model together at this batch size instead of the model alone")
+    parser.add_argument("--check", type=Path, nargs="*", default=[], help="with --pipeline-batch: photos whose answers to give")
+    parser.add_argument("--every-photo", action="store_true",
+                        help="with --pipeline-batch: take every photo's batches in turn, the rate over the calls' whole time")
+    parser.add_argument("--wait-for-go", action="store_true",
+                        help="with --pipeline-batch: print `ready` once loaded and wait for a line on stdin before timing")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     if args.pipeline_batch:
-        print(json.dumps(probe_pipeline(args.mar, args.images, args.seconds, args.pipeline_batch, torch.device(args.device))))
+        print(json.dumps(probe_pipeline(args.mar, args.images, args.seconds, args.pipeline_batch, torch.device(args.device),
+                                        args.check, go_on_stdin if args.wait_for_go else None, args.every_photo)))
     else:
         print(json.dumps(probe_archive(args.mar, args.images, args.seconds, torch.device(args.device))))
 

@@ -22,7 +22,7 @@ CPU_PROPERTIES = {"INFERENCE_PRECISION_HINT": "f32"}
 class OpenVinoClassifier:
     """Decode with Pillow, resize the shorter side, center crop, normalize, run the compiled IR, top-5."""
 
-    def __init__(self, xml: Path, labels: Path, threads: int, resize: int, crop: int, mean, std):
+    def __init__(self, xml: Path, labels: Path, threads: int, resize: int, crop: int, mean, std, draft: bool = False):
         import openvino as ov
 
         core = ov.Core()
@@ -32,13 +32,14 @@ class OpenVinoClassifier:
         self.resize, self.crop = resize, crop
         self.mean = np.asarray(mean, dtype=np.float32).reshape(3, 1, 1)
         self.std = np.asarray(std, dtype=np.float32).reshape(3, 1, 1)
+        self.draft = draft
 
     def tensor(self, jpeg: bytes) -> np.ndarray:
         """One photo as the model's (3, crop, crop) float32 input."""
         from PIL import Image
 
         with Image.open(io.BytesIO(jpeg)) as image:
-            image = image.convert("RGB")
+            image = self.hand_written(image) if self.draft else image.convert("RGB")
             width, height = image.size
             scale = self.resize / min(width, height)
             image = image.resize((max(1, round(width * scale)), max(1, round(height * scale))), Image.BILINEAR)
@@ -46,6 +47,14 @@ class OpenVinoClassifier:
             image = image.crop((left, top, left + self.crop, top + self.crop))
         pixels = np.asarray(image, dtype=np.float32).transpose(2, 0, 1) / 255.0
         return (pixels - self.mean) / self.std
+
+    def hand_written(self, image):
+        """What a user writes for phone photos: a JPEG decoded at the smallest DCT scale (1/2, 1/4, 1/8) that still
+        leaves both sides >= `resize` (Pillow's draft), then turned upright as its EXIF orientation says."""
+        from PIL import ImageOps
+
+        image.draft("RGB", (self.resize, self.resize))  # JPEG only; other formats decode whole
+        return ImageOps.exif_transpose(image).convert("RGB")
 
     def logits(self, batch: np.ndarray) -> np.ndarray:
         return self.compiled(np.ascontiguousarray(batch, dtype=np.float32))[self.output]
@@ -72,7 +81,8 @@ def add_model_arguments(parser) -> None:
     parser.add_argument("--crop", type=int, required=True)
     parser.add_argument("--mean", type=float, nargs=3, required=True)
     parser.add_argument("--std", type=float, nargs=3, required=True)
+    parser.add_argument("--draft", action="store_true", help="decode JPEGs at a reduced DCT scale and apply the EXIF orientation")
 
 
 def classifier_from_args(args) -> OpenVinoClassifier:
-    return OpenVinoClassifier(args.xml, args.labels, args.threads, args.resize, args.crop, args.mean, args.std)
+    return OpenVinoClassifier(args.xml, args.labels, args.threads, args.resize, args.crop, args.mean, args.std, args.draft)

@@ -7,7 +7,7 @@ from .ceiling import ComputeCeiling, FastCeiling, FastPipelineCeiling, PipelineC
 from .decentralized import Decentralized
 from .engine import OursKserve, OursKserveFast, OursKserveOipGrpc, OursKserveOipRest
 from .oip import OursOipGrpc, OursOipRest
-from .peers import LitServeFast, TorchServeBest, Triton
+from .peers import LitServeDraft, LitServeFast, TorchServeBest, TorchServeDraft, Triton
 from .torchserve import Ours, OursFast, OursTuned, TorchServeDefault, TorchServeTuned
 from .webapps import FlaskGunicorn, LitServeBatched
 
@@ -16,5 +16,6 @@ def registry() -> dict:
     systems = [Decentralized(), TorchServeDefault(), TorchServeTuned(), Ours(), OursTuned(), OursFast(), OursOipRest(), OursOipGrpc(),
                FlaskGunicorn(), LitServeBatched(), ComputeCeiling(), FastCeiling(),
                TorchServeBest(), Triton(), LitServeFast(), FastPipelineCeiling(), PipelineCeiling(), BatchLocal(), BatchLocalFast(),
-               BatchRay(), BatchRayFast(), OursKserve(), OursKserveFast(), OursKserveOipRest(), OursKserveOipGrpc()]
+               BatchRay(), BatchRayFast(), OursKserve(), OursKserveFast(), OursKserveOipRest(), OursKserveOipGrpc(), TorchServeDraft(),
+               LitServeDraft()]
     return {system.name: system for system in systems}

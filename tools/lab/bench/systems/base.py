@@ -44,6 +44,12 @@ class RunContext:
     def photos(self) -> list:
         return _assets().photos(self.options)
 
+    @property
+    def largest_photo(self) -> int:
+        """Bytes of the largest photo sent, a sideways photo's twins included: a hand-tuned server is set to take it."""
+        twins = [path.stat().st_size for photo in self.photos for path in (photo.upright, photo.stored) if path is not None]
+        return max([len(photo.data) for photo in self.photos] + twins)
+
     @cached_property
     def ours_mar(self) -> Path:
         return _assets().ours_archive(self.options, self.weights)
@@ -58,11 +64,12 @@ class RunContext:
     def stock_mar(self) -> Path:
         return _assets().stock_archive(self.options, self.weights)
 
-    def pt2_mar(self, backend: str) -> Path:
-        """The stock eager archive with TorchServe's `pt2` compile for `backend` (built once per run and backend)."""
-        if backend not in self._pt2_mars:
-            self._pt2_mars[backend] = _assets().pt2_archive(self.options, self.weights, backend)
-        return self._pt2_mars[backend]
+    def pt2_mar(self, backend: str, handler: Path | None = None) -> Path:
+        """The stock eager archive with TorchServe's `pt2` compile for `backend`, with the built-in image_classifier or
+        a user's `handler` file (built once per run, backend and handler)."""
+        if (backend, handler) not in self._pt2_mars:
+            self._pt2_mars[backend, handler] = _assets().pt2_archive(self.options, self.weights, backend, handler)
+        return self._pt2_mars[backend, handler]
 
     def system_dir(self, name: str) -> Path:
         path = self.run_dir / name

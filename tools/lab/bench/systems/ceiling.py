@@ -12,6 +12,7 @@ from pathlib import Path
 
 from ....errors import UsageError
 from ....measure.stats import latency_summary
+from ..orientation import check_files, rows_from_answers
 from .base import RunContext, System
 from .process import clean_env
 
@@ -55,6 +56,8 @@ def summarize_probe(probe: dict) -> dict:
         "top1": probe["top1"],
         "details": {
             "best_batch": int(best_size),
+            "processes": probe.get("processes", 1),
+            "refused_per_batch": probe.get("refused_per_batch", 0),  # photos the archive's limits refuse: probed, not counted
             "threads": probe["threads"],
             "format": probe["format"],
             "device": probe.get("device", "cpu"),
@@ -84,10 +87,26 @@ class FastPipelineCeiling(FastCeiling):
     description = ("one process, no server: the fast archive's handler code probes, decodes, resizes, crops and normalizes a "
                    "batch of the photos' JPEG bytes, its model runs on the batch and the task shapes the answers (top-k, "
                    "class map, boxes), back to back, all vCPUs as threads; batch = the served batch size; timed for the "
-                   "round's seconds (the bound for any server of this artifact)")
+                   "round's seconds (the bound for any server of this artifact). With photos as sent, one such process "
+                   "per vCPU with one thread each, timed over the same seconds and added up, each taking every photo's "
+                   "batches in turn: decoding a photo runs on one core, so one process would leave the others idle while "
+                   "it decodes")
 
     def probe_arguments(self, ctx: RunContext) -> list[str]:
         return ["--seconds", str(ctx.options.round_seconds or ctx.options.ceiling_seconds), "--pipeline-batch", str(ctx.options.batch)]
+
+    def run(self, ctx: RunContext, variant: dict) -> dict:
+        """One process with every vCPU as a thread; with photos as sent, one single-threaded process per vCPU."""
+        if not ctx.options.as_sent:
+            return super().run(ctx, variant)
+        command = [sys.executable, "-m", "tsvk_tools.lab.bench.apps.ceiling_probe", "--mar", str(self.archive(ctx)), "--threads", "1",
+                   *self.probe_arguments(ctx), "--device", ctx.options.device, "--wait-for-go", "--every-photo",
+                   "--images", *[str(p.file) for p in ctx.photos]]
+        check = ["--check", *map(str, check_files(ctx.photos))]
+        probes = run_together([command + check] + [command] * (ctx.vcpus - 1), ctx.system_dir(self.name))
+        summary = summarize_probe(combine_processes(probes))
+        summary["orientation"] = rows_from_answers(ctx.photos, probes[0].get("answers") or [])
+        return summary
 
 
 class PipelineCeiling(FastPipelineCeiling):
@@ -97,3 +116,44 @@ class PipelineCeiling(FastPipelineCeiling):
 
     def archive(self, ctx: RunContext) -> Path:
         return ctx.ours_mar
+
+
+def run_together(commands: list[list[str]], folder: Path) -> list[dict]:
+    """Start every probe, wait until each has loaded (its `ready` line), then let them all time the same seconds; each
+    one's JSON. Their stderr goes to probe-<i>.log in `folder`."""
+    children = []
+    try:
+        for index, command in enumerate(commands):
+            with open(folder / f"probe-{index}.log", "ab") as log:
+                children.append(subprocess.Popen(command, env=clean_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                                 text=True))
+        for index, child in enumerate(children):
+            if child.stdout.readline().strip() != "ready":
+                raise UsageError(f"a ceiling probe ended before it was ready ({child.wait()}); see {folder / f'probe-{index}.log'}")
+        for child in children:
+            child.stdin.write("go\n")
+            child.stdin.close()
+        return [_probe_output(child, folder / f"probe-{index}.log") for index, child in enumerate(children)]
+    finally:
+        for child in children:  # only when something failed: no probe outlives the run
+            if child.poll() is None:
+                child.kill()
+                child.wait()
+
+
+def _probe_output(child: subprocess.Popen, log: Path) -> dict:
+    out = child.stdout.read()
+    if child.wait() != 0 or not out.strip():
+        raise UsageError(f"a ceiling probe failed ({child.returncode}); see {log}")
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def combine_processes(probes: list[dict]) -> dict:
+    """Probes that timed the same seconds side by side as one: their rates added, their calls pooled."""
+    first = probes[0]
+    size, _ = next(iter(first["batches"].items()))
+    parts = [probe["batches"][size] for probe in probes]
+    pooled = {"images_per_s": round(sum(p["images_per_s"] for p in parts), 2),
+              "mean_images_per_s": round(sum(p["mean_images_per_s"] for p in parts), 2),
+              "calls": sum(p["calls"] for p in parts), "call_ms": sorted(ms for p in parts for ms in p["call_ms"])}
+    return {**first, "ready_s": max(probe["ready_s"] for probe in probes), "processes": len(probes), "batches": {size: pooled}}

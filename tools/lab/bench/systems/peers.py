@@ -13,6 +13,9 @@ OpenVINO int8 IR as ours_fast.
   at model load ('_thread.RLock' object has no attribute '_recursion_count').
 - litserve_fast: LitServe batched (8 or 4, 0.1 s), W inference workers x vCPUs/W threads, the same IR and
   preprocessing code as Triton's (apps/litserve_openvino_app.py).
+- torchserve_draft, litserve_draft: torchserve_best and litserve_fast with the decoding their users write by hand
+  for phone photos: Pillow's `Image.draft` (a JPEG decoded at a reduced DCT scale) and `ImageOps.exif_transpose`.
+  Their rows show what a peer's own best code makes of photos as sent (`--photos as-sent`).
 
 Each peer is tried with the run's batch and half of it (`peer_batches`): with clients that wait for their
 answers, batch x instances = concurrency leaves every instance idle while its answers go out and the next
@@ -56,9 +59,11 @@ class TorchServeBest(TorchServeTuned):
                    "W workers x vCPUs/W threads; every backend B (inductor, openvino), W and batch is run, the fastest "
                    "is the row; fp32")
 
+    handler: Path | None = None  # None: TorchServe's built-in image_classifier
+
     def prepare(self, ctx: RunContext) -> None:
         for backend in PT2_BACKENDS:
-            ctx.pt2_mar(backend)
+            ctx.pt2_mar(backend, self.handler)
 
     def variants(self, ctx: RunContext) -> list[dict]:
         return pt2_variants(ctx.vcpus, ctx.options.device, ctx.options.batch)
@@ -76,12 +81,21 @@ class TorchServeBest(TorchServeTuned):
     def start(self, ctx: RunContext, variant: dict) -> Deployment:
         folder = ctx.system_dir(f"{self.name}-{variant['backend']}-w{variant['workers']}-b{variant['batch']}")
         config = folder / "config.properties"
-        mar = ctx.pt2_mar(variant["backend"])
+        mar = ctx.pt2_mar(variant["backend"], self.handler)
         properties = stock_tuned_properties(mar.parent, ctx.options.model, variant["workers"], variant["batch"],
-                                            ctx.options.tuned_max_batch_delay_ms)
+                                            ctx.options.tuned_max_batch_delay_ms, ctx.largest_photo)
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
         return serve(ctx, folder, config, ctx.options.model, env=env, allocator=STOCK_ALLOCATOR)
+
+
+class TorchServeDraft(TorchServeBest):
+    name = "torchserve_draft"
+    label = "TorchServe, pt2 compiled, hand-tuned, hand-written JPEG draft"
+    description = ("torchserve_best with the custom handler file a user writes for phone photos (apps/torchserve_draft_handler.py): "
+                   "image_classifier whose preprocess opens each photo with Pillow's draft (a JPEG decoded at the smallest DCT "
+                   "scale leaving both sides >= 256) and ImageOps.exif_transpose; every backend, W and batch as torchserve_best")
+    handler = APPS / "torchserve_draft_handler.py"
 
 
 def last_error(logs: Path) -> str:
@@ -197,6 +211,7 @@ class Triton(FastArtifactServer):
 class LitServeFast(FastArtifactServer):
     name = "litserve_fast"
     split = "workers"
+    app_arguments: tuple[str, ...] = ()
     label = "LitServe, OpenVINO int8"
     description = ("LitServe 0.2 batched (max_batch_size 8 or 4, batch_timeout 0.1 s), W inference workers x vCPUs/W threads (best "
                    "W and batch reported), serving ours_fast's OpenVINO int8 IR with OpenVINO's Python API; base64 JSON requests, "
@@ -206,7 +221,16 @@ class LitServeFast(FastArtifactServer):
         (port,) = free_ports(1)
         command = [sys.executable, "-m", "tsvk_tools.lab.bench.apps.litserve_openvino_app", *model_arguments(files, variant["threads"]),
                    "--port", str(port), "--workers", str(variant["workers"]), "--max-batch-size", str(variant["batch"]),
-                   "--batch-timeout", "0.1"]
+                   "--batch-timeout", "0.1", *self.app_arguments]
         server = start_server(command, folder, lambda: http_ok(f"http://127.0.0.1:{port}/health"), ctx.options.ready_timeout_s, "LitServe")
         target = HttpTarget(f"http://127.0.0.1:{port}/predict", litserve_body, content_type="application/json")
         return server, target, {"batch_timeout_s": 0.1}
+
+
+class LitServeDraft(LitServeFast):
+    name = "litserve_draft"
+    label = "LitServe, OpenVINO int8, hand-written JPEG draft"
+    description = ("litserve_fast with the decoding a user writes by hand for phone photos: Pillow's draft (a JPEG decoded at the "
+                   "smallest DCT scale leaving both sides >= the resize) and ImageOps.exif_transpose, then the same resize, crop "
+                   "and normalize in NumPy; every W and batch as litserve_fast")
+    app_arguments = ("--draft",)

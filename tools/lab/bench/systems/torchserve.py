@@ -26,6 +26,7 @@ from .base import Deployment, RunContext, System
 
 RESPONSE_TIMEOUT_S = 300
 STOCK_ALLOCATOR = "glibc"  # stock TorchServe rows run with the malloc a plain `torchserve --start` gets
+TORCHSERVE_MAX_REQUEST_BYTES = 6_553_500  # TorchServe 0.12's max_request_size: the defaults row keeps it
 
 
 def address_properties() -> dict[str, str]:
@@ -46,14 +47,22 @@ def stock_default_properties(model_store: Path, model: str) -> dict[str, str]:
     }
 
 
-def stock_tuned_properties(model_store: Path, model: str, workers: int, batch: int, delay_ms: int) -> dict[str, str]:
+def stock_tuned_properties(model_store: Path, model: str, workers: int, batch: int, delay_ms: int,
+                           largest_photo: int = 0) -> dict[str, str]:
+    """A hand-tuned stock config; it holds photos of `largest_photo` bytes, as its user would set it to."""
     entry = {"1.0": {"defaultVersion": True, "marName": f"{model}.mar", "minWorkers": workers, "maxWorkers": workers,
                      "batchSize": batch, "maxBatchDelay": delay_ms, "responseTimeout": RESPONSE_TIMEOUT_S}}
     return {
         **stock_default_properties(model_store, model),
         "default_workers_per_model": str(workers),
         "models": json.dumps({model: entry}, separators=(",", ":")),
+        **request_size_properties(largest_photo),
     }
+
+
+def request_size_properties(largest_photo: int) -> dict[str, str]:
+    """max_request_size where TorchServe's default (6,553,500 bytes) refuses the largest photo sent (a 48 MP JPEG)."""
+    return {"max_request_size": str(largest_photo)} if largest_photo > TORCHSERVE_MAX_REQUEST_BYTES else {}
 
 
 def render(properties: dict[str, str]) -> str:
@@ -102,7 +111,7 @@ class TorchServeTuned(TorchServeDefault):
         folder = ctx.system_dir(f"{self.name}-w{variant['workers']}")
         config = folder / "config.properties"
         properties = stock_tuned_properties(ctx.stock_mar.parent, ctx.options.model, variant["workers"],
-                                            ctx.options.batch, ctx.options.tuned_max_batch_delay_ms)
+                                            ctx.options.batch, ctx.options.tuned_max_batch_delay_ms, ctx.largest_photo)
         config.write_text(render(properties))
         env = {"OMP_NUM_THREADS": str(variant["threads"])}
         return serve(ctx, folder, config, ctx.options.model, env=env, allocator=STOCK_ALLOCATOR)
