@@ -7,16 +7,15 @@ TorchServe starts on; TorchServe ignores them. Each model's tensors come from it
 
 from __future__ import annotations
 
-import json
-import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tsvk.common import labels_from_mapping, read_properties, task_kind
+from tsvk.common import ServedConfig, read_properties, task_kind
 from tsvk.request import oip
 
 from .. import defaults
 from ..archive.archive_info import read_archive_settings
+from ..archive.mar import ArchiveError, ModelArchive
 from ..errors import UsageError
 from ..tls import ServedTls, is_https, tls_of
 from .connection_bounds import GrpcBounds, HttpBounds
@@ -97,15 +96,11 @@ def _bounds(kind, properties: dict[str, str], config_path: Path):
 
 def model_tensors(properties: dict[str, str]) -> tuple[ModelTensors, ...]:
     """The tensors of each classifier the config names (the other tasks are served on /predictions only)."""
-    store = Path(properties.get("model_store", defaults.MODEL_STORE))
-    entries = json.loads(properties.get("models", "{}"))
+    served = ServedConfig.of(properties)
     models = []
-    for name, versions in entries.items():
-        entry = next(iter(versions.values()))
-        archive = store / entry.get("marName", f"{name}.mar")
-        tensors = tensors_of(
-            name, archive, read_archive_settings(archive), float(entry.get("responseTimeout", defaults.RESPONSE_TIMEOUT_S))
-        )
+    for model in served.models:
+        archive = served.archive_of(model)
+        tensors = tensors_of(model.name, archive, read_archive_settings(archive), float(model.response_timeout_s))
         if tensors is not None:
             models.append(tensors)
     return tuple(models)
@@ -123,7 +118,6 @@ def tensors_of(name: str, archive: Path, settings, timeout_s: float) -> ModelTen
 def _label_count(archive: Path, labels_file: str) -> int | None:
     """Classes the archive names (answers hold at most that many); None without a label file."""
     try:
-        with zipfile.ZipFile(archive) as mar:
-            return len(labels_from_mapping(json.loads(mar.read(labels_file))))
-    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return ModelArchive(archive).label_count(labels_file)
+    except ArchiveError:
         return None
