@@ -15,6 +15,7 @@ TRITON_SYSTEM_PYTHON ?= /usr/bin/python3
 PYTEST_ARGS ?=
 
 opt = $(if $(2),$(1) $(2))
+qopt = $(if $(2),$(1) "$(2)")  # a value that may hold spaces (PARTS="slow clients")
 switch = $(if $(2),$(1))
 # TorchServe's frontend runs on Java: a target that starts TorchServe installs Java 17 first (as root; else it stops
 # with the apt-get line). `make setup` installs none, and ENGINE=kserve, tsvk's own engine, needs none.
@@ -93,7 +94,7 @@ takes_bench-engines := MODEL WORKERS ROUNDS
 takes_bench-protocol := ARCHIVE MODEL
 takes_bench-accuracy := IMAGES
 takes_gpu-check := MODEL WEIGHTS
-takes_robustness := FUZZ_INPUTS MODEL ENGINE
+takes_robustness := FUZZ_INPUTS MODEL ENGINE PARTS
 takes_soak := MINUTES MODEL ALLOCATOR
 takes_test := PYTEST_ARGS HELM KUBERNETES_VALIDATE
 takes_test-unit := PYTEST_ARGS
@@ -226,9 +227,9 @@ bench-accuracy: setup ## top-1/top-5 of every backend and precision through a re
 gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
-robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine) -> benchmarks/results/robustness-*
+robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry, slow clients and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine; PARTS: some only) -> benchmarks/results/robustness-*
 	$(java_unless_kserve)
-	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL)) $(call opt,--engine,$(ENGINE))
+	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL)) $(call opt,--engine,$(ENGINE)) $(call qopt,--parts,$(PARTS))
 
 soak: setup ## MINUTES (70) at 70% of measured capacity, 5% malformed requests, token auth on -> benchmarks/results/soak-*
 	$(java)

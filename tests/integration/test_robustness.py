@@ -4,7 +4,9 @@ requests in the same batches, tritonclient through the front, an overload burst 
 SIGKILLed worker, auth and surface, and keys expiring every 6 s while a client following the documented
 procedure keeps getting 200. The classifier is the tiny test model and a small segmenter is served
 beside it (the full run adds an R-CNN with masks). Every check of the full run must hold, except the
-size of the corpus (the full run sends 10,000) and those of the parts this run leaves out."""
+size of the corpus (the full run sends 10,000) and those of the parts this run leaves out: the slow
+clients' (thousands of connections for over a minute; tests/integration/test_engine_slow_clients.py and
+tests/unit/test_slow_clients_swarm.py test its bounds and its swarm)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ import pytest
 
 from tests.support.task_models import SEGMENTER
 from tests.support.torchserve import isolated_env, archive_tiny
-from tsvk_tools.lab.robustness.robustness_cli import run_robustness
+from tsvk_tools.lab.robustness.robustness_cli import PARTS, SLOW_CLIENTS, run_robustness
 
 pytestmark = pytest.mark.integration
 
@@ -29,7 +31,7 @@ def result(tmp_path_factory):
     archive_tiny(store, "SlowTinyNet")
     args = argparse.Namespace(model="tiny", model_store=store, fuzz_inputs=400, seed=0, concurrency=8, overload_factor=4,
                               kill_load_s=8.0, work_dir=work / "run", detector="none", segmenter=SEGMENTER, large_photos=2,
-                              large_side=1500)
+                              large_side=1500, parts=",".join(part for part in PARTS if part != SLOW_CLIENTS))
     return run_robustness(args, env=isolated_env(), drain=_measured_drain)
 
 

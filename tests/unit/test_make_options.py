@@ -115,6 +115,7 @@ OPTIONS = [
     Option("ROUNDS", "--rounds", f"{BENCH} bench-engines", "3"),
     Option("ROUND_SECONDS", "--round-seconds", BENCH, "20"),
     Option("FUZZ_INPUTS", "--fuzz-inputs", "robustness", "500"),
+    Option("PARTS", "--parts", "robustness", "drain"),
     Option("MINUTES", "--minutes", "soak tune", "5"),
     Option("P99_MS", "--p99-ms", "tune", "1500"),
     Option("MIN_IMG_S", "--min-img-s", "tune", "5"),
@@ -227,6 +228,8 @@ CLI_ONLY = {
             "--large-side",
             "--detector",
             "--segmenter",
+            "--slow-connections",
+            "--slow-seconds",
         )
     },
     "soak": {

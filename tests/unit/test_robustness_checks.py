@@ -43,6 +43,9 @@ CASES = {
     checks.none_failed: ({"what": "good requests"}, {"total": [None, 0], "failures": [None]}),
     checks.no_growth: ({"what": "open files"}, {"growth": [None]}),
     checks.same_handler: ({}, {"differences": [None]}),
+    checks.closed_within: ({"bounds_s": {"idle": 10.0}, "margin_s": 2.0},
+                           {"kinds": [None, {}, {"idle": {}}, {"idle": {"closed_by_server": 0, "close_after_s": None}}]}),
+    checks.refused_beyond_bound: ({"past": 100}, {"answers": [None, {}, {"503": 0}]}),
 }
 # Evidence that passes, so each missing or empty piece is the only reason a case fails.
 PASSING = {
@@ -75,6 +78,8 @@ PASSING = {
     checks.none_failed: {"total": 100, "failures": 0},
     checks.no_growth: {"growth": 0},
     checks.same_handler: {"differences": []},
+    checks.closed_within: {"kinds": {"idle": {"closed_by_server": 40, "close_after_s": {"max": 10.3}}}},
+    checks.refused_beyond_bound: {"answers": {"503": 150, "200": 450}},
 }
 
 
@@ -99,7 +104,8 @@ def test_each_check_holds_with_its_evidence(check):
 
 def test_every_check_is_covered():
     public = {f for name, f in inspect.getmembers(checks, inspect.isfunction)
-              if f.__module__ == checks.__name__ and not name.startswith("_") and f not in (checks.held, checks.failed, checks.judged)}
+              if f.__module__ == checks.__name__ and not name.startswith("_")
+              and f not in (checks.held, checks.failed, checks.judged, checks.judged_with_weaknesses)}
     assert public == set(CASES)
 
 
@@ -116,6 +122,10 @@ def test_a_dead_worker_a_slow_bomb_and_an_exposed_port_fail():
     assert not checks.not_exposed({8081: ["127.0.0.1"]}, [], [8081, 9090])  # 9090 never found listening
     assert not checks.no_server_errors({"200": 5, "0": 1})
     assert not checks.grpc_calls_answered({"sent": 16, "answered": 12, "statuses": {"OK": 12, "CANCELLED": 4}})
+    assert not checks.closed_within({"idle": {"closed_by_server": 5, "close_after_s": {"max": 12.5}}}, {"idle": 10.0}, 2.0)  # late
+    assert not checks.closed_within({"idle": {"closed_by_server": 5, "close_after_s": {"max": 1.0}}}, {"idle": 1.0, "keep-alive": 5.0}, 1.0)
+    assert not checks.refused_beyond_bound({"503": 10, "ConnectionResetError": 1}, 100)  # one went unanswered
+    assert not checks.refused_beyond_bound({"200": 600}, 100)  # no bound at all
     assert checks.no_server_errors({"200": 5, "503": 1}, allowed_5xx=(503,))
 
 

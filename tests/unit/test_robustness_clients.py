@@ -10,7 +10,7 @@ import threading
 
 import pytest
 
-from tsvk_tools.lab.robustness import clients
+from tsvk_tools.lab.robustness import checks, clients
 from tsvk_tools.lab.robustness.checks import failed, held
 from tsvk_tools.lab.robustness.raw_http import CHUNKED, DECLARED, UNFRAMED, send_body
 
@@ -45,13 +45,13 @@ def test_an_error_body_in_tsvks_words_is_clean():
 
 def test_only_a_declared_weakness_is_set_apart_and_it_keeps_its_evidence():
     verdicts = {"declared": failed("1 of 1 answered 503"), "undeclared": failed("answered 500"), "fine": held("all 200")}
-    result = clients._judged_with_weaknesses(verdicts, {"declared": "the frontend passes the stamp on"})
+    result = checks.judged_with_weaknesses(verdicts, {"declared": "the frontend passes the stamp on"})
     assert result["checks"] == {"undeclared": False, "fine": True}
     assert result["weaknesses"] == {"declared": "the frontend passes the stamp on; measured: 1 of 1 answered 503"}
 
 
 def test_a_weakness_that_holds_is_counted_as_a_check():
-    result = clients._judged_with_weaknesses({"declared": held("all 200")}, {"declared": "why"})
+    result = checks.judged_with_weaknesses({"declared": held("all 200")}, {"declared": "why"})
     assert result["checks"] == {"declared": True} and result["weaknesses"] == {}
 
 

@@ -47,6 +47,14 @@ def judged(verdicts: Mapping[str, Verdict]) -> dict:
     return {"checks": {name: v.ok for name, v in verdicts.items()}, "reasons": {name: v.reason for name, v in verdicts.items()}}
 
 
+def judged_with_weaknesses(verdicts: Mapping[str, Verdict], known: Mapping[str, str]) -> dict:
+    """`judged`, except a check the engine failed that it is known not to meet for a reason outside tsvk's code (`known`:
+    check -> why, e.g. behind TorchServe's Java frontend): that one is listed under `weaknesses` with the reason and the
+    evidence, and not counted. A known weakness the engine meets after all is judged as any other check."""
+    weaknesses = {name: f"{known[name]}; measured: {v.reason}" for name, v in verdicts.items() if not v.ok and name in known}
+    return {**judged({name: v for name, v in verdicts.items() if name not in weaknesses}), "weaknesses": weaknesses}
+
+
 def _number(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
@@ -189,6 +197,40 @@ def at_least(value: int | None, minimum: int, what: str) -> Verdict:
     if value < minimum:
         return failed(f"{what}: {value}, fewer than {minimum}")
     return held(f"{what}: {value} >= {minimum}")
+
+
+def closed_within(kinds: Mapping[str, Mapping] | None, bounds_s: Mapping[str, float], margin_s: float) -> Verdict:
+    """Each kind of connection in `bounds_s` was closed by the server at least once, and never later than its bound
+    plus `margin_s` (`kinds`: kind -> {"closed_by_server": n, "close_after_s": {"max": s, ...}})."""
+    if not kinds or not bounds_s:
+        return failed("no connections recorded")
+    problems, seen = [], []
+    for kind, bound in bounds_s.items():
+        figures = kinds.get(kind) or {}
+        closed, after = figures.get("closed_by_server"), figures.get("close_after_s") or {}
+        if not _number(closed) or closed < 1 or not _number(after.get("max")):
+            problems.append(f"{kind}: none closed by the server")
+        elif after["max"] > bound + margin_s:
+            problems.append(f"{kind}: closed after up to {after['max']:g} s, over {bound:g} s + {margin_s:g} s")
+        else:
+            seen.append(f"{kind}: {closed} closed, the latest after {after['max']:g} s (bound {bound:g} s)")
+    if problems:
+        return failed("; ".join(problems))
+    return held("; ".join(seen))
+
+
+def refused_beyond_bound(answers: Mapping[str, int] | None, past: int) -> Verdict:
+    """Requests sent at once on connections opened until `past` of them were over a server's connection bound: some
+    answered 503 and every other one 200 (each 503 closes its connection, so a later request may find room)."""
+    if not answers or sum(answers.values()) < 1:
+        return failed("no request was sent beyond the bound")
+    others = {status: n for status, n in answers.items() if status not in ("200", "503")}
+    if others:
+        return failed(f"answers other than 200 and 503: {others}")
+    if not answers.get("503"):
+        return failed(f"none of {sum(answers.values())} requests was answered 503, {past} of them over the bound")
+    rest = f", the other {answers['200']} 200" if answers.get("200") else ""
+    return held(f"{answers['503']} of {sum(answers.values())} answered 503 ({past} over the bound when sent){rest}")
 
 
 # Keys and the network surface

@@ -23,8 +23,9 @@ from ...keys import call_with_fresh_key
 
 CLIENT_ERROR = 0  # status recorded when no HTTP answer came back (timeout, connection reset)
 ANSWER_BODY_KEPT = 64 * 1024
-# The two 503s docs/robustness.md documents: the handler's deadline refusal and TorchServe's full job queue.
-DOCUMENTED_503 = ("deadline_exceeded", "has no worker to serve inference request")
+# The 503s docs/robustness.md documents: the handler's deadline refusal, TorchServe's full job queue, and tsvk's servers'
+# connection bound (tools/oip/bounded_http.py).
+DOCUMENTED_503 = ("deadline_exceeded", "has no worker to serve inference request", "too_many_connections")
 
 
 def is_documented_503(error: str | None, body: bytes) -> bool:

@@ -28,7 +28,7 @@ from ...serve.server import TORCHSERVE
 from . import checks, watch
 from .attacks import multipart
 from .auth import front_processes
-from .checks import Verdict, judged
+from .checks import Verdict
 from .client import send
 from .corpus import seed_images
 from .hostile import send_grpc
@@ -71,15 +71,7 @@ def hostile_clients(service: Service, engine: str) -> dict:
     good = send(service.target, service.photo)
     figures["good request after"] = good.status
     verdicts["a good request answered after every class"] = checks.all_status([good.status], 200, "the good request after")
-    return {**figures, **_judged_with_weaknesses(verdicts, KNOWN_WEAKNESSES.get(engine, {}))}
-
-
-def _judged_with_weaknesses(verdicts: dict[str, Verdict], known: dict[str, str]) -> dict:
-    """The checks as judged, except a failed one the engine is known to fail for a reason outside tsvk: that one is
-    listed under `weaknesses` with the reason and the evidence, and not counted."""
-    weaknesses = {name: f"{known[name]}; measured: {v.reason}" for name, v in verdicts.items() if not v.ok and name in known}
-    kept = {name: v for name, v in verdicts.items() if name not in weaknesses}
-    return {**judged(kept), "weaknesses": weaknesses}
+    return {**figures, **checks.judged_with_weaknesses(verdicts, KNOWN_WEAKNESSES.get(engine, {}))}
 
 
 def max_request_bytes(service: Service) -> int:

@@ -1,6 +1,7 @@
-"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, the drain,
-against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
-benchmarks/results. The engine's keys do not expire, so its run has no key-expiry part."""
+"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, slow clients, the
+drain, against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
+benchmarks/results. The engine's keys do not expire, so its run has no key-expiry part. `--parts` runs some parts
+only (their results are named after them, so a full run's stay the latest)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ...cpus import detect_vcpus
 
 from ... import progress
 from ...errors import UsageError
-from . import auth, checks, clients, hostile, parts
+from . import auth, checks, clients, hostile, parts, slow_clients
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
 from .drain_measure import stop_under_load
@@ -34,6 +35,12 @@ DRAIN_LOAD = 0.7  # share of measured capacity the drain measurement stops the s
 # minutes is answered 503 deadline_exceeded at once instead of being computed for a client that has given up.
 # Eight 36 MP photos at once to Mask R-CNN (batches of two, ~30 s each on one thread) are all begun within it.
 QUEUED_DEADLINE_MS = 120_000
+# Every part, in the order a run measures them: those on the main server (the classifier, detector and segmenter, with
+# the Open Inference Protocol), then those on servers of their own.
+MAIN_PARTS = ("fuzz", "bombs", "hostile classes", "large allowed photos", "oip clients", "overload", "worker kill", "auth and surface",
+              "hostile clients")
+KEY_EXPIRY, SLOW_CLIENTS, DRAIN = "key expiry", "slow clients", "drain"
+PARTS = (*MAIN_PARTS, KEY_EXPIRY, SLOW_CLIENTS, DRAIN)
 
 
 def register(commands) -> None:
@@ -66,6 +73,13 @@ def register(commands) -> None:
     p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
     p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")
     p.add_argument("--kill-load-s", type=float, default=20.0, help="seconds of load around the worker kill")
+    p.add_argument("--slow-connections", type=int, default=slow_clients.SLOW_CONNECTIONS,
+                   help=f"slow and idle connections the slow-clients part holds (default {slow_clients.SLOW_CONNECTIONS:,})")
+    p.add_argument("--slow-seconds", type=float, default=None,
+                   help="how long the slow-clients part holds them (default: the keep-alive bound + "
+                        f"{slow_clients.HOLD_BEYOND_KEEP_ALIVE_S:g} s, so every kind is seen closed)")
+    p.add_argument("--parts", default=None,
+                   help=f"only these parts, comma-separated (default: all): {', '.join(PARTS)}")
     add_engine_argument(p)
     p.add_argument("--output-dir", type=Path, default=RESULTS_DIR)
     p.add_argument("--work-dir", type=Path, default=DEFAULT_WORK_DIR)
@@ -75,32 +89,95 @@ def register(commands) -> None:
 def cmd_robustness(args: argparse.Namespace) -> int:
     if args.fuzz_inputs < 1 or args.concurrency < 1 or args.overload_factor < 2 or args.large_photos < 1 or args.large_side < 16:
         raise UsageError("--fuzz-inputs, --concurrency and --large-photos must be >= 1, --overload-factor >= 2, --large-side >= 16")
+    if args.slow_connections < 1 or (args.slow_seconds is not None and args.slow_seconds <= 0):
+        raise UsageError("--slow-connections must be >= 1 and --slow-seconds > 0")
+    chosen = parse_parts(args.parts, args.engine)
     result = run_robustness(args)
-    written = write(result, _results_name(args.engine), args.output_dir)
+    written = write(result, _results_name(args.engine, chosen), args.output_dir)
     for name, ok in result["checks"].items():
         print(f"  {'ok  ' if ok else 'FAIL'} {name}")
     print(f"wrote {written['json']} and {written['md']}")
     return 0 if result["passed"] else 1
 
 
-def _results_name(engine: str) -> str:
-    """robustness-* for the default engine (TorchServe, as ever), robustness-<engine>-* for another: each keeps its latest."""
-    return "robustness" if engine_named(engine) is default_engine() else f"robustness-{engine}"
+def _results_name(engine: str, chosen: tuple[str, ...] = PARTS) -> str:
+    """robustness-* for the default engine (TorchServe, as ever), robustness-<engine>-* for another: each keeps its
+    latest; a run of some parts only adds their names (robustness-kserve-slow-clients-*), so it does not replace a full
+    run's latest."""
+    name = "robustness" if engine_named(engine) is default_engine() else f"robustness-{engine}"
+    if set(chosen) >= set(parts_of(engine)):
+        return name
+    return "-".join([name, *(part.replace(" ", "-") for part in chosen)])
+
+
+def parts_of(engine: str) -> tuple[str, ...]:
+    """The parts a run against `engine` has."""
+    return tuple(part for part in PARTS if part not in _not_parts_of(engine))
+
+
+def _not_parts_of(engine: str) -> dict[str, str]:
+    """The parts an engine does not have, with why: key expiry, where its keys do not expire (tsvk's engine)."""
+    return {} if engine_named(engine).keys_expire else {KEY_EXPIRY: "its keys do not expire"}
+
+
+def parse_parts(text: str | None, engine: str) -> tuple[str, ...]:
+    """`--parts` as the parts it names, in the order a run measures them (all of the engine's when not given); a
+    UsageError names every part it does not know, or that the engine does not have, and lists the allowed ones."""
+    allowed = parts_of(engine)
+    if text is None:
+        return allowed
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    problems = [f"unknown part {name!r}" for name in names if name not in PARTS]
+    problems += [f"{name!r} is no part with --engine {engine} ({_not_parts_of(engine)[name]})" for name in names
+                 if name in _not_parts_of(engine)]
+    if problems or not names:
+        raise UsageError(f"--parts: {'; '.join(problems) or 'no part named'}; the parts are: {', '.join(allowed)}")
+    return tuple(part for part in allowed if part in names)
 
 
 def run_robustness(
     args: argparse.Namespace, env: dict[str, str] | None = None, drain: Callable[[ServiceSpec, float], dict] | None = None
 ) -> dict:
-    """Every part against one server serving the classifier, the detector and the segmenter with the Open
-    Inference Protocol; key expiry (TorchServe's keys only) and the drain on servers of their own. `drain`: the
-    drain measurement (default: stop_under_load)."""
+    """Every part (or those `args.parts` names) against one server serving the classifier, the detector and the
+    segmenter with the Open Inference Protocol; key expiry (TorchServe's keys only), slow clients and the drain on
+    servers of their own. `drain`: the drain measurement (default: stop_under_load)."""
     from . import archives  # torch: only once a run builds or reads its archives
 
     engine = getattr(args, "engine", defaults.ENGINE)
+    chosen = parse_parts(getattr(args, "parts", None), engine)
     started = datetime.now(timezone.utc)
     store = archives.ensure_archive(args.model_store, args.model)
-    others = tuple(archives.ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
     vcpus = detect_vcpus()
+    figures: dict[str, dict] = {}
+    if set(chosen) & set(MAIN_PARTS):
+        figures.update(_main_parts(args, env, engine, store, vcpus, chosen))
+    if KEY_EXPIRY in chosen:
+        expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
+        with running_service(expiring) as service:
+            figures[KEY_EXPIRY] = _timed(KEY_EXPIRY, lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
+    if SLOW_CLIENTS in chosen:
+        figures[SLOW_CLIENTS] = _slow_clients_part(args, env, engine, store, vcpus)
+    if DRAIN in chosen:
+        measure = drain or stop_under_load
+        draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine, oip=True)
+        figures[DRAIN] = _timed(DRAIN, lambda: drain_part(measure, draining))
+    return envelope(_results_name(engine, chosen), vcpus, figures, started)
+
+
+def _slow_clients_part(args: argparse.Namespace, env, engine: str, store: Path, vcpus: int) -> dict:
+    """The slow-clients part on a server of its own (the classifier only), its connection bound just above the swarm."""
+    connections = getattr(args, "slow_connections", slow_clients.SLOW_CONNECTIONS)
+    spec = ServiceSpec(store, args.model, args.work_dir / "slow", workers=min(2, vcpus), env=env, engine=engine,
+                       properties=slow_clients.served_properties(connections))
+    with running_service(spec) as service:
+        return _timed(SLOW_CLIENTS, lambda: slow_clients.slow_clients(service, engine, connections, getattr(args, "slow_seconds", None)))
+
+
+def _main_parts(args: argparse.Namespace, env, engine: str, store: Path, vcpus: int, chosen: tuple[str, ...]) -> dict[str, dict]:
+    """The chosen parts of the main server's (and the inputs they counted)."""
+    from . import archives  # torch, as above
+
+    others = tuple(archives.ensure_task_archive(args.model_store, m) for m in (args.detector, args.segmenter) if m != NO_MODEL)
     served = 1 + len(others)
     # One worker per vCPU as the config plans it; with more models than vCPUs, one worker each on a
     # config that counts a vCPU per worker (robustness is measured here, not speed).
@@ -117,28 +194,24 @@ def run_robustness(
         deadline_ms=QUEUED_DEADLINE_MS,
         engine=engine,
     )
+    runs = {
+        "fuzz": lambda service: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency),
+        "bombs": parts.bombs,
+        "hostile classes": lambda service: hostile.hostile(service, args.seed),
+        "large allowed photos": lambda service: hostile.large_photos(service, args.large_photos, args.large_side),
+        "oip clients": hostile.oip_clients,
+        "overload": lambda service: parts.overload(service, args.overload_factor),
+        "worker kill": lambda service: parts.worker_kill(service, 8, args.kill_load_s),
+        "auth and surface": auth.surface,
+        "hostile clients": lambda service: clients.hostile_clients(service, engine),
+    }
     figures: dict[str, dict] = {}
     with running_service(spec) as service:
-        figures["fuzz"] = _timed("fuzz", lambda: parts.fuzz(service, args.fuzz_inputs, args.seed, args.concurrency))
-        figures["bombs"] = _timed("bombs", lambda: parts.bombs(service))
-        figures["hostile classes"] = _timed("hostile classes", lambda: hostile.hostile(service, args.seed))
-        figures["large allowed photos"] = _timed(
-            "large allowed photos", lambda: hostile.large_photos(service, args.large_photos, args.large_side)
-        )
-        figures["oip clients"] = _timed("oip clients", lambda: hostile.oip_clients(service))
-        figures["overload"] = _timed("overload", lambda: parts.overload(service, args.overload_factor))
-        figures["worker kill"] = _timed("worker kill", lambda: parts.worker_kill(service, 8, args.kill_load_s))
-        figures["auth and surface"] = _timed("auth and surface", lambda: auth.surface(service))
-        figures["hostile clients"] = _timed("hostile clients", lambda: clients.hostile_clients(service, engine))
-    figures["inputs"] = counted_inputs(figures)
-    if engine_named(engine).keys_expire:
-        expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
-        with running_service(expiring) as service:
-            figures["key expiry"] = _timed("key expiry", lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
-    measure = drain or stop_under_load
-    draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine, oip=True)
-    figures["drain"] = _timed("drain", lambda: drain_part(measure, draining))
-    return envelope(_results_name(engine), vcpus, figures, started)
+        for name in (part for part in MAIN_PARTS if part in chosen):
+            figures[name] = _timed(name, lambda: runs[name](service))
+    if set(chosen) & set(CORPUS_PARTS):
+        figures["inputs"] = counted_inputs(figures)
+    return figures
 
 
 def counted_inputs(figures: dict) -> dict:

@@ -38,6 +38,7 @@ class ServiceSpec:
     oip: bool = False  # also start the Open Inference Protocol front (REST and gRPC) on free localhost ports
     deadline_ms: int | None = None  # `tsvk config --deadline-ms`: requests queued longer are refused 503 at once
     engine: str = defaults.ENGINE  # what serves the archives: torchserve, or kserve (tsvk's own engine)
+    properties: dict[str, str] | None = None  # config.properties keys beyond `tsvk config`'s (a part's own bounds)
 
 
 def serving_request(spec: ServiceSpec) -> ServingRequest:
@@ -77,6 +78,8 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
             )
             + "\n"
         )
+    with config.open("a") as extra:
+        extra.writelines(f"{key}={value}\n" for key, value in (spec.properties or {}).items())
     engine = engine_named(spec.engine)
     with progress.step(f"start {engine.label}", "its server and workers"):
         run = engine.start(config, spec.work_dir / "run", allocator=spec.allocator, env=spec.env)
