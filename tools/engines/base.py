@@ -20,6 +20,7 @@ class StopResult:
 
     drained: bool | None
     said: str
+    account: Any = None  # the engine's own account of the drain where it keeps one (TorchServe's DrainReport), else None
 
 
 @dataclass(frozen=True)

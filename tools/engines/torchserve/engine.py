@@ -78,7 +78,8 @@ class TorchServeEngine(Engine):
 
     def stop(self, run, drain_timeout_s: float) -> StopResult:
         report = run.stop(drain_timeout=drain_timeout_s)
-        return StopResult(None if report is None else report.drained, f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}")
+        return StopResult(None if report is None else report.drained, f"stopped TorchServe (pid {run.pid}); {describe_drain(report)}",
+                          report)
 
     def status(self, run: TorchServeRun) -> dict[str, Any]:
         properties = run.properties

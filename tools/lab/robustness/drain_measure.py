@@ -29,6 +29,8 @@ from typing import Callable
 import requests
 
 from ... import defaults
+from ...engines.base import StopResult
+from ...engines.registry import engine_of
 from ...serve.torchserve_drain import DrainReport, arrivals, is_stop_refusal
 from .grpc_calls import CallsInFlight, summary
 from .parts import Service
@@ -165,23 +167,23 @@ def drain_report(outcomes: list[Outcome], stop_times: dict[str, float], rate: fl
 
 def stop_under_load(spec: ServiceSpec, load: float, drain_timeout_s: float = defaults.DRAIN_TIMEOUT_S) -> dict:
     """`make robustness`'s drain part: serve `spec`, measure its capacity, send `load` x capacity and stop it the
-    way `tsvk stop` does (`TorchServeRun.stop`: drain, then signal); with the Open Inference Protocol served, gRPC
+    way `tsvk stop` does (its engine's stop: drain, then signal); with the Open Inference Protocol served, gRPC
     calls in flight at the stop too (`grpc_in_flight`)."""
     with running_service(spec) as service:
         run, body = service.run, service.photo
         url, headers = f"{run.url('inference')}/predictions/{service.model}", run.headers("inference")
         rate = load * capacity(url, body, headers)
         counted_before = arrivals(run.url("metrics"))
-        stops: list[DrainReport | None] = []
+        stops: list[StopResult] = []
         calls: list[tuple[CallsInFlight, float]] = []
 
         def stop() -> None:
             calls.extend(_grpc_calls_before_stop(service))
-            stops.append(run.stop(drain_timeout=drain_timeout_s))
+            stops.append(engine_of(run).stop(run, drain_timeout_s))
 
         report = measure_drain(url, body, rate, stop, headers=headers, gone=lambda: not run.session_alive())
     grpc = {"grpc_in_flight": summary(calls[0][0].wait(REQUEST_TIMEOUT_S), calls[0][1])} if calls else {}
-    return {**report, **counted_by_torchserve(report, counted_before, stops[0] if stops else None),
+    return {**report, **counted_by_torchserve(report, counted_before, stops[0].account if stops else None),
             "drain_timeout_s": drain_timeout_s, "load": load, **grpc}
 
 
