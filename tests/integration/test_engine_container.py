@@ -98,6 +98,6 @@ def test_pid_1_runs_the_engine_and_a_sigterm_answers_every_request_it_held(tmp_p
     assert unanswered > 0, "every request was answered before SIGTERM: the stop was not tried under load"
     assert statuses == [200] * REQUESTS
     assert pid1.returncode == 0, output[-2000:]
-    assert "the kserve engine started" in output and "the engine answered the requests it held" in output
+    assert "engine kserve started" in output and "the engine answered the requests it held" in output
     assert "serving tiny (1 worker(s))" in output, "the engine's own log is the container's"
     assert not any(worker.is_running() and worker.status() != psutil.STATUS_ZOMBIE for worker in workers)
