@@ -158,7 +158,8 @@ def test_front_serves_only_the_protocol_and_bounds_bodies(served):
     for path in ("/v1/models", "/docs", f"/v2/repository/models/{MODEL}/unload", "/metrics"):
         response = requests.post(rest + path, data=b"{}", timeout=10)
         assert response.status_code == 404 and "error" in response.json(), (path, response.text)
-    too_big = requests.post(f"{rest}/v2/models/{MODEL}/infer", data=b"x" * (17 * 2**20), timeout=30)
+    over_the_limit = read_front_config(served[0].config).max_request_bytes + 2**20  # max_request_size, and a MiB more
+    too_big = requests.post(f"{rest}/v2/models/{MODEL}/infer", data=b"x" * over_the_limit, timeout=30)
     assert too_big.status_code == 413 and "request_too_large" in too_big.json()["error"]
 
 
