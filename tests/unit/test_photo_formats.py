@@ -150,6 +150,19 @@ def test_a_jpeg_is_bounded_by_the_pixels_its_dct_scale_decodes():
         probe(data, LIMIT)  # a backend that decodes it whole
 
 
+def test_a_progressive_jpeg_counts_whole_at_any_scale_as_it_holds_every_coefficient():
+    """The same 48 MP header a baseline JPEG is served with at 1/8: progressive, it is refused before decoding."""
+    buffer = io.BytesIO()
+    Image.fromarray(np.zeros((48, 64, 3), np.uint8)).save(buffer, "JPEG", progressive=True)
+    progressive = buffer.getvalue()
+    at = progressive.index(b"\xff\xc2")  # SOF2: a progressive frame
+    declared = progressive[:at + 5] + struct.pack(">HH", 6000, 8000) + progressive[at + 9:]
+    with pytest.raises(ImageTooLarge, match="progressive JPEG is 8000x6000.*preprocess.max_pixels"):
+        probe(declared, LIMIT, min_short_side=CLASSIFY)
+    baseline = with_declared_jpeg_size(encode(noise_image(64, 48), "JPEG"), 8000, 6000)
+    assert decoded_pixels(probe(baseline, LIMIT, min_short_side=CLASSIFY), CLASSIFY) == 1000 * 750
+
+
 def test_a_jpeg_over_max_jpeg_pixels_is_refused_however_small_it_decodes():
     data = with_declared_jpeg_size(encode(noise_image(64, 48), "JPEG"), 13000, 10000)  # 130 MP
     with pytest.raises(ImageTooLarge, match="13000x10000.*preprocess.max_jpeg_pixels") as info:

@@ -3,13 +3,15 @@
 `probe` reads only the header (microseconds), so a decompression bomb is refused before a single
 pixel is decoded; for a JPEG it also walks the marker segments to count the decoding work its scans
 ask for (jpeg_scans.py), so a progressive scan bomb is refused before any backend (CPU or nvJPEG)
-sees it. The pixels it bounds are those the decoder will hold: a JPEG decoded at a reduced DCT scale
-(`min_short_side`) counts at that scale, within `max_jpeg_pixels` of header pixels (entropy decoding is
-not scaled); every other format counts whole, a HEIF file (HEIC, AVIF) by the largest coded image it
-declares (heif_items.py). `decode_rgb` then uses libjpeg-turbo through torchvision for JPEG (measured the
-fastest CPU decoder here; see docs/handler.md), Pillow for PNG, WebP, BMP, GIF and AVIF, and pi-heif
-(libheif) for HEIC, applies the EXIF orientation (a HEIF file's own rotation for HEIC and AVIF), and
-turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. An animated image gives its first frame.
+sees it. The pixels it bounds are those the decoder will hold: a baseline JPEG decoded at a reduced
+DCT scale (`min_short_side`) counts at that scale, within `max_jpeg_pixels` of header pixels (entropy
+decoding is not scaled); a progressive JPEG counts whole (libjpeg holds every coefficient of a multi-scan
+file while it decodes: ~3 bytes a pixel, whatever the output scale); every other format counts whole, a
+HEIF file (HEIC, AVIF) by the largest coded image it declares (heif_items.py). `decode_rgb` then uses
+libjpeg-turbo through torchvision for JPEG (measured the fastest CPU decoder here; see docs/handler.md),
+Pillow for PNG, WebP, BMP, GIF and AVIF, and pi-heif (libheif) for HEIC, applies the EXIF orientation (a
+HEIF file's own rotation for HEIC and AVIF), and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into
+RGB. An animated image gives its first frame.
 A JPEG far larger than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg
 scales in the DCT domain, so a 12 MP photo never exists at full size in memory.
 The returned tensor is a channels-last view (HWC memory), which torchvision resizes fastest.
@@ -86,7 +88,7 @@ def probe(data: bytes, max_pixels: int, max_jpeg_scans: int = MAX_JPEG_SCANS, ma
     try:
         with _open(data) as image:
             width, height, fmt, mode = image.width, image.height, image.format, image.mode
-            limits.check(fmt, width, height)
+            limits.check(fmt, width, height, progressive=bool(image.info.get("progressive") or image.info.get("progression")))
             orientation = _exif_orientation(image)
     except ImageTooLarge:
         raise
@@ -112,10 +114,13 @@ class _PixelLimits:
     max_jpeg_pixels: int
     min_short_side: int
 
-    def check(self, fmt: str, width: int, height: int) -> None:
+    def check(self, fmt: str, width: int, height: int, progressive: bool = False) -> None:
         if fmt not in _JPEG_FORMATS or not self.min_short_side:
             check_pixel_count(width, height, self.max_pixels)
             return
+        if progressive and width * height > self.max_pixels:
+            raise ImageTooLarge(f"the progressive JPEG is {width}x{height} = {width * height} pixels; the limit is {self.max_pixels} "
+                                "(preprocess.max_pixels: a progressive JPEG holds every coefficient while it decodes, at any scale)")
         if width * height > max(self.max_jpeg_pixels, self.max_pixels):  # one within max_pixels costs what a PNG may
             raise ImageTooLarge(f"the JPEG is {width}x{height} = {width * height} pixels; the limit is {self.max_jpeg_pixels} "
                                 "(preprocess.max_jpeg_pixels: decoding reads every pixel's coefficients, even at a reduced scale)")

@@ -38,6 +38,7 @@ SCAN_BOMB_REPEATS = 4000  # copies of its smallest AC scan: ~6 s of decoding on 
 EXPANSION_BYTES = 15 * 2**20  # `[[],[],...]` just under the JSON body limit (MAX_JSON_MB, 16 MiB), within max_request_size
 LARGE_PHOTO_SIDE = 6000  # 36 MP: allowed (the pixel bound is 40 MP), solid colour so a PNG is ~100 kB
 LARGE_BURST = 8  # large photos sent at once to one model
+BOMB_SIDE = 12_000  # a pixel bomb's declared side: 144 MP, over preprocess.max_jpeg_pixels (128 MP) and max_pixels
 
 
 @dataclass(frozen=True)
@@ -107,11 +108,13 @@ def large_png(side: int = LARGE_PHOTO_SIDE) -> bytes:
 
 
 def pixel_bombs() -> dict[str, bytes]:
-    """A header declaring 12,000 x 10,000 (120 MP) in each allowed format, and a progressive JPEG's."""
-    bombs = {fmt: declare_size(seed_images()[fmt], fmt, 12_000, 10_000) for fmt in BOMB_FORMATS}
+    """A header declaring 12,000 x 12,000 (144 MP: past even a baseline JPEG's bound at a reduced scale) in each
+    allowed format, and a progressive JPEG's (which counts whole at any scale)."""
+    bombs = {fmt: declare_size(seed_images()[fmt], fmt, BOMB_SIDE, BOMB_SIDE) for fmt in BOMB_FORMATS}
     progressive = progressive_jpeg(64)
     at = progressive.index(b"\xff\xc2") + 5  # SOF2: marker, length, precision, then height, width
-    bombs["jpeg-progressive"] = progressive[:at] + (10_000).to_bytes(2, "big") + (12_000).to_bytes(2, "big") + progressive[at + 4:]
+    side = BOMB_SIDE.to_bytes(2, "big")
+    bombs["jpeg-progressive"] = progressive[:at] + side + side + progressive[at + 4:]
     return bombs
 
 

@@ -20,6 +20,7 @@ from ...serve.server import TorchServeRun
 from . import checks, watch
 from .checks import judged
 from .client import CLIENT_ERROR, Answer, Target, closed_loop, histogram, percentile, send, send_all, send_together
+from .attacks import BOMB_SIDE
 from .corpus import BOMB_FORMATS, declare_size, generate_corpus, seed_images
 from .hey import burst as hey_burst
 
@@ -159,11 +160,11 @@ def bombs(service: Service) -> dict:
     bombs at once (the workers' memory before and after)."""
     per_format = {}
     for fmt in BOMB_FORMATS:
-        answer = send(service.target, declare_size(seed_images()[fmt], fmt, 12_000, 10_000))
+        answer = send(service.target, declare_size(seed_images()[fmt], fmt, BOMB_SIDE, BOMB_SIDE))
         time.sleep(METRICS_LAG_S)
         per_format[fmt] = {"status": answer.status, "error": answer.error, "handler_ms": _preprocess_ms(service)}
     before = watch.worker_rss(service.run)
-    burst = send_together(service.target, [declare_size(seed_images()["png"], "png", 12_000 + i, 10_000) for i in range(9)])
+    burst = send_together(service.target, [declare_size(seed_images()["png"], "png", BOMB_SIDE + i, BOMB_SIDE) for i in range(9)])
     after = watch.worker_rss(service.run)
     common = before.keys() & after.keys()
     handler_ms = [v["handler_ms"] for v in per_format.values()]
