@@ -136,6 +136,13 @@ def test_lost_is_what_torchserve_counted_and_left_unanswered_once_nothing_could_
     assert "lost" not in counted_by_torchserve(report, Counter(m=100), still_accepting)  # the clients' count stands
 
 
+def test_requests_torchserve_counted_from_the_fronts_grpc_calls_are_not_lost_once_answered():
+    report = {"sent": 40, "statuses": {"200": 21, "no answer": 19}, "cut": 0, "lost": 0, "server_errors": 0}
+    drained = DrainReport(True, 0.5, 0, stopped_accepting=True, arrived=137)  # 21 REST and 16 gRPC calls counted
+    assert counted_by_torchserve(report, Counter(m=100), drained)["lost"] == 16  # without the gRPC answers: all lost
+    assert counted_by_torchserve(report, Counter(m=100), drained, answered_elsewhere=16)["lost"] == 0
+
+
 def test_a_connection_never_made_is_refused_at_connect_whatever_the_kernel_answered():
     with socket.socket() as closed:  # a port nothing listens on
         closed.bind(("127.0.0.1", 0))

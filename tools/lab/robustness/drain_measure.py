@@ -183,7 +183,9 @@ def stop_under_load(spec: ServiceSpec, load: float, drain_timeout_s: float = def
 
         report = measure_drain(url, body, rate, stop, headers=headers, gone=lambda: not run.session_alive())
     grpc = {"grpc_in_flight": summary(calls[0][0].wait(REQUEST_TIMEOUT_S), calls[0][1])} if calls else {}
-    return {**report, **counted_by_torchserve(report, counted_before, stops[0].account if stops else None),
+    # The front forwards each gRPC call to TorchServe, which counts it on arrival like the REST clients' requests.
+    answered_over_grpc = grpc["grpc_in_flight"].get("answered", 0) if grpc else 0
+    return {**report, **counted_by_torchserve(report, counted_before, stops[0].account if stops else None, answered_over_grpc),
             "drain_timeout_s": drain_timeout_s, "load": load, **grpc}
 
 
@@ -198,17 +200,18 @@ def _grpc_calls_before_stop(service: Service) -> list[tuple[CallsInFlight, float
     return [(calls, time.monotonic())]
 
 
-def counted_by_torchserve(report: dict, counted_before: Counter | None, stop: DrainReport | None) -> dict:
+def counted_by_torchserve(report: dict, counted_before: Counter | None, stop: DrainReport | None, answered_elsewhere: int = 0) -> dict:
     """Lost, exactly as docs/robustness.md defines accepted: requests TorchServe counted on arrival and never answered.
 
     Every answer the clients got is to a request TorchServe counted, so counted - answered is what it counted and
     left unanswered. That holds only where nothing could be counted after the drain's last look: new connections
     refused from the stop's start, and every request here on a connection of its own. Otherwise (or without the
-    counts) the clients' own view stands: every connection closed without an answer is lost."""
+    counts) the clients' own view stands: every connection closed without an answer is lost. `answered_elsewhere`: the
+    requests TorchServe counted that other clients sent and got answered (the gRPC calls through the OIP front)."""
     if stop is None or counted_before is None or stop.arrived is None or not (stop.stopped_accepting and stop.drained):
         return {"lost_counted_by": "clients: every connection closed without an answer"}
     counted = stop.arrived - sum(counted_before.values())
-    got_answer = report["sent"] - report["statuses"].get("no answer", 0)
+    got_answer = report["sent"] - report["statuses"].get("no answer", 0) + answered_elsewhere
     lost = max(0, counted - got_answer) + report["server_errors"]
     return {"lost": lost, "lost_counted_by": "TorchServe's arrival count minus the answers the clients got",
             "counted_by_torchserve": counted, "cut_never_counted": max(0, report["cut"] - (lost - report["server_errors"])),
