@@ -52,7 +52,7 @@ _NETTY_FORMS = ("TorchServe's frontend decodes a form with Netty before any hand
 KNOWN_WEAKNESSES = {
     TORCHSERVE: {
         BURST_GROWTH: "TorchServe's frontend reads each body into Netty's aggregator up to max_request_size before it refuses "
-                      "it, in pooled buffers that grow by doubling, and the JVM keeps what it grew (8 bodies: ~14 limits)",
+                      "it, in pooled buffers that grow by doubling, and the JVM keeps what it grew (8 bodies: 14-16 limits)",
         "a malformed form or a part over the limit is refused 400/413": _NETTY_FORMS,
         "a refused form's body names no internals": _NETTY_FORMS,
         "an untrusted arrival stamp is not believed": "TorchServe's frontend hands the worker the client's X-Request-Start "
