@@ -26,6 +26,7 @@ PACKAGES=(
   "curl|test|command -v curl|the chart's archive-download init container, run by tests/helm and the pod sandbox"
   "libjemalloc2|test|has_jemalloc|tests of tsvk serve --allocator jemalloc (optional when serving: glibc's malloc is the default)"
   "prometheus|test|command -v prometheus|tests/helm ask a real Prometheus the chart's dashboard and autoscaling queries"
+  "iproute2|test|command -v ss|tests read the bytes a stopped worker has not read (ss -x) to know its batch reached it"
 )
 
 wanted=(build)

@@ -99,7 +99,7 @@ STOP_GRACE_S = 3  # after the drain, how long TorchServe may take to exit before
 # How long a worker may take to load its archive before it is given up: TorchServe 0.12's default_startup_timeout
 # (ConfigManager.getDefaultStartupTimeout); a config's default_startup_timeout and a model's startupTimeout override it.
 STARTUP_TIMEOUT_S = TORCHSERVE.startup_timeout_s
-# What unpacking one archive may write (the kserve engine: tools/engines/kserve/archives.py), checked from the zip's
+# What unpacking one archive may write (the kserve engine: tools/engines/shared/archives.py), checked from the zip's
 # directory before a byte is written and counted again while writing (a header may lie). 8 GiB: the largest archive
 # tsvk builds (a ViT-H/14 or a detector with its compiled kernels, fp32) unpacks to under 3 GiB; the rest is room.
 # Set by config.properties' tsvk.engine.max_unpacked_mb.

@@ -19,7 +19,7 @@ from tests.support.helm import RELEASE, config_with
 from tests.support.helm_scenarios import SCENARIOS
 
 from tsvk_tools.engines.kserve.files import STATUS_FILE
-from tsvk_tools.engines.kserve.metrics import EngineMetrics
+from tsvk_tools.engines.shared.metrics import EngineMetrics
 from tsvk_tools.engines.kserve.server import _Engine
 from tsvk_tools.engines import container as entrypoint
 

@@ -25,8 +25,8 @@ def with_models(variables: tuple[str, ...]) -> tuple[str, ...]:
 
 @pytest.fixture(scope="module")
 def generate(tmp_path_factory):
-    if importlib.util.find_spec("tsvk_tools.serve.serving_config") is None:
-        pytest.skip("tsvk_tools.serve.serving_config is not installed (pip install -e .)")
+    if importlib.util.find_spec("tsvk_tools.config.serving_config") is None:
+        pytest.skip("tsvk_tools.config.serving_config is not installed (pip install -e .)")
     if shutil.which("make") is None:
         pytest.skip("make is not installed")
 

@@ -32,7 +32,7 @@ from tests.support.engine import running_engine
 from tests.support.helm import REPO
 from tests.support.helm_scenarios import SCENARIOS
 from tests.support.torchserve import archive_tiny, running_torchserve
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
 
 pytestmark = pytest.mark.helm
 

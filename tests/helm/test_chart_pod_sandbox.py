@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 from tests.support.helm import REPO, front_target, install_front
 
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 
 pytestmark = [pytest.mark.helm, pytest.mark.integration]
 

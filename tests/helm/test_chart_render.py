@@ -413,7 +413,7 @@ def test_pid_1_is_the_draining_entrypoint_and_the_grace_period_follows_the_drain
 
 
 def test_the_run_dir_holds_what_torchserve_writes_and_fits_the_worker_sockets(render):
-    from tsvk_tools.serve.server import check_worker_socket_path
+    from tsvk_tools.engines.torchserve.server import check_worker_socket_path
 
     args = render({}).server()["args"]
     check_worker_socket_path(Path(args[args.index("--run-dir") + 1]))

@@ -13,7 +13,8 @@ import yaml
 from tests.support.helm import REPO
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
+from tsvk_tools.config.rendering import write_plan
+from tsvk_tools.config.serving_config import ModelChoice, ServingRequest, plan_with_choices
 from tsvk_tools.tune.chart import chart_values
 
 pytestmark = pytest.mark.helm

@@ -184,7 +184,7 @@ def test_the_plain_names_are_the_helm_names(make, plain, spelled, tmp_path):
 
 def test_helm_template_ships_what_helm_config_was_given(make, tmp_path):
     """helm-config VCPUS=4, then helm-template with nothing: the 4 vCPUs carry through, and it says where they came from."""
-    pytest.importorskip("tsvk_tools.serve.serving_config")
+    pytest.importorskip("tsvk_tools.config.serving_config")
     build = tmp_path / "build"
     result = subprocess.run([make, "--no-print-directory", "-f", str(HELM_MK), "helm-config", f"PYTHON={sys.executable}",
                              f"HELM_BUILD={build}", "VCPUS=4", "WORKERS=2", "MODELS=resnet152"],

@@ -11,7 +11,7 @@ import torchvision
 from PIL import Image
 
 from tests.support.torchserve import isolated_env, post_concurrently, post_image, running_torchserve
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
 
 

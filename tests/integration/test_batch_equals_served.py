@@ -20,7 +20,7 @@ from tests.support.torchserve import archive_tiny, running_torchserve
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 

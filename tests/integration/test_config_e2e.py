@@ -13,10 +13,10 @@ import requests
 
 from tsvk.worker.metrics import BATCH_SIZE, INFERENCE_MS, PREPROCESS_MS
 from tests.support.torchserve import post_image, running_torchserve
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 from tsvk_tools.images import jpeg_bytes, photo_array
 from tsvk_tools import defaults
-from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc, resolve
+from tsvk_tools.config.allocator import JEMALLOC_SONAME, find_jemalloc, resolve
 
 PLANS = [
     pytest.param(dict(vcpus=2, workers=2, batch=4), 2, 1, 4, id="2vcpu-2workers-x1thread"),

@@ -18,7 +18,7 @@ from tests.support.engine import running_engine
 from tests.support.handler_fakes import encode, photo
 from tsvk_tools.lab.robustness.raw_http import send_chunked
 from tests.support.torchserve import archive_tiny, running_torchserve
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -20,8 +20,8 @@ from tests.support.handler_fakes import encode, photo
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.engines.kserve.forkserver import FLAG as FORK_SERVER_FLAG
 from tsvk_tools.engines.kserve.files import WORKER_MARKER
-from tsvk_tools.serve.ports import serving_on_free_ports
-from tsvk_tools.serve.serving_config import write_config
+from tsvk_tools.config.ports import serving_on_free_ports
+from tsvk_tools.config.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
 from tsvk_tools.lab.robustness.drain_measure import capacity, measure_drain
 from tsvk_tools.lab.robustness.grpc_calls import OK, CallsInFlight
 from tsvk_tools.engines.serve_cli import cmd_stop
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
-from tsvk_tools.serve.serving_config import write_config
-from tsvk_tools.serve.torchserve_drain import arrivals
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.serving_config import write_config
+from tsvk_tools.engines.torchserve.drain import arrivals
 
 pytestmark = pytest.mark.integration
 

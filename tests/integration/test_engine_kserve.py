@@ -18,6 +18,7 @@ import io
 import json
 import os
 import signal
+import subprocess
 import threading
 import time
 import zipfile
@@ -44,9 +45,9 @@ from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
 from tsvk_tools.keys import KEY_FILE, current_key
-from tsvk_tools.serve.allocator import JEMALLOC_SONAME, find_jemalloc
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
-from tsvk_tools.serve.serving_config import write_config
+from tsvk_tools.config.allocator import JEMALLOC_SONAME, find_jemalloc
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.serving_config import write_config
 from tsvk.common import escape_value, read_properties
 
 pytestmark = pytest.mark.integration
@@ -322,6 +323,20 @@ def _on_jemalloc(run_dir: Path) -> dict[str, bool]:
     return {f"{p.pid} {' '.join(p.cmdline()[1:4])}": JEMALLOC_SONAME in Path(f"/proc/{p.pid}/maps").read_text() for p in processes}
 
 
+def _unread_socket_bytes(pid: int) -> int:
+    """Bytes waiting unread on the Unix sockets process `pid` holds: the Recv-Q that `ss -x` reads from the kernel."""
+    listing = subprocess.run(["ss", "-x", "-p", "-H"], capture_output=True, text=True, check=True).stdout
+    return sum(int(line.split()[2]) for line in listing.splitlines() if f"pid={pid}," in line)
+
+
+def _wait_until_unread_by(pid: int, timeout: float = 60) -> None:
+    """Until a batch has reached the stopped worker `pid`'s socket, unread."""
+    deadline = time.monotonic() + timeout
+    while _unread_socket_bytes(pid) == 0:
+        assert time.monotonic() < deadline, f"no batch reached worker {pid} in {timeout:.0f} s"
+        time.sleep(0.05)
+
+
 def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(tmp_path):
     store = archive_tiny(tmp_path / "slow_store", "SlowTinyNet")
     request = serving_on_free_ports(model_store=store, vcpus=2, workers=1, batch=4, max_batch_delay_ms=300, auth=False)
@@ -339,7 +354,7 @@ def test_a_worker_killed_mid_batch_is_answered_503_within_a_second_and_replaced(
         ]
         for sender in senders:
             sender.start()
-        time.sleep(1.0)  # the batch is formed (300 ms) and sent to the stopped worker
+        _wait_until_unread_by(worker)  # the batch is formed (300 ms) and sent to the stopped worker
         killed_at = time.monotonic()
         os.kill(worker, signal.SIGKILL)
         for sender in senders:

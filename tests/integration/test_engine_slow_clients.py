@@ -16,7 +16,7 @@ import requests
 from tests.support.engine import running_engine
 from tests.support.torchserve import archive_tiny
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -25,7 +25,7 @@ from tests.support.torchserve import archive_tiny
 from tsvk_tools.client.predict import predict
 from tsvk_tools.client.status import gather
 from tsvk_tools.engines.kserve.engine_process import start_engine
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
 from tsvk_tools.tls import verifying
 
 pytestmark = pytest.mark.integration

@@ -22,7 +22,7 @@ from tests.support.engine import running_engine
 from tests.support.handler_fakes import encode, photo
 from tests.support.torchserve import FIXTURES, archive_tiny
 from tsvk_tools.engines.kserve.files import STATUS_FILE
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -23,7 +23,7 @@ from tests.support.handler_fakes import encode, noise_image
 from tests.support.torchserve import model_metrics_yaml_section, post_concurrently, running_torchserve
 from tsvk.worker import metrics as tsvk_metrics
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 pytestmark = pytest.mark.integration
 

@@ -20,7 +20,7 @@ from tests.support.torchserve import post_concurrently, running_torchserve
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.client.demo import imagenet_categories, offline_request
 from tsvk_tools.images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 from tsvk_tools.archive.verify import Tolerance
 from tsvk_tools.errors import UsageError
 from tsvk.model.cpu_isa import host_instructions

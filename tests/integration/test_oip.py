@@ -25,8 +25,8 @@ from tsvk_tools.archive.archive_info import read_archive_settings
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.oip.config import read_front_config
 from tsvk_tools.oip.process import front_pid, front_urls
-from tsvk_tools.serve.ports import free_ports
-from tsvk_tools.serve.server import find_running
+from tsvk_tools.config.ports import free_ports
+from tsvk_tools.engines.torchserve.server import find_running
 
 pytestmark = pytest.mark.integration
 

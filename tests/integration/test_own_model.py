@@ -19,7 +19,7 @@ from PIL import Image
 from tests.support.torchserve import post_concurrently, running_torchserve
 from tsvk_tools.cli import main as tsvk
 from tsvk_tools.images import jpeg_bytes, photo_array
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 LABELS = ["cat", "coffee", "rocket"]
 PHOTOS = ["chelsea", "coffee", "astronaut"]

@@ -18,11 +18,11 @@ from PIL import Image
 from tests.support.torchserve import running_torchserve, archive_tiny
 from tsvk_tools.errors import PortTaken
 from tsvk_tools.keys import KEY_FILE, current_key, is_key_refusal
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 from tsvk_tools.lab.robustness.client import Target
 from tsvk_tools.lab.robustness.hey import burst
-from tsvk_tools.serve.server import start_torchserve
-from tsvk_tools.serve.serving_config import write_config
+from tsvk_tools.engines.torchserve.server import start_torchserve
+from tsvk_tools.config.serving_config import write_config
 
 pytestmark = pytest.mark.integration
 

@@ -9,7 +9,7 @@ import pytest
 
 from tests.support.torchserve import running_torchserve, archive_tiny
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 
 
 @pytest.fixture(scope="module")

@@ -28,7 +28,7 @@ from tests.support.torchserve import post_concurrently, running_torchserve
 from tsvk.tasks.geometry import resize_label_map
 from tsvk_tools.archive.pack import build_archive
 from tsvk_tools.archive.build import BuildRequest
-from tsvk_tools.serve.ports import serving_on_free_ports
+from tsvk_tools.config.ports import serving_on_free_ports
 from tsvk_tools.archive.verify_tasks import match_boxes
 
 pytestmark = pytest.mark.integration

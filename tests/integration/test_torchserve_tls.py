@@ -19,7 +19,7 @@ from tsvk_tools.client.predict import predict
 from tsvk_tools.client.status import gather
 from tsvk_tools.oip.config import read_front_config
 from tsvk_tools.oip.process import front_urls, start_front, wait_front_ready
-from tsvk_tools.serve.ports import free_ports, serving_on_free_ports
+from tsvk_tools.config.ports import free_ports, serving_on_free_ports
 from tsvk_tools.tls import verifying
 
 pytestmark = pytest.mark.integration

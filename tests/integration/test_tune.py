@@ -14,9 +14,9 @@ import requests
 from tests.support.torchserve import isolated_env
 from tsvk_tools import defaults
 from tsvk_tools import cli
-from tsvk_tools.serve.ports import free_ports
-from tsvk_tools.serve.server import start_torchserve
-from tsvk_tools.serve.serving_config import ServingRequest, write_config
+from tsvk_tools.config.ports import free_ports
+from tsvk_tools.engines.torchserve.server import start_torchserve
+from tsvk_tools.config.serving_config import ServingRequest, write_config
 from tsvk.common.properties import read_properties
 
 BUDGET_MIN = 3  # both coarse splits, and time kept back to compare a contender with the rule's plan

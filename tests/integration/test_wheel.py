@@ -24,7 +24,7 @@ from PIL import Image
 import tsvk
 from tests.unit.test_archive import FIXTURES, TINY_ARGS
 from tsvk.common import TASK_KINDS
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 
 pytestmark = pytest.mark.slow
 

@@ -9,8 +9,8 @@ from pathlib import Path
 from PIL import Image
 
 from tests.support.torchserve import archive_tiny
-from tsvk_tools.serve.ports import serving_on_free_ports
-from tsvk_tools.serve.serving_config import write_config
+from tsvk_tools.config.ports import serving_on_free_ports
+from tsvk_tools.config.serving_config import write_config
 
 DRAIN_TIMEOUT_S = 10
 LOAD_SHARE = 0.7

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Iterator
 
 from tsvk_tools.engines.kserve.engine_process import EngineRun, start_engine
-from tsvk_tools.serve.serving_config import ServingRequest, write_config
+from tsvk_tools.config.serving_config import ServingRequest, write_config
 
 
 @contextlib.contextmanager

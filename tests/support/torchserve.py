@@ -12,8 +12,8 @@ import requests
 from tsvk_tools import defaults
 from tsvk.worker.metrics import metric_definitions
 from tsvk_tools.cli import main as tsvk
-from tsvk_tools.serve.server import TorchServeRun, start_torchserve
-from tsvk_tools.serve.serving_config import ServingRequest, write_config
+from tsvk_tools.engines.torchserve.server import TorchServeRun, start_torchserve
+from tsvk_tools.config.serving_config import ServingRequest, write_config
 
 WITHOUT_TSVK = Path(__file__).parent / "without_tsvk"
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

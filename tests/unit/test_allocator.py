@@ -8,7 +8,7 @@ import pytest
 
 from tsvk_tools import defaults
 from tsvk_tools import cli
-from tsvk_tools.serve import allocator
+from tsvk_tools.config import allocator
 from tsvk_tools.errors import UsageError
 
 

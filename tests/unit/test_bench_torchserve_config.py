@@ -37,7 +37,8 @@ def test_hand_tuned_tries_every_worker_count_with_threads_sharing_the_vcpus(tmp_
 
 def test_ours_tuned_serves_what_tsvk_tune_wrote_and_is_left_out_without_it(tmp_path):
     from tsvk_tools.lab.bench.systems.torchserve import OursTuned, tuned_choice
-    from tsvk_tools.serve.serving_config import ModelChoice, ServingRequest, plan_with_choices, write_plan
+    from tsvk_tools.config.rendering import write_plan
+    from tsvk_tools.config.serving_config import ModelChoice, ServingRequest, plan_with_choices
 
     config = tmp_path / "tuned.properties"
     request = ServingRequest(vcpus=4, gpus=0, models=("resnet152",), archive_check=False)

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from tsvk_tools.errors import UsageError
 from tsvk_tools.limits import BOUNDS, JAVA_INT_MAX, MODEL_NAME_PATTERN
-from tsvk_tools.serve.serving_config import ServingRequest, write_config
+from tsvk_tools.config.serving_config import ServingRequest, write_config
 
 SECURITY_KEYS = ("disable_token_authorization", "enable_model_api", "allowed_urls", "enable_envvars_config",
                  "management_address", "metrics_address", "grpc_inference_address", "grpc_management_address")

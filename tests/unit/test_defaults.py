@@ -27,7 +27,7 @@ from tsvk_tools.archive.backends import BACKENDS
 from tsvk_tools.lab.bench import options as bench_options
 from tsvk_tools.lab.bench import bench_cli as bench_run
 from tsvk_tools.archive.build import BuildRequest
-from tsvk_tools.serve.serving_config import ServingRequest
+from tsvk_tools.config.serving_config import ServingRequest
 
 SERVING = {
     "batch_size": defaults.BATCH,
@@ -112,7 +112,7 @@ def test_requests_of_the_build_the_config_and_the_benchmark_default_alike():
 
 
 def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
-    from tsvk_tools.serve.serving_config import plan_serving
+    from tsvk_tools.config.serving_config import plan_serving
 
     plan = plan_serving(ServingRequest(vcpus=2, gpus=0, models=("m",), archive_check=False))
     model = plan.models[0]
@@ -137,7 +137,7 @@ def test_a_config_without_archives_plans_with_the_defaults(tmp_path):
         (("archive",), "--precision", defaults.BUILD_PRECISION),
         (("archive",), "--max-batch", defaults.MAX_BATCH),
         (("archive",), "--max-batch-delay", defaults.MAX_BATCH_DELAY_MS),
-        (("archive",), "--workers", None),  # None: tsvk config plans them (tools/serve/worker_plan.py)
+        (("archive",), "--workers", None),  # None: tsvk config plans them (tools/config/worker_plan.py)
         (("archive",), "--topk", defaults.TOPK),
         (("archive",), "--model-store", Path(defaults.MODEL_STORE)),
         (("compile",), "--max-batch", defaults.MAX_BATCH),

@@ -1,4 +1,4 @@
-"""The drain's accounting (tools/serve/torchserve_drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
+"""The drain's accounting (tools/engines/torchserve/drain.py) on TorchServe 0.12's access-log lines and metrics, the order of its steps,
 and the measurement's sorting of requests (tools/lab/robustness/drain_measure.py)."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import requests
 
 from tsvk.common.errors import DeadlineExceeded
 from tsvk.worker.stopping import refusal
-from tsvk_tools.serve import torchserve_drain as drain_module
-from tsvk_tools.serve.torchserve_drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
+from tsvk_tools.engines.torchserve import drain as drain_module
+from tsvk_tools.engines.torchserve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
 from tsvk_tools.lab.robustness.drain_measure import Outcome, counted_by_torchserve, drain_report, never_connected
 
 # Lines as TorchServe 0.12 writes them (log4j2 pattern "%d{ISO8601} - %m%n", NettyUtils' session text).

@@ -1,4 +1,4 @@
-"""The engine refuses an archive it cannot serve with one line naming it and why (tools/engines/kserve/archives.py);
+"""The engine refuses an archive it cannot serve with one line naming it and why (tools/engines/shared/archives.py);
 the archive's other models still start. The archives here are plain zips shaped like TorchServe's .mar."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from tsvk_tools import defaults
-from tsvk_tools.engines.kserve.archives import MAX_UNPACKED_KEY, open_archives
+from tsvk_tools.engines.shared.archives import MAX_UNPACKED_KEY, open_archives
 
 
 def _mar(path: Path, handler: str, files: dict[str, bytes] | None = None) -> None:

@@ -1,4 +1,4 @@
-"""tsvk's engine batcher (tools/engines/kserve/batcher.py): batches up to the batch size, closes a batch the max delay
+"""tsvk's engine batcher (tools/engines/shared/batcher.py): batches up to the batch size, closes a batch the max delay
 after its first request, lets one worker collect at a time, refuses past the queue size, and puts a batch back first
 in line."""
 
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from tsvk_tools.engines.kserve.batcher import Batcher, Pending, QueueFull
+from tsvk_tools.engines.shared.batcher import Batcher, Pending, QueueFull
 
 
 def _run(coroutine):

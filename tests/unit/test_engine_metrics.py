@@ -7,7 +7,7 @@ import asyncio
 
 from tsvk.worker.metrics import BatchMetrics
 from tsvk_tools.lab.bench.tsmetrics import metric_total, parse_prometheus
-from tsvk_tools.engines.kserve.metrics import LATENCY_US, QUEUE_US, REQUESTS, EngineMetrics, MetricsServer, RecordingMetrics
+from tsvk_tools.engines.shared.metrics import LATENCY_US, QUEUE_US, REQUESTS, EngineMetrics, MetricsServer, RecordingMetrics
 from tsvk_tools.oip.connection_bounds import HttpBounds
 
 

@@ -21,7 +21,7 @@ from tsvk_tools.cli import main as tsvk
 from tsvk_tools.engines import registry
 from tsvk_tools.engines.base import Engine, ServeOutcome, StopResult
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 GUIDE = ROOT / "docs" / "adding-an-engine.md"

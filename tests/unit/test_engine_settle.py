@@ -16,7 +16,7 @@ import time
 import uvicorn
 
 from tsvk_tools.engines.kserve.server import settle_before_shutdown
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 
 REQUEST = b"POST /predictions/tiny HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 5\r\n\r\nhello"
 

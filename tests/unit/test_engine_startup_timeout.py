@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from tsvk_tools.engines.kserve.archives import open_archives
+from tsvk_tools.engines.shared.archives import open_archives
 from tsvk_tools.engines.kserve.pool import ModelPool, WorkerStart
 
 HANGS = b"import time\ntime.sleep(3600)\n"

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tsvk.common.defaults import MAX_PIXELS
 from tsvk.preprocess.decode import probe
 from tsvk_tools.engines.kserve import wire
-from tsvk_tools.engines.kserve.metrics import RecordingMetrics
+from tsvk_tools.engines.shared.metrics import RecordingMetrics
 from tsvk_tools.engines.kserve.worker import WARM_UP_PHOTO_SIDE, serve_batches, warm_up, warm_up_photo
 
 

@@ -41,7 +41,7 @@ def test_an_extra_setup_cfg_does_not_declare_is_refused():
 
 
 def test_torchserve_missing_says_which_extra_and_that_the_other_engine_needs_none(monkeypatch, tmp_path):
-    from tsvk_tools.serve import server
+    from tsvk_tools.engines.torchserve import server
 
     monkeypatch.setattr(server.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))

@@ -19,7 +19,7 @@ LIGHT_MODULES = (
     "tsvk_tools.engines.kserve.worker",
     "tsvk_tools.engines.kserve.engine_process",
     "tsvk_tools.oip.server",
-    "tsvk_tools.serve.torchserve_drain",
+    "tsvk_tools.engines.torchserve.drain",
     "tsvk.worker.deadline",
     "tsvk.worker.stopping",
     "tsvk.worker.threads",

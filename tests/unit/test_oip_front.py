@@ -17,7 +17,7 @@ import urllib.request
 
 import pytest
 
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 from tsvk_tools.lab.robustness.attacks import oip_wrong_type_documents
 
 

@@ -12,7 +12,7 @@ import psutil
 from tsvk_tools import processes
 from tsvk_tools.keys import RENEWER_PID_FILE, stop_key_renewer
 from tsvk_tools.processes import process_start_time
-from tsvk_tools.serve.server import PID_FILE, TorchServeRun, find_running, group_is_ours
+from tsvk_tools.engines.torchserve.server import PID_FILE, TorchServeRun, find_running, group_is_ours
 
 SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
 

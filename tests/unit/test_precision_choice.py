@@ -21,8 +21,8 @@ from tsvk_tools.cli import main
 from tsvk_tools.client.demo import describe_precision
 from tsvk_tools.images import SKIMAGE_PHOTOS, image_bytes
 from tsvk_tools.doctor.archive_rules import _cpu_precision, read_archive
-from tsvk_tools.serve import precision_check
-from tsvk_tools.serve.precision_check import emulated_precision_lines, served_archives
+from tsvk_tools.config import precision_check
+from tsvk_tools.config.precision_check import emulated_precision_lines, served_archives
 
 from tests.unit.test_archive import TINY_ARGS
 

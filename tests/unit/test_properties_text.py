@@ -13,7 +13,7 @@ import pytest
 from tsvk.common.properties import escape_value
 from tsvk.common.properties import read_properties
 from tsvk_tools.doctor.properties import read as read_doctor_properties
-from tsvk_tools.serve.serving_config import ServingRequest, write_config
+from tsvk_tools.config.serving_config import ServingRequest, write_config
 
 READER = Path(__file__).resolve().parents[1] / "fixtures" / "ReadProperties.java"
 AWKWARD_VALUES = ["file:///srv/model\\-store/.*", "C:\\tmp\\models", " leading blank", "tab\there", "é and 😀",

@@ -2,7 +2,7 @@
 
 import json
 
-from tsvk_tools.serve.server import KEY_FILE, TorchServeRun
+from tsvk_tools.engines.torchserve.server import KEY_FILE, TorchServeRun
 
 
 def _run(tmp_path) -> TorchServeRun:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.server import start_torchserve
+from tsvk_tools.engines.torchserve.server import start_torchserve
 
 LINUX_SOCKET_PATH_MAX = 107  # bytes of a Unix socket's path (sun_path is 108 with its NUL)
 WORKER_SOCKET = "/tmp/.ts.sock.9999"  # under the run dir: TorchServe's worker socket, its port counted up from 9000

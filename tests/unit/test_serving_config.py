@@ -11,7 +11,8 @@ import pytest
 from tsvk.common.settings import ArtifactSettings, HandlerSettings, ServingDefaults
 from tsvk_tools.cli import main
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.serving_config import ServingRequest, plan_serving, render_properties, write_config
+from tsvk_tools.config.rendering import render_properties
+from tsvk_tools.config.serving_config import ServingRequest, plan_serving, write_config
 
 
 def fake_store(tmp_path, **models) -> "Path":
@@ -171,7 +172,7 @@ def test_cli_writes_the_file(tmp_path, capsys):
 
 
 def test_tuned_numbers_replace_the_rule_and_say_which_measurement_chose_them(tmp_path):
-    from tsvk_tools.serve.serving_config import ModelChoice, plan_with_choices
+    from tsvk_tools.config.serving_config import ModelChoice, plan_with_choices
 
     store = fake_store(tmp_path, a=8, b=4)
     request = ServingRequest(vcpus=4, gpus=0, model_store=store)
@@ -191,7 +192,7 @@ def test_tuned_numbers_replace_the_rule_and_say_which_measurement_chose_them(tmp
 
 
 def test_a_tuned_config_is_read_back_from_its_properties_not_its_comments(tmp_path):
-    from tsvk_tools.serve.serving_config import ModelChoice, plan_with_choices, tuned_choices
+    from tsvk_tools.config.serving_config import ModelChoice, plan_with_choices, tuned_choices
 
     store = fake_store(tmp_path, a=8)
     choice = ModelChoice(1, 2, 2, 8, 20, "1 worker, 9.0 img/s")
@@ -213,7 +214,7 @@ def test_a_tuned_config_is_read_back_from_its_properties_not_its_comments(tmp_pa
     ],
 )
 def test_tuned_numbers_keep_the_generators_limits(tmp_path, choice, message):
-    from tsvk_tools.serve.serving_config import ModelChoice, plan_with_choices
+    from tsvk_tools.config.serving_config import ModelChoice, plan_with_choices
 
     fields = dict(workers=1, intra_op_threads=1, inter_op_threads=1, batch=8, max_batch_delay_ms=50) | choice
     with pytest.raises(UsageError, match=re.escape(message)):

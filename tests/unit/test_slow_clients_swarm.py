@@ -14,7 +14,7 @@ import uvicorn
 from tsvk_tools.lab.robustness.swarm import IDLE, KEEP_ALIVE, SLOWLORIS, Swarm, SwarmPlan, SwarmProcess, open_files_for
 from tsvk_tools.oip.bounded_http import bound_uvicorn
 from tsvk_tools.oip.connection_bounds import HttpBounds
-from tsvk_tools.serve.ports import free_ports
+from tsvk_tools.config.ports import free_ports
 
 CONNECTIONS = 40
 BOUNDS = HttpBounds(header_timeout_s=1.0, keep_alive_s=1.0, max_connections=CONNECTIONS + 10)

@@ -6,7 +6,7 @@ import json
 import os
 
 from tsvk_tools import cli
-from tsvk_tools.serve.server import PID_FILE
+from tsvk_tools.engines.torchserve.server import PID_FILE
 
 
 def test_nothing_running_says_so_in_one_line(tmp_path, capsys):

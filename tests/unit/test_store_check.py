@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 
-from tsvk_tools.serve.store_check import archives_loaded, missing_archives_message
+from tsvk_tools.config.store_check import archives_loaded, missing_archives_message
 
 MODELS = '{"resnet152":{"1.0":{"marName":"resnet152.mar","minWorkers":1}}}'
 

@@ -54,14 +54,14 @@ def _run(tmp_path: Path, *args: str, user: int | None = None) -> subprocess.Comp
 BUILDING = ("python3-venv", "g++", "python3-dev")
 JAVA = ("openjdk-17-jre-headless",)
 SERVING = BUILDING + JAVA
-TESTS_ONLY = ("bubblewrap", "hey", "curl", "libjemalloc2", "prometheus")
+TESTS_ONLY = ("bubblewrap", "hey", "curl", "libjemalloc2", "prometheus", "iproute2")
 
 
 def test_check_names_every_missing_package_and_installs_nothing(bare_dir):
     result = _run(bare_dir, "--check", "--test")
     assert result.returncode == 1
     assert not (bare_dir / "apt-get-calls").exists()
-    for package in SERVING + ("bubblewrap", "hey", "curl", "prometheus"):  # jemalloc: ldconfig may see the host's
+    for package in SERVING + ("bubblewrap", "hey", "curl", "prometheus", "iproute2"):  # jemalloc: ldconfig may see the host's
         assert package in result.stderr
 
 

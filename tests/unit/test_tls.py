@@ -13,8 +13,9 @@ from tests.support.tls import self_signed
 from tsvk_tools.doctor.engine_rules import tls_findings
 from tsvk_tools.doctor.properties import read
 from tsvk_tools.errors import UsageError
-from tsvk_tools.serve.server import _get
-from tsvk_tools.serve.serving_config import ServingRequest, plan_serving, render_properties
+from tsvk_tools.engines.shared.run import get as _get
+from tsvk_tools.config.rendering import render_properties
+from tsvk_tools.config.serving_config import ServingRequest, plan_serving
 from tsvk_tools.tls import TlsError, client_context, served_tls, tls_warnings
 from tsvk.common import read_properties
 

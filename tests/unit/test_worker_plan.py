@@ -11,8 +11,8 @@ import yaml
 
 from tsvk_tools import defaults
 from tsvk.common.settings import ArtifactSettings, HandlerSettings, ServingDefaults
-from tsvk_tools.serve.serving_config import ServingRequest, plan_serving
-from tsvk_tools.serve.worker_plan import cpu_workers, worker_estimate_mb
+from tsvk_tools.config.serving_config import ServingRequest, plan_serving
+from tsvk_tools.config.worker_plan import cpu_workers, worker_estimate_mb
 
 MIB = 2**20
 

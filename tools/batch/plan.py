@@ -1,5 +1,5 @@
 """How many batch workers, on what, with how many threads and what batch: the plan `tsvk config` makes for
-serving the same archive (tools/serve/serving_config.py), so offline and online run alike: one worker per
+serving the same archive (tools/config/serving_config.py), so offline and online run alike: one worker per
 GPU where there are GPUs, else single-threaded workers, one per vCPU, as many as memory holds; the
 archive's batch size.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..serve.serving_config import ServingRequest, plan_serving
+from ..config.serving_config import ServingRequest, plan_serving
 
 
 @dataclass(frozen=True)

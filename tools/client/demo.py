@@ -20,7 +20,7 @@ from ..archive.build_cli import build_modules
 from ..engines.registry import add_engine_argument, engine_named
 from ..errors import UsageError, WeightsUnavailable
 from .predict import predict
-from ..serve.serving_config import ServingRequest, write_config
+from ..config.serving_config import ServingRequest, write_config
 
 if TYPE_CHECKING:
     from ..archive.build import BuildRequest

@@ -24,7 +24,7 @@ from tsvk.model import BF16_REMEDY, REMEDY, cpu_flags, emulated_bf16, mismatch_h
 
 from ..archive.archive_info import MODEL_CONFIG_NAME
 from ..archive.mar import MANIFEST, ArchiveError, ModelArchive
-from ..serve.serving_config import batch_problem
+from ..config.serving_config import batch_problem
 from . import torchserve as ts
 from .config_rules import Context, ServedModel, is_true
 from .findings import ERROR, WARNING, Finding

@@ -1,6 +1,6 @@
 """`tsvk run-container`: the image's PID 1. Starts TorchServe (and the OIP front when asked), or with `--engine
 kserve` tsvk's own engine on the same config and archives, reaps every orphan the container's processes leave, and
-on SIGTERM or SIGINT drains and stops (TorchServe: tools/serve/torchserve_drain.py; the engine: its own graceful shutdown,
+on SIGTERM or SIGINT drains and stops (TorchServe: tools/engines/torchserve/drain.py; the engine: its own graceful shutdown,
 tools/engines/kserve/child.py) before exiting, so that a pod deletion or rollout answers the requests taken in.
 
 A PID 1 gets no default signal actions from the kernel: `torchserve --foreground` as PID 1 ignored
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from ..serve.torchserve_drain import add_drain_timeout_argument
-from ..serve.store_check import missing_archives_message
+from .torchserve.drain import add_drain_timeout_argument
+from ..config.store_check import missing_archives_message
 from .registry import add_engine_argument, engine_named
 
 _DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT)

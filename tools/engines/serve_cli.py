@@ -12,15 +12,16 @@ from pathlib import Path
 from tsvk.common import read_properties
 
 from .. import defaults
-from ..serve.allocator import add_allocator_argument, describe as describe_allocator
+from ..config.allocator import add_allocator_argument, describe as describe_allocator
 from ..arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
-from ..serve.torchserve_drain import add_drain_timeout_argument
+from .torchserve.drain import add_drain_timeout_argument
 from .registry import add_engine_argument, engine_named, engine_of, find_serving
 from ..errors import UsageError
 from ..keys import KEY_FILE, KEY_TYPES, current_key
 from ..oip.config import is_oip_config
-from ..serve.precision_check import emulated_precision_lines, served_archives
-from ..serve.serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config, write_plan
+from ..config.precision_check import emulated_precision_lines, served_archives
+from ..config.rendering import write_plan
+from ..config.serving_config import ServingRequest, plan_with_choices, tuned_choices, write_config
 
 
 def register(commands) -> None:

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from ..errors import UsageError
-from ..serve.serving_config import ModelChoice, tuned_choices
+from ..config.serving_config import ModelChoice, tuned_choices
 
 
 def chart_values(choices: dict[str, ModelChoice]) -> dict[str, int]:

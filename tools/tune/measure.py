@@ -30,9 +30,11 @@ from ..measure.loadgen import HttpTarget, RequestRecord, identity, run_closed_lo
 from ..measure.sampler import TreeSampler, window_stats
 from ..measure.stats import latency_summary
 from ..errors import UsageError
-from ..serve.ports import serving_on_free_ports
-from ..serve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow
-from ..serve.serving_config import ModelChoice, ServingPlan, plan_with_choices, write_plan
+from ..config.ports import serving_on_free_ports
+from ..engines.torchserve.server import UNIX_SOCKET_PATH_MAX, TorchServeRun, start_torchserve, worker_socket_overflow
+from ..config.plan import ModelChoice, ServingPlan
+from ..config.rendering import write_plan
+from ..config.serving_config import plan_with_choices
 from .decide import Window
 from .search import CUT_AT_DEADLINE, Comparison, Measurement
 from .space import Candidate

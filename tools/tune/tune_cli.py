@@ -25,8 +25,8 @@ from ..archive.archive_info import list_archives, read_archive_settings
 from ..arguments import name_list, on_off, positive_int
 from ..errors import UsageError
 from ..images import SKIMAGE_PHOTOS, image_bytes
-from ..serve.memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
-from ..serve.serving_config import ServingRequest, plan_serving
+from ..config.memory_limits import cgroup_limit_mb, machine_memory_mb, memory_cap_mb
+from ..config.serving_config import ServingRequest, plan_serving
 from .measure import Bench, compare_with_rule, measure_candidate, prune_unpacked_archives, socket_path_problem
 from .tune_outputs import result_document, write_results, write_tuned_config
 from .search import Goal, Search

@@ -15,7 +15,9 @@ from pathlib import Path
 
 from ..extras import install_line
 from ..fsutil import write_text_atomic
-from ..serve.serving_config import ServingPlan, ServingRequest, plan_with_choices, write_plan
+from ..config.plan import ServingPlan, ServingRequest
+from ..config.rendering import write_plan
+from ..config.serving_config import plan_with_choices
 from .decide import spread
 from .measure import choices_of
 from .search import CUT_AT_DEADLINE, Goal, SearchResult, Trial, problems_of, violation

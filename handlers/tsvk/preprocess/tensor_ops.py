@@ -29,7 +29,7 @@ def resize_crop_stack(images: Sequence[torch.Tensor], settings: PreprocessSettin
     """uint8 (3, H, W) images of any sizes -> uint8 (N, 3, crop, crop), in input order."""
     out: list[torch.Tensor | None] = [None] * len(images)
     for indices in group_by_size(images).values():
-        group = _as_batch([images[i] for i in indices])
+        group = as_batch([images[i] for i in indices])
         cropped = resize_and_crop(group, settings)
         for slot, index in enumerate(indices):
             out[index] = cropped[slot]
@@ -54,7 +54,7 @@ def group_by_size(images: Sequence[torch.Tensor]) -> dict[tuple[int, int], list[
     return groups
 
 
-def _as_batch(images: list[torch.Tensor]) -> torch.Tensor:
+def as_batch(images: list[torch.Tensor]) -> torch.Tensor:
     """(N, 3, H, W) in channels-last memory, the layout uint8 resize is fastest on.
 
     Decoders hand back HWC memory viewed as CHW; stacking the HWC views is a plain copy, while

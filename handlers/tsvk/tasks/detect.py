@@ -23,7 +23,7 @@ from ..common.defaults import MAX_DETECTIONS_LIMIT
 from ..common.labels import label_for
 from ..preprocess import PreprocessResult
 from ..preprocess.base import budget_slices
-from ..preprocess.tensor_ops import _as_batch
+from ..preprocess.tensor_ops import as_batch
 from .roi_pool import gather_roi_pooling
 from .base import PartPace, Task
 from .detector_model import detections, is_detector, served_detector, set_score_threshold
@@ -96,7 +96,7 @@ class DetectTask(Task):
         the float copy of a slice stays within its budget); in input order."""
         out: list[torch.Tensor] = [torch.empty(0)] * len(images)
         for indices in same_size_slices(images):
-            group = detector_resize(self.normalize(_as_batch([images[i] for i in indices])), self.settings.preprocess)
+            group = detector_resize(self.normalize(as_batch([images[i] for i in indices])), self.settings.preprocess)
             group = group.to(self.model.input_dtype).contiguous()
             for slot, index in enumerate(indices):
                 out[index] = group[slot]

@@ -22,7 +22,7 @@ from ..preprocess.decode import EncodedImage
 from ..common.labels import label_for
 from .answers import first_tensor
 from ..preprocess import PreprocessResult
-from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, _as_batch
+from ..preprocess.tensor_ops import INTERPOLATION_MODES, Normalizer, as_batch
 from .base import Task
 from .geometry import fit_pixels, fit_within, group_by_size, original_size, resize_label_map, same_size_slices
 from .params import flag, whole
@@ -134,7 +134,7 @@ def segmenter_resize(images: list[torch.Tensor], settings) -> list[torch.Tensor]
     resized before any float copy is made; one call per slice of same-size images (`same_size_slices`)."""
     out: list[torch.Tensor] = [torch.empty(0)] * len(images)
     for indices in same_size_slices(images):
-        resized = F.resize(_as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
+        resized = F.resize(as_batch([images[i] for i in indices]), [settings.resize], max_size=settings.max_size or None,
                            interpolation=INTERPOLATION_MODES[settings.interpolation], antialias=settings.antialias)
         for slot, index in enumerate(indices):
             out[index] = resized[slot]
@@ -143,5 +143,5 @@ def segmenter_resize(images: list[torch.Tensor], settings) -> list[torch.Tensor]
 
 def normalized_groups(resized: list[torch.Tensor], normalize: Normalizer) -> list[tuple[list[int], torch.Tensor]]:
     """Resized uint8 images -> (their indices, one normalized contiguous batch: `Normalizer`'s) per resulting size."""
-    return [(indices, normalize(_as_batch([resized[i] for i in indices])))
+    return [(indices, normalize(as_batch([resized[i] for i in indices])))
             for indices in group_by_size(resized).values()]

@@ -1,6 +1,6 @@
 """The server is stopping: requests that reach a worker from now on are refused at once with a 503.
 
-A stop (tools/serve/torchserve_drain.py) first lets every request TorchServe had taken in be answered normally, then creates
+A stop (tools/engines/torchserve/drain.py) first lets every request TorchServe had taken in be answered normally, then creates
 a marker file; from then on a worker answers each request of a batch with 503 `server_stopping` ("retry
 elsewhere") without reading or computing it, so TorchServe soon holds no request and can be signalled
 without cutting any. TorchServe 0.12 cannot stop taking requests on connections already open (clients

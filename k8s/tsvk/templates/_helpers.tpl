@@ -401,7 +401,7 @@ The config is the generator's output (tsvk config); the values size the pod. The
 
 {{/*
 Seconds from a pod's deletion to SIGKILL: the preStop sleep, the drain, TorchServe's exit (3 s at most,
-tools/serve/torchserve_drain.py) and 10 s to spare, so that SIGKILL never cuts a drain short.
+tools/engines/torchserve/drain.py) and 10 s to spare, so that SIGKILL never cuts a drain short.
 */}}
 {{- define "tsvk.terminationGracePeriodSeconds" -}}
 {{- add .Values.preStopSleepSeconds .Values.drainTimeoutSeconds 10 }}

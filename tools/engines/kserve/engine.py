@@ -16,7 +16,7 @@ from ...oip.config import is_oip_config, read_front_config
 from ...oip.process import front_urls
 from ...tls import TlsError, served_tls, tls_warnings
 from ..base import Engine, ServeOutcome, StopResult
-from .archives import refusal_reason
+from ..shared.archives import refusal_reason
 from .child import start_engine_child
 from .engine_process import ENGINE, EngineRun, find_engine, start_engine
 from .files import STATUS_FILE, WORKER_MARKER

@@ -1,9 +1,9 @@
 """Start, find, wait for and stop the engine's server from the command line (`tsvk serve|stop|status|predict`).
 
-The engine runs in a process session of its own, like TorchServe under `tsvk serve` (tools/serve/server.py), its pid
-and start time in the run directory's `engine.pid`; it is stopped by signalling exactly that session, and only while
-it is still the process that was started. Its run looks like a TorchServe's to the clients (`url`, `keys`,
-`headers`), so `tsvk predict` and `tsvk keys` work unchanged.
+The engine runs in a process session of its own, like TorchServe under `tsvk serve` (tools/engines/torchserve/server.py;
+both are a run of tools/engines/shared/run.py), its pid and start time in the run directory's `engine.pid`; it is
+stopped by signalling exactly that session, and only while it is still the process that was started. Its run looks
+like a TorchServe's to the clients (`url`, `keys`, `headers`), so `tsvk predict` and `tsvk keys` work unchanged.
 """
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from pathlib import Path
 from typing import ClassVar
 
 from ... import defaults
+from ...config.allocator import allocator_env
 from ...errors import UsageError
-from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
-from ...processes import Owned, recorded_if_ours, start_detached, stop_group, write_pid_file
 from ...keys import KEY_FILE
+from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
+from ...processes import recorded_if_ours, start_detached, stop_group, write_pid_file
 from ..base import StopResult
-from ...serve.allocator import allocator_env
-from ...serve.server import PRIVATE_UMASK, TorchServeRun, ping_ok, make_private_dir
+from ..shared.run import PRIVATE_UMASK, ServerRun, make_private_dir, ping_ok
 from .files import LOG, PID_FILE, WORKER_MARKER
 
 ENGINE = "kserve"
@@ -31,10 +31,12 @@ MARKERS = (SERVER_MODULE, WORKER_MARKER)
 _REFUSAL = re.compile(r"not serving .+")  # an archive's name, or a refused entry of the config (its name quoted)
 
 
-class EngineRun(TorchServeRun):
-    """The engine started from a run directory: TorchServe's run as clients see it, started and stopped its own way."""
+class EngineRun(ServerRun):
+    """The engine started from a run directory: a run as clients see any engine's, started and stopped its own way."""
 
     engine: ClassVar[str] = ENGINE
+    markers: ClassVar[tuple[str, ...]] = MARKERS
+    console_log: ClassVar[str] = LOG
 
     def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
         """Until /ping says Healthy (every model the engine serves has its workers), or the engine exits."""
@@ -61,14 +63,6 @@ class EngineRun(TorchServeRun):
         """The one-line refusals of this start (archives it cannot serve), as its log says them."""
         return [m.group(0) for m in _REFUSAL.finditer(self.stdout_since_start())]
 
-    def stdout_since_start(self) -> str:
-        try:
-            with open(self.run_dir / "logs" / LOG, "rb") as out:
-                out.seek(self.stdout_offset)
-                return out.read().decode(errors="replace")
-        except OSError:
-            return ""
-
     def log_tail(self, lines: int = 25) -> str:
         return "\n".join(self.stdout_since_start().splitlines()[-lines:])
 
@@ -80,14 +74,10 @@ class EngineRun(TorchServeRun):
             (self.run_dir / name).unlink(missing_ok=True)
         return StopResult(None, f"stopped engine kserve (pid {self.pid}); it answered what it held before its workers ended")
 
-    @property
-    def owned_process(self) -> Owned:
-        return Owned(self.pid, self.started_at, MARKERS)
-
 
 def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATOR, env: dict[str, str] | None = None) -> EngineRun:
     """Start the engine on `config` in the background, in its own session, its server and workers on `allocator`
-    (tools/serve/allocator.py: the fork server and so every worker inherit it) with `env` added to this environment;
+    (tools/config/allocator.py: the fork server and so every worker inherit it) with `env` added to this environment;
     refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():

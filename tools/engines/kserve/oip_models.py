@@ -16,7 +16,7 @@ from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from ...oip.config import ModelTensors
 from ...oip.forward import Answer, ForwardedError, ImagesModel
-from .batcher import Pending, QueueFull
+from ..shared.batcher import Pending, QueueFull
 from .pool import ModelPool
 from .tokens import KEY_REFUSED, InferenceKey
 

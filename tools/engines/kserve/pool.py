@@ -27,11 +27,11 @@ from tsvk.worker import refusal
 
 from ... import defaults
 from . import wire
-from .archives import ServedModel
-from .batcher import Batcher, Pending
+from ..shared.archives import ServedModel
+from ..shared.batcher import Batcher, Pending
 from .files import WORKER_MODULE
 from .forkserver import ForkServer
-from .metrics import EngineMetrics
+from ..shared.metrics import EngineMetrics
 
 log = logging.getLogger(__name__)
 

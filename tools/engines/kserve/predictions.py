@@ -30,9 +30,9 @@ from tsvk.common import RequestError
 from tsvk.worker import ARRIVAL_HEADER, parse_arrival
 
 from ...oip.bounded_body import BodyTooLarge
-from .batcher import Pending, QueueFull
+from ..shared.batcher import Pending, QueueFull
 from .forms import read_form
-from .metrics import EngineMetrics
+from ..shared.metrics import EngineMetrics
 from .pool import ModelPool
 
 log = logging.getLogger("tsvk.engine")

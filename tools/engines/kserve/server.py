@@ -34,11 +34,11 @@ from ...oip.connection_bounds import GrpcBounds, HttpBounds
 from ...oip.kserve_private import uvicorn_server
 from ...oip.server import (GRPC_THREADS, PROTOCOL_PATHS, Guard, forwarded_error_handler, front_json_limits_for, grpc_server,
                            serve_https, torchserve_dataplane)
-from .archives import open_archives
+from ..shared.archives import open_archives
 from .arrival import ArrivalStamp, trusted_networks
 from .files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from .forkserver import ForkServer, worker_env
-from .metrics import EngineMetrics, MetricsServer
+from ..shared.metrics import EngineMetrics, MetricsServer
 from .pool import ModelPool, WorkerStart
 from .predictions import PING_PATH, PREDICTIONS_PATH, InferenceRoutes, PredictionsApi, torchserve_error
 from .tokens import KEY_REFUSED, InferenceKey, auth_enabled, run_dir_problem, write_keys

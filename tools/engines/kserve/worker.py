@@ -2,9 +2,8 @@
 batches the server sends until the server closes the socket.
 
 Run as `python -m tsvk_tools.engines.kserve.worker`; the server (pool.py) starts it with the archive unpacked in
-`--model-dir` and one end of a socket pair as `--fd`. The archive's directory goes first on the import path, the
-way TorchServe puts it there, so `tsvk` is the archive's copy (checked), and the handler module the manifest names
-is imported and must define a tsvk handler class. Once it has said READY it answers one synthetic photo (warm_up)
+`--model-dir` and one end of a socket pair as `--fd`, and it loads the archive's service as any engine's worker does
+(tools/engines/shared/service.py: the archive's own `tsvk`, checked). Once it has said READY it answers one synthetic photo (warm_up)
 while the server collects its first batch. A worker ignores SIGTERM and SIGINT: `tsvk stop` signals the engine's
 whole process group, and the batch a worker holds must still be answered while the server drains; the server ends its
 workers once it has (by closing their sockets, then SIGKILL). Answers are encoded here, as TorchServe's worker encodes them
@@ -15,7 +14,6 @@ workers once it has (by closing their sockets, then SIGKILL). Answers are encode
 from __future__ import annotations
 
 import argparse
-import importlib
 import io
 import json
 import logging
@@ -29,24 +27,13 @@ from typing import Any
 
 from PIL import Image
 
-from ...archive_package import HEAP_MODULES, SERVICE_MODULES, first_module
 from . import forkserver, wire
-from .metrics import RecordingMetrics
+from ..shared.metrics import RecordingMetrics
+from ..shared.service import load_service
 
 log = logging.getLogger("tsvk.engine.worker")
 
 WARM_UP_PHOTO_SIDE = 224  # pixels: a square photo the size of a classifier's input, so its resize is a no-op
-
-
-class _Context:
-    """The few fields of TorchServe's context an archive's `VisionService.from_context` reads: for archives built
-    before the service had an engine-neutral `load`."""
-
-    def __init__(self, args: argparse.Namespace, yaml_config: dict, metrics: RecordingMetrics):
-        self.system_properties = {"model_dir": str(args.model_dir), "gpu_id": args.gpu_id, "batch_size": args.batch_size}
-        self.model_yaml_config = yaml_config
-        self.model_name = args.model_name
-        self.metrics = metrics
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -89,42 +76,6 @@ def main(argv: list[str] | None = None) -> int:
     wire.send(sock, (wire.READY, {"pid": os.getpid()}))
     warm_up(sock, service, metrics)
     return serve_batches(sock, service, metrics)
-
-
-def load_service(args: argparse.Namespace, metrics: RecordingMetrics) -> Any:
-    """The archive's own service, loaded through its own package (and its handler module, checked to be tsvk's),
-    recording its per-batch metrics into `metrics`."""
-    sys.path.insert(0, str(args.model_dir))
-    import yaml  # TorchServe reads model-config.yaml with PyYAML too
-
-    tsvk = importlib.import_module("tsvk")
-    if not Path(tsvk.__file__).resolve().is_relative_to(args.model_dir.resolve()):
-        raise RuntimeError(f"tsvk was imported from {tsvk.__file__}, not from the archive")
-    _check_handler(args.handler)
-    service_module = first_module(SERVICE_MODULES)
-    yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
-    if hasattr(service_module, "ServiceSpec"):
-        spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size,
-                                            metrics=metrics)
-        service = service_module.VisionService.load(spec)
-    else:
-        service = service_module.VisionService.from_context(_Context(args, yaml_config, metrics))
-    _freeze_startup_objects()
-    return service
-
-
-def _check_handler(handler_file: str) -> None:
-    """The manifest's handler module must define a subclass of the archive's tsvk handler."""
-    base = importlib.import_module("tsvk.handler").TorchServeHandler
-    module = importlib.import_module(Path(handler_file).stem)
-    if not any(isinstance(v, type) and issubclass(v, base) and v is not base for v in vars(module).values()):
-        raise RuntimeError(f"handler {handler_file} defines no tsvk handler class")
-
-
-def _freeze_startup_objects() -> None:
-    heap = first_module(HEAP_MODULES)
-    if hasattr(heap, "freeze_startup_objects"):
-        heap.freeze_startup_objects()
 
 
 def warm_up(sock: socket.socket, service: Any, metrics: RecordingMetrics) -> bool:

@@ -1,6 +1,6 @@
 """TorchServe as an engine (tools/engines/base.py): its Java frontend started in a session of its own with tsvk's key
 renewer (its keys expire), the Open Inference Protocol through tsvk's front process, its models and workers read from
-its management API, and a stop that drains what its frontend had taken in (tools/serve/torchserve_drain.py)."""
+its management API, and a stop that drains what its frontend had taken in (tools/engines/torchserve/drain.py)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ from ...keys import renew_keys, start_key_renewer
 from ...oip.config import is_oip_config, read_front_config
 from ...oip.process import front_pid, front_urls, start_front, wait_front_ready
 from ...processes import signal_group
-from ...serve.server import TORCHSERVE, WORKER_MARKER, TorchServeRun, find_running, start_torchserve
-from ...serve.torchserve_drain import describe_drain
+from .server import TORCHSERVE, WORKER_MARKER, TorchServeRun, find_running, start_torchserve
+from .drain import describe_drain
 from ..base import Engine, ServeOutcome, StopResult
 
 GRPC_PORT_KEYS = ("grpc_inference_port", "grpc_management_port")

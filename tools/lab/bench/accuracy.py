@@ -27,9 +27,9 @@ from ...archive.pack import build_archive
 from ...archive.calibration import imagenet_labels, list_photos, split
 from ...errors import UsageError
 from ...fsutil import atomic_path, point_latest
-from ...serve.ports import serving_on_free_ports
-from ...serve.server import start_torchserve
-from ...serve.serving_config import write_config
+from ...config.ports import serving_on_free_ports
+from ...engines.torchserve.server import start_torchserve
+from ...config.serving_config import write_config
 from ...client.demo import imagenet_categories, offline_request
 
 VARIANTS = ("eager:fp32", "aoti:fp32", "aoti:bf16", "openvino:fp32", "openvino:int8", "aoti:int8")

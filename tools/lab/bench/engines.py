@@ -35,8 +35,8 @@ from ...archive.models import WEIGHTS_NONE
 from ...engines.registry import engine_names, engine_named
 from ...engines.kserve.forkserver import PRELOAD
 from ...images import jpeg_bytes, photo_array
-from ...serve.ports import serving_on_free_ports
-from ...serve.serving_config import write_config
+from ...config.ports import serving_on_free_ports
+from ...config.serving_config import write_config
 from .result_document import machine_info, write_json_and_markdown
 
 ENGINES = engine_names()

@@ -107,7 +107,7 @@ class BenchOptions:
     max_batch: int = defaults.MAX_BATCH
     batch: int = defaults.BATCH  # batch size for ours and hand-tuned stock
     tuned_max_batch_delay_ms: int = 100
-    ours_workers: int | None = None  # None: what `tsvk config` plans (tools/serve/worker_plan.py)
+    ours_workers: int | None = None  # None: what `tsvk config` plans (tools/config/worker_plan.py)
     tuned_config: Path = Path(defaults.TUNE_OUTPUT)  # ours_tuned serves the numbers `tsvk tune` wrote here, when it has the model
     vcpus: int | None = None  # None: detected
     warmup: int | None = None  # None: 2 rounds of min(concurrency, 2 x batch)

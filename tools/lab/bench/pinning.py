@@ -18,9 +18,9 @@ from ...archive.pack import build_archive
 from ...archive.build import BuildRequest
 from ...images import SKIMAGE_PHOTOS, jpeg_bytes, photo_array
 from ...archive.models import WEIGHTS_NONE
-from ...serve.ports import serving_on_free_ports
-from ...serve.server import start_torchserve
-from ...serve.serving_config import write_config
+from ...config.ports import serving_on_free_ports
+from ...engines.torchserve.server import start_torchserve
+from ...config.serving_config import write_config
 from ...measure.loadgen import HttpTarget, run_closed_loop, summarize_records
 
 

@@ -34,8 +34,8 @@ from ...engines.kserve.engine_process import start_engine
 from ...errors import UsageError
 from ...images import jpeg_bytes, photo_array
 from ...measure.sampler import cpu_seconds
-from ...serve.ports import serving_on_free_ports
-from ...serve.serving_config import write_config
+from ...config.ports import serving_on_free_ports
+from ...config.serving_config import write_config
 from .result_document import machine_info, write_json_and_markdown
 from .systems.oip import rest_body
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import requests
 
-from ...serve.server import workers_below
+from ...engines.torchserve.server import workers_below
 
 _SAMPLE = re.compile(r"^([A-Za-z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 _LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')

@@ -23,7 +23,7 @@ from ...processes import exit_on_sigterm
 from ...images import image_bytes
 from ... import defaults
 from ...engines.registry import add_engine_argument, engine_named
-from ...serve.server import WORKER_MARKER, workers_below
+from ...engines.torchserve.server import WORKER_MARKER, workers_below
 from . import pod_drain as drain, load, pod as podlib
 from .chart import REPO, render
 from .check import check_variant, image_values, podman_gateway, serve_directory, start_host_baseline, variants

@@ -25,7 +25,7 @@ import yaml
 from ... import defaults
 from ...engines.registry import engine_named
 from ...errors import UsageError
-from ...serve.ports import free_ports
+from ...config.ports import free_ports
 from . import checks, pod as podlib
 from .chart import REPO, Rendered, Variant
 from .probes import wait_ready

@@ -6,7 +6,7 @@ terminationGracePeriodSeconds, while an open loop keeps sending at a fraction of
 podman runs no preStop hook and removes no Service endpoint, so requests keep arriving during the
 drain. A request the pod refuses to connect was never accepted, nor was one answered 503
 `server_stopping` (a worker sent it back unread once the stop had answered everything taken in:
-tools/serve/torchserve_drain.py); one it connected and then dropped (or answered with another error status) is lost.
+tools/engines/torchserve/drain.py); one it connected and then dropped (or answered with another error status) is lost.
 """
 
 from __future__ import annotations

@@ -24,7 +24,7 @@ from tsvk.worker import ARRIVAL_HEADER
 
 from ... import defaults
 from ...keys import current_key
-from ...serve.server import TORCHSERVE
+from ...engines.torchserve.server import TORCHSERVE
 from . import checks, watch
 from .attacks import multipart
 from .auth import front_processes

@@ -31,7 +31,7 @@ import requests
 from ... import defaults
 from ...engines.base import StopResult
 from ...engines.registry import engine_of
-from ...serve.torchserve_drain import DrainReport, arrivals, is_stop_refusal
+from ...engines.torchserve.drain import DrainReport, arrivals, is_stop_refusal
 from .grpc_calls import CallsInFlight, summary
 from .parts import Service
 from .service import ServiceSpec, running_service
@@ -49,7 +49,7 @@ class Outcome:
     sent_at: float
     status: int | None = None  # None: no HTTP answer
     error: str = ""  # why there was no answer
-    stop_refusal: bool = False  # a 503 saying the server is stopping (tools/serve/torchserve_drain.py, is_stop_refusal)
+    stop_refusal: bool = False  # a 503 saying the server is stopping (tools/engines/torchserve/drain.py, is_stop_refusal)
 
     @property
     def refused(self) -> bool:

@@ -22,7 +22,7 @@ from pathlib import Path
 from ...errors import UsageError
 from ...keys import current_key, renew_keys
 from ...engines.kserve.engine_process import find_engine
-from ...serve.server import find_running
+from ...engines.torchserve.server import find_running
 from .client import Answer, Target
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from tsvk.common import task_kind
 
 from ..bench.tsmetrics import metric_total, scrape
-from ...serve.server import TorchServeRun
+from ...engines.torchserve.server import TorchServeRun
 from . import checks, watch
 from .checks import judged
 from .client import CLIENT_ERROR, Answer, Target, closed_loop, histogram, percentile, send, send_all, send_together

@@ -16,9 +16,9 @@ from ...archive.archive_info import read_archive_settings
 from ...keys import start_key_renewer
 from ...oip.config import read_front_config
 from ...oip.process import front_urls, start_front, wait_front_ready
-from ...serve.ports import free_ports
+from ...config.ports import free_ports
 from ...engines.registry import engine_named
-from ...serve.serving_config import ServingRequest, write_config
+from ...config.serving_config import ServingRequest, write_config
 from .parts import Service
 
 QUEUE_CLIENTS = 50  # --concurrency for the config: job_queue_size = 100, TorchServe's smallest useful queue

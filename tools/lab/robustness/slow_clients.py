@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from ...oip.connection_bounds import HttpBounds, key_of
-from ...serve.server import TORCHSERVE
+from ...engines.torchserve.server import TORCHSERVE
 from . import checks, watch
 from .client import Answer, Target, histogram, percentile, send
 from .parts import Service

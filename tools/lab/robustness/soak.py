@@ -18,7 +18,7 @@ import psutil
 from ... import defaults
 from ...cpus import detect_vcpus
 
-from ...serve.allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
+from ...config.allocator import add_allocator_argument, describe as describe_allocator, resolve as resolve_allocator
 from ..bench.result_document import git_state
 from ...errors import UsageError
 from ...fsutil import point_latest

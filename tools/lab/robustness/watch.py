@@ -21,7 +21,7 @@ from ...measure.sampler import Periodic
 from ...engines.registry import engine_of
 from ...engines.kserve.files import WORKER_MARKER as ENGINE_WORKER_MARKER
 from ...engines.kserve.engine_process import SERVER_MODULE as ENGINE_SERVER_MODULE
-from ...serve.server import WORKER_MARKER, TorchServeRun, group_is_ours
+from ...engines.torchserve.server import WORKER_MARKER, TorchServeRun, group_is_ours
 
 
 class WorkersUnknown(RuntimeError):

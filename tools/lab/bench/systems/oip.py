@@ -19,7 +19,7 @@ from tsvk.request import oip
 from ....measure.loadgen import HttpTarget
 from ....oip.config import read_front_config
 from ....oip.process import front_urls, start_front, wait_front_ready
-from ....serve.ports import free_ports
+from ....config.ports import free_ports
 from ....processes import stopped_on_failure
 from .base import Deployment, RunContext
 from .torchserve import Ours, serve

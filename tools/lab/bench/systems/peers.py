@@ -33,7 +33,7 @@ import yaml
 from tsvk.common import HandlerSettings
 
 from ....processes import Child, start_detached, stopped_on_failure
-from ....serve.ports import free_ports
+from ....config.ports import free_ports
 from .base import Deployment, RunContext, System
 from .oip import GrpcTarget
 from .process import clean_env, http_ok, wait_until

@@ -16,12 +16,13 @@ from pathlib import Path
 from .... import defaults
 from ....measure.loadgen import HttpTarget, identity
 from ..tsmetrics import read_worker_env, torchserve_profile
-from ....serve.allocator import describe as describe_allocator
+from ....config.allocator import describe as describe_allocator
 from ....errors import UsageError
-from ....serve.ports import free_ports, serving_on_free_ports
+from ....config.ports import free_ports, serving_on_free_ports
 from ....processes import stopped_on_failure
-from ....serve.server import start_torchserve
-from ....serve.serving_config import plan_with_choices, tuned_choices, write_config, write_plan
+from ....engines.torchserve.server import start_torchserve
+from ....config.rendering import write_plan
+from ....config.serving_config import plan_with_choices, tuned_choices, write_config
 from .base import Deployment, RunContext, System
 
 RESPONSE_TIMEOUT_S = 300

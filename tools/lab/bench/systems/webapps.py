@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ..apps import environment
 from ....measure.loadgen import HttpTarget
-from ....serve.ports import free_port
+from ....config.ports import free_port
 from .base import Deployment, RunContext, System
 from ....processes import start_detached, stopped_on_failure
 from .process import clean_env, http_ok, wait_until

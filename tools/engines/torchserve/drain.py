@@ -9,7 +9,7 @@ no way to stop accepting while it finishes what it has, so the stop does that fr
 
 1. Stop accepting: the frontend's listening sockets (all but the management and metrics APIs) refuse new
    connections, without resetting one the kernel had completed but the frontend not yet accepted
-   (tools/serve/listeners.py). Where the kernel does not allow it (no pidfd_getfd, a seccomp filter),
+   (tools/engines/torchserve/listeners.py). Where the kernel does not allow it (no pidfd_getfd, a seccomp filter),
    TorchServe goes on accepting and the steps below still hold, with the window described at the end.
 2. Answer what was taken in: read how many requests TorchServe has counted on arrival, per model
    (`ts_inference_requests_total`, metrics API): these are the accepted requests. Wait until its access
@@ -50,7 +50,7 @@ from typing import Callable, Protocol
 import psutil
 from tsvk.common import ServerStopping
 
-from .. import defaults
+from ... import defaults
 from .listeners import NOT_CLOSED, ListenersClosed
 
 ACCESS_LOG = "access_log.log"

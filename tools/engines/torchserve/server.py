@@ -9,37 +9,32 @@ its start time, and a pid that now belongs to another process (pids are reused) 
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import re
 import shutil
-import ssl
-import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import ClassVar
 from pathlib import Path
 
 import psutil
 
-from tsvk.common import ServedConfig, read_properties
+from tsvk.common import ServedConfig
 from tsvk.worker import STOP_MARKER_ENV
 
-from .. import defaults
-from .allocator import allocator_env
-from .torchserve_drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
+from ... import defaults
+from ...config.allocator import allocator_env
+from ...errors import PortTaken, UsageError
+from ...extras import missing_extra
+from ...keys import KEY_FILE, stop_key_renewer
+from ...oip.process import stop_front
+from ...processes import recorded_if_ours, start_detached, stop_group, write_pid_file
+from ...processes import group_is_ours as _group_is_ours
+from ..shared.run import PRIVATE_UMASK, ServerRun, get, make_private_dir, ping_ok
+from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
 from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
-from ..errors import PortTaken, UsageError
-from ..extras import missing_extra
-from ..keys import KEY_FILE, KEY_TYPES, read_key_file, stop_key_renewer
-from ..oip.process import stop_front
-from ..processes import Owned, group_alive, recorded_if_ours, start_detached, stop_group, write_pid_file
-from ..processes import group_is_ours as _group_is_ours
-from ..tls import client_context, raise_if_unverified
 
 PID_FILE = "torchserve.pid"
 STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/worker/stopping.py)
@@ -49,10 +44,6 @@ STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: 
 # with its NUL).
 WORKER_SOCKET_NAME = ".ts.sock.9999"
 UNIX_SOCKET_PATH_MAX = 107
-# TorchServe 0.12 writes key_file.json into its working directory with the process's umask and only then
-# narrows it to 0600 (TokenAuthorization.generateKeyFile): the run dir is owner-only and TorchServe starts
-# with this umask, so the keys, logs and unpacked archives are never readable by other users, not even briefly.
-PRIVATE_UMASK = 0o077
 BIND_FAILURE = "Address already in use"  # what the JVM logs when a port of the config is taken
 _FAILED_ADDRESS = re.compile(r"Failed to bind to address:? (\S+)")  # and the address it names (REST and gRPC)
 # The command-line word of a TorchServe worker (ts/model_service_worker.py).
@@ -65,49 +56,12 @@ TORCHSERVE = "torchserve"  # the engine's name (tools/engines/registry.py)
 
 
 @dataclass
-class TorchServeRun:
-    run_dir: Path
-    config: Path
-    pid: int
-    process: subprocess.Popen | None = field(default=None, repr=False)  # set when started by this process
-    started_at: float | None = None  # the leader's start time (psutil), which a reused pid cannot match
-    stdout_offset: int = 0  # where this start's output begins in logs/stdout.log (earlier runs append there too)
+class TorchServeRun(ServerRun):
+    """A TorchServe of our own: started with `start_torchserve`, found with `find_running`."""
+
     engine: ClassVar[str] = TORCHSERVE
-
-    @property
-    def properties(self) -> dict[str, str]:
-        return read_properties(self.config)
-
-    def url(self, api: str) -> str:
-        """Base URL of the inference, management or metrics API, as the config binds it."""
-        defaults = {"inference": "http://127.0.0.1:8080", "management": "http://127.0.0.1:8081", "metrics": "http://127.0.0.1:8082"}
-        address = self.properties.get(f"{api}_address", defaults[api])
-        return address.replace("://0.0.0.0:", "://127.0.0.1:")
-
-    @functools.cached_property
-    def client_tls(self) -> ssl.SSLContext:
-        """What tsvk's clients verify this run's https addresses with (tools/tls.py): the system's authorities and the
-        config's certificate_file."""
-        return client_context(self.properties)
-
-    def keys(self) -> dict[str, str]:
-        """TorchServe's token-auth keys ({'inference': ..., 'management': ...}); empty when auth is off,
-        and while TorchServe is still writing the file (wait_ready then simply polls again)."""
-        raw = read_key_file(self.run_dir)
-        return {api: raw[api]["key"] for api in KEY_TYPES if isinstance(raw.get(api), dict) and "key" in raw[api]}
-
-    def headers(self, api: str) -> dict[str, str]:
-        key = self.keys().get(api)
-        return {"Authorization": f"Bearer {key}"} if key else {}
-
-    def alive(self) -> bool:
-        if self.process is not None and self.process.poll() is not None:
-            return False
-        try:
-            os.kill(self.pid, 0)
-        except OSError:
-            return False
-        return True
+    markers: ClassVar[tuple[str, ...]] = TORCHSERVE_MARKERS
+    console_log: ClassVar[str] = "stdout.log"
 
     def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
         """Until /ping is healthy and every model has all its workers READY, or the server dies."""
@@ -139,14 +93,6 @@ class TorchServeRun:
         console = self.stdout_since_start().strip().splitlines()[-lines:]
         return "\n".join(filter(None, [self.log_tail(lines), *(["--- stdout.log", *console] if console else [])]))
 
-    def stdout_since_start(self) -> str:
-        try:
-            with open(self.run_dir / "logs" / "stdout.log", "rb") as out:
-                out.seek(self.stdout_offset)
-                return out.read().decode(errors="replace")
-        except OSError:
-            return ""
-
     def log_tail(self, lines: int = 25) -> str:
         logs = sorted((self.run_dir / "logs").glob("*.log"))
         text = []
@@ -156,7 +102,7 @@ class TorchServeRun:
         return "\n".join(text)
 
     def stop(self, drain_timeout: float = defaults.DRAIN_TIMEOUT_S, kill_timeout: float = defaults.STOP_GRACE_S) -> DrainReport | None:
-        """Drain, then stop (tools/serve/torchserve_drain.py): the OIP front first; then TorchServe stops accepting, answers every
+        """Drain, then stop (tools/engines/torchserve/drain.py): the OIP front first; then TorchServe stops accepting, answers every
         request it had taken in, refuses the rest with a 503 and, once it holds none (at most `drain_timeout` s
         in all), gets SIGTERM to our process session, and SIGKILL to what is still ours and running
         `kill_timeout` s later (after the drain nothing in flight depends on TorchServe's own slow shutdown).
@@ -183,19 +129,6 @@ class TorchServeRun:
         """The APIs that stay open while stopping: the drain reads the metrics; management is not client traffic."""
         return {int(self.url(api).rsplit(":", 1)[1].split("/")[0]) for api in ("management", "metrics")}
 
-    def session_alive(self) -> bool:
-        if self.process is not None:
-            self.process.poll()  # reap our own child so it does not linger as a zombie
-        return group_alive(self.pid)
-
-    @property
-    def owned_process(self) -> Owned:
-        return Owned(self.pid, self.started_at, TORCHSERVE_MARKERS)
-
-    def owned(self) -> bool:
-        """True while process group `pid` is still the one we started (see `processes.group_is_ours`)."""
-        return self.owned_process.group_is_ours()
-
 
 def workers_below(pid: int, marker: str = WORKER_MARKER) -> list[psutil.Process]:
     """The workers among process `pid`'s descendants, TorchServe's unless `marker` names another engine's command-line
@@ -217,7 +150,7 @@ def workers_below(pid: int, marker: str = WORKER_MARKER) -> list[psutil.Process]
 def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = None,
                      allocator: str = defaults.ALLOCATOR) -> TorchServeRun:
     """Start TorchServe in the background in its own session, its frontend and workers on `allocator`
-    (tools/serve/allocator.py); refuses if this run dir has a live one."""
+    (tools/config/allocator.py); refuses if this run dir has a live one."""
     config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
     if not config.is_file():
         raise UsageError(f"config {config} not found; generate it with `tsvk config`")
@@ -236,14 +169,6 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
                            umask=PRIVATE_UMASK, markers=TORCHSERVE_MARKERS)
     write_pid_file(run_dir / PID_FILE, child.owned, str(config))
     return TorchServeRun(run_dir, config, child.pid, child.process, child.owned.started_at, child.log_offset)
-
-
-def make_private_dir(path: Path) -> None:
-    """Create `path` (and parents) with its last part readable by its owner only; an existing one of ours
-    is narrowed to that (one of another user's is left alone: TorchServe then fails on it, saying so)."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.stat().st_uid == os.getuid():
-        path.chmod(0o700)
 
 
 def worker_socket_overflow(run_dir: Path) -> tuple[Path, int] | None:
@@ -303,26 +228,8 @@ def _configured_models(properties: dict[str, str]) -> list[str]:
     return list(ServedConfig.of(properties).model_names)
 
 
-def _get(url: str, headers: dict[str, str], tls: ssl.SSLContext, timeout: float = 5) -> tuple[int, str]:
-    """(status, body); (0, "") while nothing answers. A certificate that does not verify is no passing state: refused."""
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout, context=tls) as response:
-            return response.status, response.read().decode()
-    except urllib.error.HTTPError as err:
-        return err.code, err.read().decode(errors="replace")
-    except (urllib.error.URLError, OSError) as err:
-        raise_if_unverified(url, err)
-        return 0, ""
-
-
-def ping_ok(run: TorchServeRun) -> bool:
-    status, body = _get(run.url("inference") + "/ping", run.headers("inference"), run.client_tls)  # token auth covers /ping too
-    return status == 200 and '"Healthy"' in body
-
-
 def _model_ready(run: TorchServeRun, model: str) -> bool:
-    status, body = _get(f"{run.url('management')}/models/{model}", run.headers("management"), run.client_tls)
+    status, body = get(f"{run.url('management')}/models/{model}", run.headers("management"), run.client_tls)
     if status != 200:
         return False
     info = json.loads(body)[0]

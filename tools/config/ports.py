@@ -2,7 +2,7 @@
 
 Ports that must differ are taken in one call: each call binds all of its ports at once. A port is free
 when chosen, not reserved: another process may take it before TorchServe binds it. TorchServe then exits,
-and `TorchServeRun.wait_ready` says so with `PortTaken`, naming the address (tools/serve/server.py).
+and `TorchServeRun.wait_ready` says so with `PortTaken`, naming the address (tools/engines/torchserve/server.py).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Step 1 of a stop (tools/serve/torchserve_drain.py): TorchServe stops accepting without resetting a connection the kernel
+"""Step 1 of a stop (tools/engines/torchserve/drain.py): TorchServe stops accepting without resetting a connection the kernel
 had already completed for it.
 
 Shutting a listening socket down resets every connection in its accept queue: connections whose handshake the
@@ -27,7 +27,7 @@ from typing import Iterable
 
 import psutil
 
-from ..processes import net_connections
+from ...processes import net_connections
 
 _PIDFD_GETFD = 438  # the same number on every Linux architecture (Linux 5.6+)
 _SO_ATTACH_FILTER = 26  # asm-generic/socket.h; socket module does not name it

@@ -1,6 +1,6 @@
 """How much memory this machine lets TorchServe use: the container's cgroup limit, the machine's memory,
 and what the user asked for, whichever is tightest. `tsvk config` plans workers within it
-(tools/serve/worker_plan.py) and `tsvk tune` never starts a candidate estimated beyond it (tools/tune/memory.py)."""
+(tools/config/worker_plan.py) and `tsvk tune` never starts a candidate estimated beyond it (tools/tune/memory.py)."""
 
 from __future__ import annotations
 
