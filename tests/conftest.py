@@ -2,11 +2,45 @@
 
 from __future__ import annotations
 
+import faulthandler
+import os
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent
+# Where a CI run keeps what it needs to say should the test process itself die (a native abort or crash ends it before
+# pytest can report): the test running at the time, and every thread's stack. .ci/run prints both when `make test` fails.
+CRASH_RECORD = ROOT.parent / "build" / "test-crash"
+RUNNING_TEST = CRASH_RECORD / "running-test"
+STACKS = CRASH_RECORD / "stacks.log"
+_STACKS_FILE = pytest.StashKey()
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI") == "true"
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own faulthandler plugin, which would take the handler back
+def pytest_configure(config):
+    """In CI, a fatal signal's stacks go to STACKS (pytest's own handler would print them where the log's tail cuts them)."""
+    if _in_ci():
+        CRASH_RECORD.mkdir(parents=True, exist_ok=True)
+        config.stash[_STACKS_FILE] = open(STACKS, "w")  # noqa: SIM115 - open for the whole session: faulthandler writes on a crash
+        faulthandler.enable(file=config.stash[_STACKS_FILE], all_threads=True)
+
+
+def pytest_unconfigure(config):
+    stacks = config.stash.get(_STACKS_FILE, None)
+    if stacks is not None:
+        faulthandler.disable()
+        stacks.close()
+
+
+def pytest_runtest_logstart(nodeid, location):
+    if _in_ci():
+        RUNNING_TEST.write_text(nodeid + "\n")
+
 
 
 def pytest_collection_modifyitems(config, items):
