@@ -17,6 +17,7 @@ import base64
 import io
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -41,7 +42,7 @@ from tsvk.worker import ARRIVAL_HEADER
 from tsvk_tools.engines.kserve.arrival import TRUSTED_PROXIES_KEY
 from tsvk_tools.engines.kserve.engine_process import find_engine, start_engine
 from tsvk_tools.errors import UsageError
-from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE
+from tsvk_tools.engines.kserve.files import MODELS_DIR, STATUS_FILE, WORKER_LOG
 from tsvk_tools.client.predict import predict
 from tsvk_tools.images import image_bytes
 from tsvk_tools.keys import KEY_FILE, current_key
@@ -78,6 +79,19 @@ def both(store, tmp_path_factory):
     work = tmp_path_factory.mktemp("engine_both")
     with running_torchserve(_request(store), work / "torchserve") as torchserve, running_engine(_request(store), work / "kserve") as engine:
         yield torchserve, engine
+
+
+def test_each_worker_takes_its_threads_from_what_the_server_read_not_from_the_file(both):
+    """Workers x threads on both engines as the config plans them (3 vCPUs, one worker a model: 1 thread each); the
+    engine's workers were handed their model's part of the config by the server, and say so."""
+    torchserve, engine = both
+    said = {run.engine: re.findall(r"tsvk loaded (\S+) .*threads=intra (\d+), inter (\d+) \(([^)]*)\)",
+                                    (run.run_dir / "logs" / WORKER_LOG).read_text()) for run in (torchserve, engine)}
+    for run in (torchserve, engine):
+        assert sorted((name, intra, inter) for name, intra, inter, _ in said[run.engine]) == \
+            sorted((name, "1", "1") for name in (CLASSIFIER, DETECTOR, SEGMENTER)), said
+    assert {source for *_, source in said[engine.engine]} == {"the server"}
+    assert all(source.startswith("config ") for *_, source in said[torchserve.engine])
 
 
 def _post(run, path: str, body: bytes, headers: dict | None = None, **kwargs) -> requests.Response:

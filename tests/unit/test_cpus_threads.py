@@ -46,24 +46,27 @@ def test_fractional_quota_rounds_up(tmp_path, monkeypatch):
     assert detect_vcpus(tmp_path) == 1
 
 
-def test_threads_come_from_the_config(tmp_path):
+def test_threads_come_from_the_config_torchserve_started_on(tmp_path, monkeypatch):
     config = tmp_path / "c.properties"
     config.write_text("# why\ntsvk.threads.resnet18=3,1\n")
-    plan = resolve_threads(RuntimeSettings(intra_op_threads=7), "resnet18", config)
+    monkeypatch.setenv("TS_CONFIG_FILE", str(config))
+    plan = resolve_threads(RuntimeSettings(intra_op_threads=7), "resnet18")
     assert (plan.intra_op, plan.inter_op) == (3, 1) and str(config) in plan.source
 
 
-def test_archive_threads_when_config_has_none(tmp_path):
-    config = tmp_path / "c.properties"
-    config.write_text("tsvk.threads.other=3,1\n")
-    plan = resolve_threads(RuntimeSettings(intra_op_threads=2, inter_op_threads=1), "resnet18", config)
+def test_threads_the_server_handed_over_are_taken_without_a_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("TS_CONFIG_FILE", str(tmp_path / "absent.properties"))  # never read: the server's values come first
+    plan = resolve_threads(RuntimeSettings(intra_op_threads=7), "resnet18", {"tsvk.threads.resnet18": "2,1"}, "the server")
+    assert (plan.intra_op, plan.inter_op, plan.source) == (2, 1, "the server")
+
+
+def test_archive_threads_when_config_has_none():
+    plan = resolve_threads(RuntimeSettings(intra_op_threads=2, inter_op_threads=1), "resnet18", {"tsvk.threads.other": "3,1"}, "x")
     assert (plan.intra_op, plan.source) == (2, "archive settings")
 
 
-def test_bad_config_value_is_ignored(tmp_path):
-    config = tmp_path / "c.properties"
-    config.write_text("tsvk.threads.resnet18=lots\n")
-    assert resolve_threads(RuntimeSettings(), "resnet18", config).intra_op == 0
+def test_bad_config_value_is_ignored():
+    assert resolve_threads(RuntimeSettings(), "resnet18", {"tsvk.threads.resnet18": "lots"}, "x").intra_op == 0
 
 
 def test_config_found_through_ts_config_file(tmp_path, monkeypatch):

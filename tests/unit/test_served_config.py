@@ -67,3 +67,14 @@ def test_read_from_a_file_as_java_reads_it(tmp_path):
     path = tmp_path / "config.properties"
     path.write_text('models={"a": {"1.0": {"marName": "a.mar",\\\n    "minWorkers": 2}}}\n')
     assert ServedConfig.read(path).model("a").workers == 2
+
+
+def test_a_worker_gets_its_own_model_entry_and_tsvk_keys_and_nothing_of_the_other_models():
+    config = ServedConfig.of({
+        "models": json.dumps({"a": {"1.0": {"marName": "a.mar", "batchSize": 4, "responseTimeout": 30}},
+                              "b": {"1.0": {"marName": "b.mar"}}}),
+        "tsvk.threads.a": "2,1", "tsvk.deadline.a": "500", "tsvk.threads.b": "1,1", "default_response_timeout": "90",
+        "inference_address": "http://0.0.0.0:8080", "private_key_file": "/keys/server.key"})
+    own = config.for_worker("a")
+    assert set(own) == {"models", "tsvk.threads.a", "tsvk.deadline.a", "default_response_timeout"}
+    assert ServedConfig.of(own).model("a") == config.model("a") and ServedConfig.of(own).model_names == ("a",)

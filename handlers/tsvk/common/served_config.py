@@ -22,6 +22,9 @@ from .properties import read_properties
 MODELS_KEY = "models"
 SNAPSHOT_KEY = "model_snapshot"  # KServe's TorchServe configs: {"models": {...}} inside it, read where `models` is absent
 MODEL_STORE_KEY = "model_store"
+TSVK_KEY_PREFIX = "tsvk."  # tsvk's own keys: tsvk.<setting>.<model> for one model, tsvk.<setting> for all
+# What a worker's service reads of the config beside its model's tsvk keys (worker/deadline.py: the response timeout)
+WORKER_KEYS = ("default_response_timeout",)
 TUNED_KEY_PREFIX = "tsvk.tuned."  # tsvk.tuned.<model>=<what `tsvk tune` measured for the numbers of its models= entry>
 
 
@@ -100,6 +103,17 @@ class ServedConfig:
 
     def model(self, name: str) -> ModelEntry | None:
         return next((m for m in self.models if m.name == name), None)
+
+    def for_worker(self, name: str) -> dict[str, str]:
+        """What one model's worker reads of this config, as properties: its `models=` entry alone, tsvk's keys for it
+        (threads, deadline, ...), and WORKER_KEYS. A server hands this to the worker it starts, so the worker never
+        reads the file again (TorchServe's workers, which get nothing from their frontend, still do)."""
+        own = {key: value for key, value in self.properties.items()
+               if key.startswith(TSVK_KEY_PREFIX) and key.endswith("." + name) or key in WORKER_KEYS}
+        entry = self.model(name)
+        if entry is not None:
+            own[MODELS_KEY] = json.dumps({name: {entry.version: dict(entry.fields)}}, sort_keys=True)
+        return own
 
     @property
     def model_store(self) -> Path:

@@ -119,7 +119,10 @@ class WorkerInfo:
 @dataclass(frozen=True)
 class ServiceSpec:
     """What loading a service needs, whatever serves it: the unpacked archive and its settings (model-config.yaml),
-    the serving config (threads, deadline, response timeout; None: the archive's own values) and the worker's GPU."""
+    the serving config (threads, deadline, response timeout; None: the archive's own values) and the worker's GPU.
+
+    The serving config comes as `served_properties`, what the server read of it for this model
+    (ServedConfig.for_worker), or else as `config_path`, the file read here (TorchServe gives its workers nothing else)."""
 
     model_dir: Path
     model_yaml_config: Mapping[str, Any]
@@ -129,6 +132,15 @@ class ServiceSpec:
     batch_size: int | None = None  # for the load log line only: the engine batches
     metrics: Any = None  # a TorchServe-shaped metrics cache (metrics.py), or None: no metrics from the service
     gauge_type: Any = None
+    served_properties: Mapping[str, str] | None = None
+
+    def serving_properties(self) -> tuple[Mapping[str, str] | None, str]:
+        """The serving config's properties for this model, and where they came from (for the load log line)."""
+        if self.served_properties is not None:
+            return self.served_properties, "the server"
+        if self.config_path is not None:
+            return read_properties(self.config_path), f"config {self.config_path}"
+        return None, ""
 
 
 class VisionService:
@@ -151,14 +163,14 @@ class VisionService:
         model_name = spec.model_name or settings.model_name
         device = worker_device(spec.gpu_id)
         bind_worker_device(device)  # before any CUDA work: libraries allocate on the current device
-        plan = resolve_threads(settings.runtime, model_name, spec.config_path)
+        config, source = spec.serving_properties()
+        plan = resolve_threads(settings.runtime, model_name, config, source)
         apply_threads(plan)  # before loading: some loaders start thread pools
         labels = load_labels(spec.model_dir / settings.labels_file)
         model = load_model(settings.artifact, spec.model_dir, device, num_classes=len(labels) if labels else None, task=settings.task)
         preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
-        config = read_properties(spec.config_path) if spec.config_path else {}
-        worker = WorkerInfo(deadline_from_config(config, model_name), record_worker_start(spec.model_dir),
-                            batch_time_budget_s(config, model_name))
+        worker = WorkerInfo(deadline_from_config(config or {}, model_name), record_worker_start(spec.model_dir),
+                            batch_time_budget_s(config or {}, model_name))
         _log_loaded(settings, model, choice, spec.batch_size, plan.source, worker)
         metrics = BatchMetrics(spec.metrics, choice.name, model_name, spec.gauge_type, worker.start_number)
         return cls(task_class(settings.task)(settings, model, preprocessor, labels), metrics, worker)

@@ -12,6 +12,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Mapping
 
 from ..common.properties import read_properties
 from ..common.settings import RuntimeSettings
@@ -29,13 +30,16 @@ class ThreadPlan:
     source: str  # where the numbers came from, for the load log line
 
 
-def resolve_threads(runtime: RuntimeSettings, model_name: str, config_path: Path | None = None) -> ThreadPlan:
-    """Config first (it knows workers x vCPUs), then the archive's explicit value, then torch's default."""
-    config_path = config_path or find_torchserve_config()
-    if config_path is not None:
-        planned = threads_from_config(read_properties(config_path), model_name)
+def resolve_threads(runtime: RuntimeSettings, model_name: str, properties: Mapping[str, str] | None = None,
+                    source: str = "") -> ThreadPlan:
+    """Config first (it knows workers x vCPUs): `properties` as the server handed them or a file gave them (`source`
+    says which), else the file TorchServe started on; then the archive's explicit value, then torch's default."""
+    if properties is None and (config_path := find_torchserve_config()) is not None:
+        properties, source = read_properties(config_path), f"config {config_path}"
+    if properties is not None:
+        planned = threads_from_config(properties, model_name)
         if planned is not None:
-            return ThreadPlan(planned[0], planned[1], f"config {config_path}")
+            return ThreadPlan(planned[0], planned[1], source)
     if runtime.intra_op_threads > 0:
         return ThreadPlan(runtime.intra_op_threads, runtime.inter_op_threads, "archive settings")
     return ThreadPlan(0, runtime.inter_op_threads, "torch default (no tsvk config found)")
@@ -53,7 +57,7 @@ def apply_threads(plan: ThreadPlan) -> None:
         log.warning("could not set inter-op threads to %d: %s", plan.inter_op, err)
 
 
-def threads_from_config(properties: dict[str, str], model_name: str) -> tuple[int, int] | None:
+def threads_from_config(properties: Mapping[str, str], model_name: str) -> tuple[int, int] | None:
     raw = properties.get(THREADS_KEY_PREFIX + model_name)
     if raw is None:
         return None

@@ -166,7 +166,8 @@ class WorkerProcess:
         """The worker's command-line arguments but its socket's descriptor (which differs in each process)."""
         m = self.model
         arguments = ["--model-dir", str(m.directory), "--model-name", m.name, "--handler", m.handler,
-                     "--settings", m.settings_file, "--config", str(self.start_info.config), "--batch-size", str(m.batch_size)]
+                     "--settings", m.settings_file, "--config", str(self.start_info.config), "--batch-size", str(m.batch_size),
+                     "--served-properties", json.dumps(dict(m.worker_properties), sort_keys=True)]
         return arguments + (["--gpu-id", str(m.gpu_ids[self.number % len(m.gpu_ids)])] if m.gpu_ids else [])
 
     async def run(self, batch: list[Pending]) -> tuple[list[tuple[int, bytes]], list]:

@@ -43,6 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--handler", required=True, help="the manifest's handler file (image_classifier.py)")
     parser.add_argument("--settings", required=True, help="the manifest's config file (model-config.yaml)")
     parser.add_argument("--config", type=Path, required=True, help="the TorchServe config the server started on")
+    parser.add_argument("--served-properties", type=json.loads, default=None,
+                        help="what the server read of the config for this model (JSON), so the worker need not read the file")
     parser.add_argument("--fd", type=int, required=True, help="this worker's end of the socket pair")
     parser.add_argument("--batch-size", type=int, default=1)
     parser.add_argument("--gpu-id", type=int, default=None)

@@ -16,8 +16,9 @@ unpack to is the config's `tsvk.engine.max_unpacked_mb`.
 from __future__ import annotations
 
 import compileall
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Mapping
 
 from tsvk.common import HandlerSettings, ModelEntry, ServedConfig
 
@@ -50,6 +51,7 @@ class ServedModel:
     queue_size: int
     gpu_ids: tuple[int, ...] = ()
     startup_timeout_s: float = defaults.STARTUP_TIMEOUT_S  # a worker that has not loaded by then is given up
+    worker_properties: Mapping[str, str] = field(default_factory=dict)  # what its workers read of the config (for_worker)
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,7 @@ def open_archives(properties: dict[str, str], unpack_to: Path) -> tuple[list[Ser
             refused.append(Refusal(Path(), problem, shown=f"model {model.name!r}"))
             continue
         try:
-            served.append(_open(config.archive_of(model), model, unpack_to / model.name, config.job_queue_size, gpus, limit))
+            served.append(_open(config.archive_of(model), model, unpack_to / model.name, config, gpus, limit))
         except ArchiveError as err:
             refused.append(Refusal(config.archive_of(model), str(err)))
     return served, refused
@@ -116,7 +118,7 @@ def refusal_reason(archive: Path, limit: int = defaults.ENGINE_MAX_UNPACKED_MB *
     return None
 
 
-def _open(path: Path, model: ModelEntry, directory: Path, queue_size: int, gpus: tuple[int, ...], limit: int) -> ServedModel:
+def _open(path: Path, model: ModelEntry, directory: Path, config: ServedConfig, gpus: tuple[int, ...], limit: int) -> ServedModel:
     """The archive checked, unpacked, and its Python compiled there once. Freshly unpacked sources have no bytecode, so
     every worker would compile the archive's tsvk at its start (tens of milliseconds each, on the way to its first
     answer); here the server compiles them while the fork server is still importing torch. A file that does not
@@ -126,8 +128,8 @@ def _open(path: Path, model: ModelEntry, directory: Path, queue_size: int, gpus:
     archive.unpack(directory)
     compileall.compile_dir(directory, quiet=2)
     return ServedModel(model.name, model.version, path, directory, archive.handler, archive.settings_file, settings, model.workers,
-                       model.batch_size, model.max_batch_delay_ms, model.response_timeout_s, queue_size, gpus,
-                       model.startup_timeout_s)
+                       model.batch_size, model.max_batch_delay_ms, model.response_timeout_s, config.job_queue_size, gpus,
+                       model.startup_timeout_s, config.for_worker(model.name))
 
 
 def _servable(archive: ModelArchive) -> HandlerSettings:

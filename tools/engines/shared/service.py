@@ -9,6 +9,7 @@ is on the path.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import sys
 from pathlib import Path
@@ -43,13 +44,19 @@ def load_service(args: argparse.Namespace, metrics: RecordingMetrics) -> Any:
     service_module = first_module(SERVICE_MODULES)
     yaml_config = yaml.safe_load((args.model_dir / args.settings).read_text()) or {}
     if hasattr(service_module, "ServiceSpec"):
+        served = {"served_properties": args.served_properties} if _takes_served_properties(service_module.ServiceSpec) else {}
         spec = service_module.ServiceSpec(args.model_dir, yaml_config, args.model_name, args.gpu_id, args.config, args.batch_size,
-                                            metrics=metrics)
+                                            metrics=metrics, **served)
         service = service_module.VisionService.load(spec)
     else:
         service = service_module.VisionService.from_context(_Context(args, yaml_config, metrics))
     _freeze_startup_objects()
     return service
+
+
+def _takes_served_properties(spec_type: type) -> bool:
+    """Whether the archive's service takes the config as the server read it (archives built before read the file)."""
+    return "served_properties" in {f.name for f in dataclasses.fields(spec_type)}
 
 
 def _check_handler(handler_file: str) -> None:
