@@ -20,9 +20,9 @@ from ...config.allocator import allocator_env
 from ...errors import UsageError
 from ...keys import KEY_FILE
 from ...oip.config import ADDRESS_KEY, GRPC_PORT_KEY, is_oip_config
-from ...processes import recorded_if_ours, start_detached, stop_group, write_pid_file
+from ...processes import start_detached, stop_group, write_pid_file
 from ..base import StopResult
-from ..shared.run import PRIVATE_UMASK, ServerRun, make_private_dir, ping_ok
+from ..shared.run import PRIVATE_UMASK, ServerRun, checked_start, find_run, make_private_dir, ping_ok
 from .files import LOG, PID_FILE, WORKER_MARKER
 
 ENGINE = "kserve"
@@ -37,6 +37,7 @@ class EngineRun(ServerRun):
     engine: ClassVar[str] = ENGINE
     markers: ClassVar[tuple[str, ...]] = MARKERS
     console_log: ClassVar[str] = LOG
+    pid_file: ClassVar[str] = PID_FILE
 
     def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
         """Until /ping says Healthy (every model the engine serves has its workers), or the engine exits."""
@@ -79,12 +80,7 @@ def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATO
     """Start the engine on `config` in the background, in its own session, its server and workers on `allocator`
     (tools/config/allocator.py: the fork server and so every worker inherit it) with `env` added to this environment;
     refuses if this run dir has a live one."""
-    config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
-    if not config.is_file():
-        raise UsageError(f"config {config} not found; generate it with `tsvk config`")
-    running = find_engine(run_dir)
-    if running is not None:
-        raise UsageError(f"an engine started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
+    config, run_dir = checked_start(EngineRun, config, run_dir, "an engine")
     make_private_dir(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     child = start_detached([sys.executable, "-m", SERVER_MODULE, "--config", str(config), "--run-dir", str(run_dir)],
@@ -95,8 +91,4 @@ def start_engine(config: Path, run_dir: Path, allocator: str = defaults.ALLOCATO
 
 
 def find_engine(run_dir: Path) -> EngineRun | None:
-    recorded = recorded_if_ours(Path(run_dir) / PID_FILE, notes=1, markers=MARKERS)
-    if recorded is None:
-        return None
-    owned, (config,) = recorded
-    return EngineRun(Path(run_dir).resolve(), Path(config), owned.pid, started_at=owned.started_at)
+    return find_run(EngineRun, run_dir)

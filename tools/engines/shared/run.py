@@ -18,12 +18,13 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, TypeVar
 
 from tsvk.common import read_properties
 
+from ...errors import UsageError
 from ...keys import KEY_TYPES, read_key_file
-from ...processes import Owned, group_alive
+from ...processes import Owned, group_alive, recorded_if_ours
 from ...tls import client_context, raise_if_unverified
 
 # TorchServe 0.12 writes key_file.json into its working directory with the process's umask and only then
@@ -45,6 +46,7 @@ class ServerRun:
     engine: ClassVar[str]  # the engine's name (tools/engines/registry.py)
     markers: ClassVar[tuple[str, ...]]  # command-line words of the processes that may remain in its session
     console_log: ClassVar[str]  # under logs/: the server's console output, where a failed start says why
+    pid_file: ClassVar[str]  # in the run directory: the session leader's pid, its start time and the config
 
     @property
     def properties(self) -> dict[str, str]:
@@ -100,6 +102,30 @@ class ServerRun:
                 return out.read().decode(errors="replace")
         except OSError:
             return ""
+
+
+Run = TypeVar("Run", bound=ServerRun)
+
+
+def find_run(run_type: type[Run], run_dir: Path) -> Run | None:
+    """The run of `run_type`'s engine started from `run_dir`, if its pid file names a process group still ours (none, or
+    stale: that pid is gone or belongs to someone else now)."""
+    recorded = recorded_if_ours(Path(run_dir) / run_type.pid_file, notes=1, markers=run_type.markers)
+    if recorded is None:
+        return None
+    owned, (config,) = recorded
+    return run_type(Path(run_dir).resolve(), Path(config), owned.pid, started_at=owned.started_at)
+
+
+def checked_start(run_type: type[ServerRun], config: Path, run_dir: Path, label: str) -> tuple[Path, Path]:
+    """`config` and `run_dir` made absolute, once the config exists and no run of this engine is live in the run dir."""
+    config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
+    if not config.is_file():
+        raise UsageError(f"config {config} not found; generate it with `tsvk config`")
+    running = find_run(run_type, run_dir)
+    if running is not None:
+        raise UsageError(f"{label} started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
+    return config, run_dir
 
 
 def make_private_dir(path: Path) -> None:

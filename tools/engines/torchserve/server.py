@@ -30,9 +30,9 @@ from ...errors import PortTaken, UsageError
 from ...extras import missing_extra
 from ...keys import KEY_FILE, stop_key_renewer
 from ...oip.process import stop_front
-from ...processes import recorded_if_ours, start_detached, stop_group, write_pid_file
+from ...processes import start_detached, stop_group, write_pid_file
 from ...processes import group_is_ours as _group_is_ours
-from ..shared.run import PRIVATE_UMASK, ServerRun, get, make_private_dir, ping_ok
+from ..shared.run import PRIVATE_UMASK, ServerRun, checked_start, find_run, get, make_private_dir, ping_ok
 from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
 from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
 
@@ -62,6 +62,7 @@ class TorchServeRun(ServerRun):
     engine: ClassVar[str] = TORCHSERVE
     markers: ClassVar[tuple[str, ...]] = TORCHSERVE_MARKERS
     console_log: ClassVar[str] = "stdout.log"
+    pid_file: ClassVar[str] = PID_FILE
 
     def wait_ready(self, models: list[str] | None = None, timeout: float = 300) -> None:
         """Until /ping is healthy and every model has all its workers READY, or the server dies."""
@@ -151,12 +152,7 @@ def start_torchserve(config: Path, run_dir: Path, env: dict[str, str] | None = N
                      allocator: str = defaults.ALLOCATOR) -> TorchServeRun:
     """Start TorchServe in the background in its own session, its frontend and workers on `allocator`
     (tools/config/allocator.py); refuses if this run dir has a live one."""
-    config, run_dir = Path(config).resolve(), Path(run_dir).resolve()
-    if not config.is_file():
-        raise UsageError(f"config {config} not found; generate it with `tsvk config`")
-    running = find_running(run_dir)
-    if running is not None:
-        raise UsageError(f"a TorchServe started from {run_dir} is already running (pid {running.pid}); `tsvk stop` first")
+    config, run_dir = checked_start(TorchServeRun, config, run_dir, "a TorchServe")
     check_worker_socket_path(run_dir)
     make_private_dir(run_dir)
     for sub in ("tmp", "logs"):
@@ -189,11 +185,7 @@ def check_worker_socket_path(run_dir: Path) -> None:
 
 def find_running(run_dir: Path) -> TorchServeRun | None:
     """The TorchServe started from `run_dir`, if its pid file names a process group that is still ours."""
-    recorded = recorded_if_ours(Path(run_dir) / PID_FILE, notes=1, markers=TORCHSERVE_MARKERS)
-    if recorded is None:  # none, or stale: that pid is gone or belongs to someone else now
-        return None
-    owned, (config,) = recorded
-    return TorchServeRun(Path(run_dir).resolve(), Path(config), owned.pid, started_at=owned.started_at)
+    return find_run(TorchServeRun, run_dir)
 
 
 def group_is_ours(pgid: int, started_at: float | None) -> bool:
