@@ -21,7 +21,7 @@ import requests
 from tests.fixtures.tiny_model import LOAD_DELAY_ENV
 from tests.support.torchserve import isolated_env
 from tests.support.drain_setup import DRAIN_TIMEOUT_S, LOAD_SHARE, one_worker_config, slow_tiny_store, small_photo
-from tsvk_tools.engines.torchserve.drain import describe_drain
+from tsvk_tools.engines.shared.drain import describe_drain
 from tsvk_tools.lab.robustness.drain_measure import capacity, measure_drain
 from tsvk_tools.engines.torchserve.server import find_running, start_torchserve
 

@@ -13,8 +13,9 @@ import requests
 
 from tsvk.common.errors import DeadlineExceeded
 from tsvk.worker.stopping import refusal
-from tsvk_tools.engines.torchserve import drain as drain_module
-from tsvk_tools.engines.torchserve.drain import AccessLog, DrainReport, count_answers, drain, is_stop_refusal
+from tsvk_tools.engines.shared import drain as drain_module
+from tsvk_tools.engines.shared.drain import DrainReport, drain, is_stop_refusal
+from tsvk_tools.engines.torchserve.drain import AccessLog, count_answers
 from tsvk_tools.lab.robustness.drain_measure import Outcome, counted_by_torchserve, drain_report, never_connected
 
 # Lines as TorchServe 0.12 writes them (log4j2 pattern "%d{ISO8601} - %m%n", NettyUtils' session text).

@@ -20,6 +20,7 @@ LIGHT_MODULES = (
     "tsvk_tools.engines.kserve.engine_process",
     "tsvk_tools.oip.server",
     "tsvk_tools.engines.torchserve.drain",
+    "tsvk_tools.engines.shared.drain",
     "tsvk.worker.deadline",
     "tsvk.worker.stopping",
     "tsvk.worker.threads",

@@ -1,4 +1,4 @@
-"""Closing a listener from outside its owner (tools/engines/torchserve/listeners.py), on real sockets of this process: a
+"""Closing a listener from outside its owner (tools/engines/shared/listeners.py), on real sockets of this process: a
 connection the kernel completed before the close is accepted and answered, not reset; one that comes after is
 refused; the kernel's tables say what waits in an accept queue and which connections hold unread bytes."""
 
@@ -11,9 +11,9 @@ import time
 
 import pytest
 
-from tsvk_tools.engines.torchserve import listeners
-from tsvk_tools.engines.torchserve.drain import DrainReport, describe_drain
-from tsvk_tools.engines.torchserve.listeners import (NOT_CLOSED, ListenersClosed, client_listeners, stop_accepting, unread_connections,
+from tsvk_tools.engines.shared import listeners
+from tsvk_tools.engines.shared.drain import DrainReport, describe_drain
+from tsvk_tools.engines.shared.listeners import (NOT_CLOSED, ListenersClosed, client_listeners, stop_accepting, unread_connections,
                                           waiting_to_be_accepted)
 
 

@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from .torchserve.drain import add_drain_timeout_argument
+from .shared.drain import add_drain_timeout_argument
 from ..config.store_check import missing_archives_message
 from .registry import add_engine_argument, engine_named
 

@@ -14,7 +14,7 @@ from tsvk.common import read_properties
 from .. import defaults
 from ..config.allocator import add_allocator_argument, describe as describe_allocator
 from ..arguments import add_protocol_argument, name_list, non_negative_int, on_off, positive_int, request_from
-from .torchserve.drain import add_drain_timeout_argument
+from .shared.drain import add_drain_timeout_argument
 from .registry import add_engine_argument, engine_named, engine_of, find_serving
 from ..errors import UsageError
 from ..keys import KEY_FILE, KEY_TYPES, current_key

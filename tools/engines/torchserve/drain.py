@@ -1,4 +1,5 @@
-"""Stop a TorchServe of our own without dropping a request it has taken in.
+"""Stop a TorchServe of our own without dropping a request it has taken in: TorchServe's requests counted for the
+drain (tools/engines/shared/drain.py), from its metrics API and its access log.
 
 What TorchServe 0.12 does by itself (frontend source, `ModelServer.stop`, the JVM's SIGTERM hook): it
 closes its listening channels, then shuts its Netty event loops down, which closes every open
@@ -9,7 +10,7 @@ no way to stop accepting while it finishes what it has, so the stop does that fr
 
 1. Stop accepting: the frontend's listening sockets (all but the management and metrics APIs) refuse new
    connections, without resetting one the kernel had completed but the frontend not yet accepted
-   (tools/engines/torchserve/listeners.py). Where the kernel does not allow it (no pidfd_getfd, a seccomp filter),
+   (tools/engines/shared/listeners.py). Where the kernel does not allow it (no pidfd_getfd, a seccomp filter),
    TorchServe goes on accepting and the steps below still hold, with the window described at the end.
 2. Answer what was taken in: read how many requests TorchServe has counted on arrival, per model
    (`ts_inference_requests_total`, metrics API): these are the accepted requests. Wait until its access
@@ -33,34 +34,22 @@ is stopped before all this: it stops accepting and finishes its requests while T
 
 from __future__ import annotations
 
-import argparse
 import gzip
-import json
 import os
 import re
 import ssl
-import time
 import urllib.error
 import urllib.request
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Protocol
 
 import psutil
-from tsvk.common import ServerStopping
 
-from ... import defaults
-from .listeners import NOT_CLOSED, ListenersClosed
 
 ACCESS_LOG = "access_log.log"
 ARRIVALS_METRIC = "ts_inference_requests_total"
 FRONTEND_MARKER = "org.pytorch.serve.ModelServer"  # the Java frontend's main class on its command line
-POLL_S = 0.02
-# TorchServe writes an answer's access-log line as it hands the answer to Netty, which sends it when its event loop
-# next runs; signalled at once, the frontend may close the connection first (seen under a load average of 12 on 2
-# vCPUs: 1 counted request in 28 cut). Once idle, the drain lets this long pass, then checks again.
-SETTLE_S = 0.5
 # An inference request in TorchServe's access log ("POST /predictions/m HTTP/1.1" 200 47): its path, and the
 # status; the statuses it sends before counting a request (unknown model, wrong method) answer no counted request.
 _ANSWER = re.compile(rb'"(?:POST|PUT) (/(?:predictions|explanations|v1/models|v2/models)/\S*) HTTP/[\d.]+" (\d{3}) ')
@@ -69,26 +58,6 @@ _UNCOUNTED = {b"404", b"405"}
 # /v2/models/<m>[/versions/<v>]/infer.
 _MODEL_IN_PATH = re.compile(rb"^/(?:predictions|explanations|v[12]/models)/([^/:?\s]+)")
 _MODEL_LABEL = re.compile(r'model_name="([^"]*)"')
-
-
-class Counts(Protocol):
-    """TorchServe's requests per model: counted on arrival, and answered."""
-
-    def arrived(self) -> Counter | None: ...  # None: TorchServe's metrics API does not answer
-
-    def answered(self) -> Counter: ...
-
-
-@dataclass
-class DrainReport:
-    drained: bool  # every counted request was answered before TorchServe was signalled
-    waited_s: float
-    in_flight_at_stop: int | None  # None: TorchServe's counts could not be read
-    accepted: int | None = None  # requests TorchServe had counted when the stop began (all models)
-    earlier_answered_s: float | None = None  # when those had all been answered (None: not within the timeout)
-    stopped_accepting: bool = False  # new connections were refused from the stop's start (step 1)
-    queue_accepted: bool = True  # step 1 let TorchServe accept what waited in the listener's queue (else: shut at once)
-    arrived: int | None = None  # requests TorchServe had counted (all models, since it started) when it was signalled
 
 
 class AccessLog:
@@ -173,60 +142,6 @@ class TorchServeCounts:
         return self.log.answers()
 
 
-def drain(counts: Counts, refuse_new: Callable[[], None], timeout_s: float, closed: ListenersClosed = NOT_CLOSED,
-          unread: Callable[[], int] = lambda: 0) -> DrainReport:
-    """Steps 2-4 of the module docstring: the requests counted now are answered, then the workers refuse
-    the rest, then wait until nothing is in flight; all within `timeout_s`. `closed`: what step 1 achieved;
-    `unread()`: connections holding a request the frontend has not read yet (listeners.unread_connections)."""
-    started = time.monotonic()
-    deadline = started + timeout_s
-    accepted = counts.arrived()
-    if accepted is None:  # the metrics API is not answering: nothing to wait for that could be known
-        refuse_new()
-        return DrainReport(False, 0.0, None, stopped_accepting=closed.refusing, queue_accepted=closed.queue_accepted)
-    earlier = _wait_for(lambda: _covers(counts.answered(), accepted), deadline)
-    refuse_new()
-    report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()), unread)
-    if report.drained:  # the last answers are logged as they are written: give the frontend time to send them
-        time.sleep(min(SETTLE_S, max(0.0, deadline - time.monotonic())))
-        report = wait_until_idle(counts, max(0.0, deadline - time.monotonic()), unread)
-    report.waited_s = time.monotonic() - started
-    report.accepted = sum(accepted.values())
-    report.earlier_answered_s = earlier - started if earlier is not None else None
-    report.stopped_accepting, report.queue_accepted = closed.refusing, closed.queue_accepted
-    return report
-
-
-def wait_until_idle(counts: Counts, timeout_s: float, unread: Callable[[], int] = lambda: 0) -> DrainReport:
-    """Until every request TorchServe counted has been answered (the answers are read first, then the
-    arrivals, so a match means nothing was in flight when the answers were read) and no connection holds a
-    request not yet read, or `timeout_s`."""
-    started = time.monotonic()
-    while True:
-        answered = counts.answered()
-        arrived = counts.arrived()
-        if arrived is None:
-            return DrainReport(False, time.monotonic() - started, None)
-        in_flight = sum(max(0, count - answered[model]) for model, count in arrived.items()) + unread()
-        if in_flight == 0 or time.monotonic() - started >= timeout_s:
-            return DrainReport(in_flight == 0, time.monotonic() - started, in_flight, arrived=sum(arrived.values()))
-        time.sleep(POLL_S)
-
-
-def _covers(answered: Counter, accepted: Counter) -> bool:
-    return all(answered[model] >= count for model, count in accepted.items())
-
-
-def _wait_for(condition: Callable[[], bool], deadline: float) -> float | None:
-    """The monotonic time `condition` first held, or None if it did not before `deadline`."""
-    while True:
-        if condition():
-            return time.monotonic()
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(POLL_S)
-
-
 def frontend_pid(group: int) -> int | None:
     """The Java frontend in process group `group` (the launcher's child), if it runs."""
     for process in psutil.process_iter(["pid", "cmdline"]):
@@ -237,44 +152,3 @@ def frontend_pid(group: int) -> int | None:
             continue
     return None
 
-
-def is_stop_refusal(status: int | None, body: str | bytes) -> bool:
-    """An answer saying the server is stopping and took the request in no further (step 3): not a lost request."""
-    if status != ServerStopping.status:
-        return False
-    try:
-        document = json.loads(body)
-    except ValueError:
-        return False
-    return isinstance(document, dict) and document.get("error") == ServerStopping.code
-
-
-def describe_drain(report: DrainReport | None) -> str:
-    if report is None:
-        return "nothing was running to drain"
-    accepting = "" if report.stopped_accepting else " (new connections were not refused: the kernel did not allow it)"
-    if report.stopped_accepting and not report.queue_accepted:
-        accepting = (" (the listener was shut at once, the kernel refusing its socket filter: a connection still waiting "
-                     "to be accepted, if there was one, was reset)")
-    if report.drained:
-        return f"every request it had taken in was answered first ({report.waited_s:.1f} s){accepting}"
-    if report.in_flight_at_stop is None:
-        return "its metrics API did not answer, so it was stopped without waiting"
-    return (f"the drain timeout ({report.waited_s:.0f} s) passed with {report.in_flight_at_stop} request(s) still "
-            f"unanswered{accepting}")
-
-
-def add_drain_timeout_argument(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--drain-timeout", type=_seconds, default=defaults.DRAIN_TIMEOUT_S, metavar="SECONDS",
-                   help="before stopping, wait at most this long for every request TorchServe has taken in to be answered "
-                        f"(0: stop at once; default {defaults.DRAIN_TIMEOUT_S}; docs/robustness.md, \"Stopping\")")
-
-
-def _seconds(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = -1
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be a whole number of seconds, 0 or more; got {text!r}")
-    return value

@@ -21,7 +21,7 @@ from ...oip.config import is_oip_config, read_front_config
 from ...oip.process import front_pid, front_urls, start_front, wait_front_ready
 from ...processes import signal_group
 from .server import TORCHSERVE, WORKER_MARKER, TorchServeRun, find_running, start_torchserve
-from .drain import describe_drain
+from ..shared.drain import describe_drain
 from ..base import Engine, ServeOutcome, StopResult
 
 GRPC_PORT_KEYS = ("grpc_inference_port", "grpc_management_port")

@@ -33,8 +33,9 @@ from ...oip.process import stop_front
 from ...processes import start_detached, stop_group, write_pid_file
 from ...processes import group_is_ours as _group_is_ours
 from ..shared.run import PRIVATE_UMASK, ServerRun, checked_start, find_run, get, make_private_dir, ping_ok
-from .drain import AccessLog, DrainReport, TorchServeCounts, drain, frontend_pid
-from .listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
+from ..shared.drain import DrainReport, drain
+from ..shared.listeners import NOT_CLOSED, client_listeners, stop_accepting, unread_connections
+from .drain import AccessLog, TorchServeCounts, frontend_pid
 
 PID_FILE = "torchserve.pid"
 STOP_MARKER = "stopping"  # created when a stop has answered what was taken in: workers refuse the rest (tsvk/worker/stopping.py)

@@ -14,7 +14,7 @@ import requests
 
 from ...measure.loadgen import HttpTarget, run_closed_loop, summarize_records
 from ...measure.sampler import Periodic
-from ...engines.torchserve.drain import is_stop_refusal
+from ...engines.shared.drain import is_stop_refusal
 
 OPEN_LOOP_THREADS = 64
 # A worker's RSS moves by tens of MB with each batch's allocate-and-free cycle: one sample says little, so it is

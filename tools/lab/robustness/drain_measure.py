@@ -31,7 +31,8 @@ import requests
 from ... import defaults
 from ...engines.base import StopResult
 from ...engines.registry import engine_of
-from ...engines.torchserve.drain import DrainReport, arrivals, is_stop_refusal
+from ...engines.shared.drain import DrainReport, is_stop_refusal
+from ...engines.torchserve.drain import arrivals
 from .grpc_calls import CallsInFlight, summary
 from .parts import Service
 from .service import ServiceSpec, running_service
