@@ -8,6 +8,11 @@ from pathlib import Path
 
 import pytest
 
+# gRPC's fork handlers, on by default in grpcio, run at every fork() of this process (its gRPC threads start when a
+# test module imports grpc) and abort it now and then when a gRPC thread is busy (grpc/grpc#31885). The tests fork only
+# to exec, which is what disabling them is documented for; set before anything imports grpc.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
+
 ROOT = Path(__file__).resolve().parent
 # Where a CI run keeps what it needs to say should the test process itself die (a native abort or crash ends it before
 # pytest can report): the test running at the time, and every thread's stack. .ci/run prints both when `make test` fails.

@@ -26,6 +26,11 @@ from tsvk_tools.lab.robustness.drain_measure import capacity, measure_drain
 from tsvk_tools.engines.torchserve.server import find_running, start_torchserve
 
 pytestmark = pytest.mark.integration
+# Python started with SIGINT ignored keeps it ignored; one that handles SIGINT passes it on as SIG_DFL across exec, and
+# the Python it becomes then raises KeyboardInterrupt on Ctrl-C. argv after the code is the command to become.
+SIGINT_THEN_EXEC = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+                    "os.execv(sys.executable, [sys.executable, *sys.argv[1:]])")
+
 
 @pytest.fixture(scope="module")
 def store(tmp_path_factory) -> Path:
@@ -35,6 +40,7 @@ def store(tmp_path_factory) -> Path:
 @pytest.fixture
 def config(store, tmp_path) -> Path:
     return one_worker_config(store, tmp_path / "config.properties")
+
 
 
 def _url(run) -> str:
@@ -127,9 +133,10 @@ def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(co
     env = {**os.environ, LOAD_DELAY_ENV: "20"}
     run_dir = tmp_path / "run"
     # A shell starts background jobs with SIGINT ignored, and Python then never raises KeyboardInterrupt:
-    # `tsvk serve` gets Ctrl-C as it does in a terminal, whatever started this test.
-    serve = subprocess.Popen([sys.executable, "-m", "tsvk_tools.cli", "serve", "--config", str(config), "--run-dir", str(run_dir)], env=env,
-                             preexec_fn=_default_sigint)
+    # `tsvk serve` gets Ctrl-C as it does in a terminal, whatever started this test. No preexec_fn: that makes
+    # subprocess fork() this process, whose gRPC threads then run gRPC's fork handlers (an abort, now and then).
+    serve = subprocess.Popen([sys.executable, "-c", SIGINT_THEN_EXEC, "-m", "tsvk_tools.cli", "serve", "--config", str(config),
+                              "--run-dir", str(run_dir)], env=env)
     run = _wait_for(lambda: find_running(run_dir), 60)
     assert run is not None, "tsvk serve never started TorchServe"
     serve.send_signal(signal.SIGINT)  # Ctrl-C while the workers are still loading
@@ -137,10 +144,6 @@ def test_serve_interrupted_while_waiting_for_readiness_leaves_nothing_running(co
     assert serve.wait(120) != 0, "tsvk serve exited 0: the Ctrl-C was not taken as one"
     print(f"tsvk serve exited {time.monotonic() - started:.1f} s after the Ctrl-C")
     assert _wait_for(lambda: not run.session_alive(), 30), "TorchServe kept running after tsvk serve was interrupted"
-
-
-def _default_sigint() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _wait_for(check, timeout_s: float):
