@@ -196,7 +196,9 @@ def test_the_report_compares_copies_with_originals_in_points():
     row["as_sent"] = {**_scored(171, 191, ["cat"] * 200), **accuracy.compare(row, _scored(171, 191, ["cat"] * 200))}
     text = accuracy.render({"photos": 200, "created": "now", "images": "p", "command": "tsvk bench accuracy --as-sent",
                             "engine": "kserve", "built": {"eager:fp32": "PASS"}, "refused": {}, "variants": {"eager:fp32": row},
+                            "machine": {"vcpus": 2, "cpu": "AMD EPYC", "cpu_flags": ["avx2", "avx512_vnni"], "loadavg_end": [1.5, 1, 1]},
                             "as_sent": {"size": "12mp", "megapixels": 12.2, "quality": 90, "median_mb": 3.1, "folder": "f",
                                         "allowed_top1_difference_points": 0.5}})
     assert "# Accuracy through tsvk's engine (kserve, no Java)" in text
+    assert "Machine: 2 vCPUs, AMD EPYC, CPU flags avx2, avx512_vnni; load average at the end 1.5." in text
     assert "| eager:fp32 | 86.0% | 95.0% | 85.5% | 95.5% | -0.50 points | +0.50 points | 100.0% | 0 | 1, 1 | PASS |" in text

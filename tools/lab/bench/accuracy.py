@@ -35,10 +35,12 @@ from ...archive.calibration import imagenet_labels, list_photos, split
 from ...errors import UsageError
 from ...fsutil import atomic_path, point_latest
 from ...config.ports import serving_on_free_ports
+from ...cpus import detect_vcpus
 from ...engines.registry import add_engine_argument, engine_named
 from ...config.serving_config import write_config
 from ...client.demo import imagenet_categories, offline_request
 from . import labelled_as_sent, sent_photos
+from .result_document import machine_info
 
 VARIANTS = ("eager:fp32", "aoti:fp32", "aoti:bf16", "openvino:fp32", "openvino:int8", "aoti:int8")
 CLIENTS = 4  # concurrent requests: enough for TorchServe to batch, few enough for a 2-core machine
@@ -159,7 +161,7 @@ def serve_and_score(store: Path, variants: list[str], photos: list[tuple[Path, i
 def render(result: dict) -> str:
     server = engine_named(result["engine"]).label
     lines = [f"# Accuracy through {server}: EfficientNet-Lite0 (ImageNet weights), {result['photos']} held-out photos",
-             "", f"{result['created']}; photos: `{result['images']}`; command: `{result['command']}`", "",
+             "", f"{result['created']}; photos: `{result['images']}`; command: `{result['command']}`", *machine_line(result), "",
              "| variant | top-1 | top-5 | top-1 agreement with eager fp32 | errors | build verification |",
              "|---|---|---|---|---|---|"]
     for variant, row in result["variants"].items():
@@ -172,6 +174,16 @@ def render(result: dict) -> str:
     if result.get("as_sent"):
         lines += render_as_sent(result)
     return "\n".join(lines) + "\n"
+
+
+def machine_line(result: dict) -> list[str]:
+    """The CPU behind the figures (vCPUs, model, the flags that decide a precision's speed), where the run recorded it."""
+    machine = result.get("machine")
+    if not machine:
+        return []
+    flags = ", ".join(machine["cpu_flags"]) or "none of AVX2, AVX-512, AMX"
+    return ["", f"Machine: {machine['vcpus']} vCPUs, {machine['cpu']}, CPU flags {flags}; load average at the end "
+                f"{machine['loadavg_end'][0]:.1f}."]
 
 
 def render_as_sent(result: dict) -> list[str]:
@@ -234,7 +246,8 @@ def run(images: Path, variants: list[str], output_dir: Path, command: str, engin
         rows = serve_and_score(store, list(built), photos, classes, Path(tmp), engine, sent) if built else {}
     agreement(rows, "eager:fp32")
     result = {"created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "command": command, "images": str(images),
-              "engine": engine, "photos": len(photos), "built": built, "refused": refused, "variants": rows, "as_sent": about}
+              "engine": engine, "machine": machine_info(detect_vcpus()), "photos": len(photos), "built": built, "refused": refused,
+              "variants": rows, "as_sent": about}
     for path in write_result(result, output_dir):
         print(f"wrote {path}")
     return result
