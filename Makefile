@@ -92,7 +92,7 @@ takes_bench-compile := MODEL
 takes_bench-pinning := MODEL WORKERS
 takes_bench-engines := MODEL WORKERS ROUNDS
 takes_bench-protocol := ARCHIVE MODEL
-takes_bench-accuracy := IMAGES
+takes_bench-accuracy := IMAGES AS_SENT ENGINE
 takes_gpu-check := MODEL WEIGHTS
 takes_robustness := FUZZ_INPUTS MODEL ENGINE PARTS
 takes_soak := MINUTES MODEL ALLOCATOR
@@ -220,9 +220,9 @@ bench-engines: setup ## TorchServe and the kserve engine on one archive: cold st
 bench-protocol: setup ## the kserve engine answering the Open Inference Protocol's REST vs /predictions, alternating rounds, client hey (ARCHIVE or MODEL)
 	$(TSVK) bench protocol $(call opt,--archive,$(ARCHIVE)) $(call opt,--model,$(MODEL))
 
-bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES)
-	$(java)
-	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES))
+bench-accuracy: setup ## top-1/top-5 of every backend and precision through a real TorchServe, EfficientNet-Lite0 (IMAGES; AS_SENT=12mp: also as phone-size photos; ENGINE=kserve: tsvk's own engine, no Java)
+	$(java_unless_kserve)
+	$(TSVK) bench accuracy $(call opt,--images,$(IMAGES)) $(call opt,--as-sent,$(AS_SENT)) $(call opt,--engine,$(ENGINE))
 
 gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))

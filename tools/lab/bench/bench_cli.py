@@ -38,7 +38,8 @@ BENCHMARKS = {
     "preprocess": ("preprocess", "preprocessing images/s of each backend vs TorchServe's PIL path"),
     "compile": ("compiled", "`tsvk archive` time per backend and compiled vs eager img/s"),
     "pinning": ("pinning", "serving with and without core pinning, alternating rounds"),
-    "accuracy": ("accuracy", "top-1/top-5 of every backend and precision through a real TorchServe (EfficientNet-Lite0)"),
+    "accuracy": ("accuracy", "top-1/top-5 of every backend and precision through a real server (EfficientNet-Lite0), "
+                             "and with --as-sent on the same photos at a phone's size"),
     "engines": ("engines", "TorchServe and tsvk's kserve engine on one archive: cold start and the whole server's memory"),
     "protocol": ("protocol", "tsvk's engine answering the Open Inference Protocol's REST vs /predictions, with hey"),
 }

@@ -153,16 +153,28 @@ def upright_pixels(photo: SentPhoto) -> Image.Image:
     width, height = SIZES[photo.size]
     shape = (height, width) if photo.sideways else (width, height)  # a sideways photo is portrait when upright
     source = Image.fromarray(photo_array(photo.source))
+    return phone_pixels(source, shape, seed_of(photo) if photo.sensor else None)
+
+
+def phone_pixels(source: Image.Image, shape: tuple[int, int], seed: int | None) -> Image.Image:
+    """`source` (RGB) cropped to the (width, height) `shape`'s proportions and upscaled with Lanczos to it, with seeded
+    sensor noise (`seed` None: none, a screen's picture). Shared by this set and `tsvk bench accuracy --as-sent`, so a
+    labelled photo made phone-size is made exactly as the set's photos are."""
     upscaled = ImageOps.fit(source, shape, Image.Resampling.LANCZOS)
     pixels = np.asarray(upscaled, dtype=np.uint8).copy()
-    if photo.sensor:
-        add_sensor_noise(pixels, seed_of(photo))
+    if seed is not None:
+        add_sensor_noise(pixels, seed)
     return Image.fromarray(pixels)
 
 
 def seed_of(photo: SentPhoto) -> int:
     """A seed from the photo's recipe: the same photo always gets the same noise, two photos never share it."""
-    return int.from_bytes(hashlib.sha256(f"{SET_NAME}-v{VERSION}:{photo}".encode()).digest()[:8], "little")
+    return seed_from(str(photo))
+
+
+def seed_from(recipe: str) -> int:
+    """A seed from any text naming a photo's recipe, in the set's namespace (what `seed_of` hashes for the set's own)."""
+    return int.from_bytes(hashlib.sha256(f"{SET_NAME}-v{VERSION}:{recipe}".encode()).digest()[:8], "little")
 
 
 def add_sensor_noise(pixels: np.ndarray, seed: int) -> None:
@@ -178,14 +190,21 @@ def add_sensor_noise(pixels: np.ndarray, seed: int) -> None:
 
 def encode(image: Image.Image, photo: SentPhoto, orientation: int = 1) -> bytes:
     """The photo's bytes in its format; a JPEG at phone quality, with an EXIF orientation when it is not 1."""
-    buffer = io.BytesIO()
     if photo.format == "JPEG":
-        extra = {"exif": orientation_exif(orientation).tobytes()} if orientation != 1 else {}
-        image.save(buffer, format="JPEG", quality=QUALITY, progressive=photo.progressive, optimize=False, **extra)
-    elif photo.format == "WEBP":
+        return encode_jpeg(image, photo.progressive, orientation)
+    buffer = io.BytesIO()
+    if photo.format == "WEBP":
         image.save(buffer, format="WEBP", quality=QUALITY, method=4)
     else:
         image.save(buffer, format=photo.format, compress_level=6)
+    return buffer.getvalue()
+
+
+def encode_jpeg(image: Image.Image, progressive: bool = False, orientation: int = 1) -> bytes:
+    """A JPEG as a phone camera writes it (quality QUALITY, no optimized tables), with an EXIF orientation when not 1."""
+    buffer = io.BytesIO()
+    extra = {"exif": orientation_exif(orientation).tobytes()} if orientation != 1 else {}
+    image.save(buffer, format="JPEG", quality=QUALITY, progressive=progressive, optimize=False, **extra)
     return buffer.getvalue()
 
 
