@@ -9,7 +9,10 @@ an over-large body is cheap to send. A truncated JPEG is answered the same way b
 from __future__ import annotations
 
 import json
+import socket
+import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 import requests
@@ -142,3 +145,34 @@ def test_torchserve_answers_a_truncated_jpeg_in_the_same_words(store, tmp_path):
         answer = _predict(torchserve, _truncated_jpeg())
     assert answer.status_code == 400 and answer.json()["message"] == TRUNCATED_MESSAGE, answer.text
     _assert_no_internals(answer.text)
+
+
+def _upload_begun(run, size: int) -> socket.socket:
+    """A connection whose request declares `size` bytes of body and has sent only its first KiB."""
+    parts = urlsplit(run.url("inference"))
+    head = [f"POST /predictions/{MODEL} HTTP/1.1", f"Host: {parts.hostname}:{parts.port}", f"Content-Length: {size}",
+            *(f"{name}: {value}" for name, value in run.headers("inference").items())]
+    sock = socket.create_connection((parts.hostname, parts.port), timeout=30)
+    sock.sendall(("\r\n".join(head) + "\r\n\r\n").encode("latin-1") + b"\xff" * 1024)
+    return sock
+
+
+def _first_answer(run, status: int, timeout_s: float = 30) -> requests.Response:
+    deadline = time.monotonic() + timeout_s
+    while (answer := _predict(run, encode(photo("chelsea")))).status_code != status:
+        assert time.monotonic() < deadline, f"no {status} in {timeout_s:.0f} s; the last answer: {answer.status_code} {answer.text}"
+        time.sleep(0.05)
+    return answer
+
+
+def test_uploads_past_the_queue_are_refused_503_before_their_bodies_are_read(store, tmp_path):
+    """job_queue_size 2: while two uploads are still sending their bodies they hold the queue's places, so a third
+    request is answered 503 at once, its body never read (no more bodies are buffered than the queue holds); once the
+    two end, the queue takes requests again."""
+    with running_engine(_request(store), tmp_path, extra_properties={"job_queue_size": "2"}) as run:
+        uploads = [_upload_begun(run, LIMIT - 1) for _ in range(2)]
+        refused = _first_answer(run, 503)
+        assert "has no worker to serve inference request" in refused.json()["message"], refused.text
+        for upload in uploads:
+            upload.close()
+        _first_answer(run, 200)

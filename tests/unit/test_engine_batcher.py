@@ -1,6 +1,6 @@
 """tsvk's engine batcher (tools/engines/shared/batcher.py): batches up to the batch size, closes a batch the max delay
-after its first request, lets one worker collect at a time, refuses past the queue size, and puts a batch back first
-in line."""
+after its first request, lets one worker collect at a time, refuses past the queue size (bodies still being read
+included), and puts a batch back first in line."""
 
 from __future__ import annotations
 
@@ -76,3 +76,32 @@ def test_a_full_queue_refuses_and_a_batch_put_back_goes_first():
 
     again, rest = _run(scenario())
     assert again == [b"a", b"b"] and rest == [b"d"]
+
+
+def test_bodies_being_read_hold_places_so_the_queue_refuses_before_reading_more():
+    async def scenario():
+        batcher = Batcher(batch_size=2, max_batch_delay_ms=0, queue_size=2)
+        batcher.submit(Pending({"body": b"queued"}))
+        with batcher.place():  # a second body being read: the queue is full for a third
+            assert batcher.full()
+            with pytest.raises(QueueFull, match="1 requests are waiting and 1 being read"):
+                with batcher.place():
+                    pass
+            batcher.submit(Pending({"body": b"read"}), placed=True)  # its own place, not counted twice
+        with pytest.raises(QueueFull):
+            batcher.submit(Pending({"body": b"past the queue"}))
+        return [p.request["body"] for p in batcher.drain()]
+
+    assert _run(scenario()) == [b"queued", b"read"]
+
+
+def test_a_place_is_given_back_when_reading_the_body_fails():
+    async def scenario():
+        batcher = Batcher(batch_size=1, max_batch_delay_ms=0, queue_size=1)
+        with pytest.raises(ConnectionResetError), batcher.place():
+            raise ConnectionResetError("the client left")
+        with batcher.place():
+            batcher.submit(Pending({"body": b"next"}), placed=True)
+        return len(batcher)
+
+    assert _run(scenario()) == 1

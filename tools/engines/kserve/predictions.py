@@ -107,16 +107,14 @@ class PredictionsApi:
                 "ServiceUnavailableException",
                 f'Model "{model}" has no worker to serve inference request. Please use scale workers API to add workers.',
             )
-        if pool.batcher.full():  # refused before its body is read: under a burst the refusals stay fast
-            return _queue_full(model)
         try:
-            inputs = await self._inputs(request)
-        except RequestError as err:
-            return tsvk_error(err)
-        try:
-            pending = pool.batcher.submit(Pending(inputs, parse_arrival(request.headers.get(ARRIVAL_HEADER))))
+            with pool.batcher.place():  # a full queue refuses before the body is read: no more bodies buffered than it holds
+                inputs = await self._inputs(request)
+                pending = pool.batcher.submit(Pending(inputs, parse_arrival(request.headers.get(ARRIVAL_HEADER))), placed=True)
         except QueueFull:
             return _queue_full(model)
+        except RequestError as err:
+            return tsvk_error(err)
         self.metrics.accepted(model, version)
         status, body = await pending.answer
         return answer(status, body)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Iterator
 
 
 class QueueFull(Exception):
@@ -39,6 +40,7 @@ class Batcher:
         self.max_batch_delay_ms = max_batch_delay_ms
         self.queue_size = queue_size
         self._waiting: collections.deque[Pending] = collections.deque()
+        self._reading = 0  # places held by requests whose bodies are still being read (`place`)
         self._arrived = asyncio.Event()
         self._collecting = asyncio.Lock()
 
@@ -46,14 +48,31 @@ class Batcher:
         return len(self._waiting)
 
     def full(self) -> bool:
-        return len(self._waiting) >= self.queue_size
+        return len(self._waiting) + self._reading >= self.queue_size
 
-    def submit(self, pending: Pending) -> Pending:
+    @contextlib.contextmanager
+    def place(self) -> Iterator[None]:
+        """A place in the queue held while a request's body is read, then handed to it by `submit(..., placed=True)`:
+        no more bodies are read at once than the queue would take, so a burst of large uploads past it is refused
+        (QueueFull) before its bodies are buffered. Given back however the reading ends."""
         if self.full():
-            raise QueueFull(f"{len(self._waiting)} requests are waiting already (job_queue_size)")
+            raise QueueFull(self._full_message())
+        self._reading += 1
+        try:
+            yield
+        finally:
+            self._reading -= 1
+
+    def submit(self, pending: Pending, placed: bool = False) -> Pending:
+        """Queue `pending`; `placed`: inside `place()`, whose place it takes (the place is not counted twice)."""
+        if len(self._waiting) + self._reading - int(placed) >= self.queue_size:
+            raise QueueFull(self._full_message())
         self._waiting.append(pending)
         self._arrived.set()
         return pending
+
+    def _full_message(self) -> str:
+        return f"{len(self._waiting)} requests are waiting and {self._reading} being read already (job_queue_size {self.queue_size})"
 
     def put_back(self, batch: list[Pending]) -> None:
         """A batch no worker could take (its worker had died): first in line again, in its order."""
