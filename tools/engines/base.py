@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from .. import defaults
+from .shared.drain import DrainReport
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class StopResult:
 
     drained: bool | None
     said: str
-    account: Any = None  # the engine's own account of the drain where it keeps one (TorchServe's DrainReport), else None
+    account: DrainReport | None = None  # the drain's counts where the engine keeps them (TorchServe's), else None
 
 
 @dataclass(frozen=True)

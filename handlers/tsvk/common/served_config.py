@@ -123,9 +123,7 @@ class ServedConfig:
         return model.archive(self.model_store)
 
     def integer(self, key: str, default: int) -> int:
-        """A whole-number setting, its default where it is missing, empty or not a number (as TorchServe's getters)."""
-        value = str(self.properties.get(key, "")).strip()
-        return int(value) if value.lstrip("-").isdigit() else default
+        return _integer(self.properties, key, default)
 
     def max_request_bytes(self, default: int = TORCHSERVE.max_request_size) -> int:
         return self.integer("max_request_size", default)
@@ -169,12 +167,17 @@ def _default_version(versions: Mapping[str, Mapping]) -> tuple[str, Mapping]:
     return next(((v, e) for v, e in versions.items() if e.get("defaultVersion")), next(iter(versions.items())))
 
 
+def _integer(properties: Mapping[str, str], key: str, default: int) -> int:
+    """A whole-number setting, its default where it is missing, empty or not a number (as TorchServe's getters)."""
+    value = str(properties.get(key, "")).strip()
+    return int(value) if value.lstrip("-").isdigit() else default
+
+
 def _entry_defaults(properties: Mapping[str, str]) -> dict[str, int]:
-    config = ServedConfig(properties)
-    return {"minWorkers": config.integer("default_workers_per_model", TORCHSERVE.workers), "batchSize": TORCHSERVE.batch_size,
+    return {"minWorkers": _integer(properties, "default_workers_per_model", TORCHSERVE.workers), "batchSize": TORCHSERVE.batch_size,
             "maxBatchDelay": TORCHSERVE.max_batch_delay_ms,
-            "responseTimeout": config.integer("default_response_timeout", TORCHSERVE.response_timeout_s),
-            "startupTimeout": config.integer("default_startup_timeout", TORCHSERVE.startup_timeout_s)}
+            "responseTimeout": _integer(properties, "default_response_timeout", TORCHSERVE.response_timeout_s),
+            "startupTimeout": _integer(properties, "default_startup_timeout", TORCHSERVE.startup_timeout_s)}
 
 
 def _entry(name: str, version: str, written: Mapping[str, Any], defaults: Mapping[str, int]) -> ModelEntry:
