@@ -227,7 +227,7 @@ bench-accuracy: setup ## top-1/top-5 of every backend and precision through a re
 gpu-check: $(VENV)/.tsvk-python ## on a CUDA machine: installs CV-CUDA + Torch-TensorRT (cu13), GPU tests, preprocessing, TensorRT + AOTInductor archives, GPU bench -> one report (MODEL WEIGHTS)
 	$(TSVK) gpu-check $(call opt,--model,$(MODEL)) $(call opt,--weights,$(WEIGHTS))
 
-robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry, slow clients and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine; PARTS: some only) -> benchmarks/results/robustness-*
+robustness: setup ## fuzz, bombs, overload, worker kill, auth, key expiry, large uploads, slow clients and drain against a real TorchServe (ENGINE=kserve: tsvk's own engine; PARTS: some only) -> benchmarks/results/robustness-*
 	$(java_unless_kserve)
 	$(TSVK) robustness $(call opt,--fuzz-inputs,$(FUZZ_INPUTS)) $(call opt,--model,$(MODEL)) $(call opt,--engine,$(ENGINE)) $(call qopt,--parts,$(PARTS))
 

@@ -135,6 +135,8 @@ AS_SENT_CACHE_DIR = ".tsvk/bench"
 # `tsvk robustness` and `tsvk soak`.
 ROBUSTNESS_MODEL = "resnet18"  # served with random weights: robustness does not depend on their values
 FUZZ_INPUTS = 10_000  # requests in the Hypothesis corpus
+LARGE_UPLOADS = 16  # the large-uploads part: 48 MP phone JPEGs uploaded at once, four times the queue it is served with
+LARGE_UPLOADS_QUEUE = 4  # its server's job_queue_size
 SOAK_MINUTES = 70.0  # long enough to span TorchServe's 60-minute key expiry
 SOAK_LOAD = 0.7  # share of the measured capacity the soak sends
 SOAK_MALFORMED = 0.05  # share of malformed requests in the soak

@@ -17,7 +17,7 @@ import pytest
 
 from tests.support.task_models import SEGMENTER
 from tests.support.torchserve import isolated_env, archive_tiny
-from tsvk_tools.lab.robustness.robustness_cli import PARTS, SLOW_CLIENTS, run_robustness
+from tsvk_tools.lab.robustness.robustness_cli import LARGE_UPLOADS, PARTS, SLOW_CLIENTS, run_robustness
 
 pytestmark = pytest.mark.integration
 
@@ -31,7 +31,7 @@ def result(tmp_path_factory):
     archive_tiny(store, "SlowTinyNet")
     args = argparse.Namespace(model="tiny", model_store=store, fuzz_inputs=400, seed=0, concurrency=8, overload_factor=4,
                               kill_load_s=8.0, work_dir=work / "run", detector="none", segmenter=SEGMENTER, large_photos=2,
-                              large_side=1500, parts=",".join(part for part in PARTS if part != SLOW_CLIENTS))
+                              large_side=1500, parts=",".join(part for part in PARTS if part not in (SLOW_CLIENTS, LARGE_UPLOADS)))
     return run_robustness(args, env=isolated_env(), drain=_measured_drain)
 
 

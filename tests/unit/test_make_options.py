@@ -231,6 +231,7 @@ CLI_ONLY = {
             "--segmenter",
             "--slow-connections",
             "--slow-seconds",
+            "--large-uploads",
         )
     },
     "soak": {

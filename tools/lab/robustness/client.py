@@ -25,7 +25,8 @@ CLIENT_ERROR = 0  # status recorded when no HTTP answer came back (timeout, conn
 ANSWER_BODY_KEPT = 64 * 1024
 # The 503s docs/robustness.md documents: the handler's deadline refusal, TorchServe's full job queue, and tsvk's servers'
 # connection bound (tools/oip/bounded_http.py).
-DOCUMENTED_503 = ("deadline_exceeded", "has no worker to serve inference request", "too_many_connections")
+QUEUE_FULL_MESSAGE = "has no worker to serve inference request"  # TorchServe's words for a full job queue (the engine's too)
+DOCUMENTED_503 = ("deadline_exceeded", QUEUE_FULL_MESSAGE, "too_many_connections")
 
 
 def is_documented_503(error: str | None, body: bytes) -> bool:

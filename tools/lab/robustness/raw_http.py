@@ -31,14 +31,17 @@ def send_chunked(url: str, method: str, path: str, headers: dict[str, str], tota
 
 
 def send_body(url: str, method: str, path: str, headers: dict[str, str], total: int, framing: str, piece: int = PIECE,
-              timeout_s: float = 60.0) -> RawAnswer:
-    """`total` bytes of body in `framing` (one of FRAMINGS), stopping when the server answers or closes."""
+              timeout_s: float = 60.0, content: bytes | None = None) -> RawAnswer:
+    """`total` bytes of body in `framing` (one of FRAMINGS), stopping when the server answers or closes: filler bytes,
+    or `content` (a real upload, a photo; `total` is then its length) so that a server that reads it whole can answer."""
     if framing not in FRAMINGS:
         raise ValueError(f"framing must be one of {', '.join(FRAMINGS)}, got {framing!r}")
+    if content is not None and total != len(content):
+        raise ValueError(f"total must be the content's length ({len(content)}), got {total}")
     parts = urlsplit(url)
     with socket.create_connection((parts.hostname, parts.port), timeout=timeout_s) as sock:
         sock.sendall(_head(method, path, parts, headers, total, framing))
-        sent = _send_pieces(sock, total, piece, chunked=framing == CHUNKED)
+        sent = _send_pieces(sock, total, piece, chunked=framing == CHUNKED, content=content)
         if framing == UNFRAMED:
             _shut_write(sock)  # the body ends where the client stops writing
         return _read_answer(sock, sent)
@@ -52,7 +55,7 @@ def _head(method: str, path: str, parts, headers: dict[str, str], total: int, fr
     return ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
 
 
-def _send_pieces(sock: socket.socket, total: int, piece: int, chunked: bool) -> int:
+def _send_pieces(sock: socket.socket, total: int, piece: int, chunked: bool, content: bytes | None = None) -> int:
     """The body (and, chunked, its last empty chunk); the count sent, up to the point the server answered or closed."""
     sent, filler = 0, b"\xff" * piece
     try:
@@ -60,7 +63,8 @@ def _send_pieces(sock: socket.socket, total: int, piece: int, chunked: bool) -> 
             if select.select([sock], [], [], 0)[0]:  # the server has answered (or closed): stop sending
                 return sent
             size = min(piece, total - sent)
-            sock.sendall(f"{size:x}\r\n".encode() + filler[:size] + b"\r\n" if chunked else filler[:size])
+            data = filler[:size] if content is None else content[sent:sent + size]
+            sock.sendall(f"{size:x}\r\n".encode() + data + b"\r\n" if chunked else data)
             sent += size
         if chunked:
             sock.sendall(b"0\r\n\r\n")

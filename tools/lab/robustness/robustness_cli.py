@@ -1,5 +1,5 @@
-"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, slow clients, the
-drain, against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
+"""`tsvk robustness`: hostile input, bombs, overload, a killed worker, auth and surface, key expiry, large uploads, slow
+clients, the drain, against a real TorchServe (or tsvk's own engine, `--engine kserve`) started from a generated config; figures to
 benchmarks/results. The engine's keys do not expire, so its run has no key-expiry part. `--parts` runs some parts
 only (their results are named after them, so a full run's stay the latest)."""
 
@@ -16,7 +16,7 @@ from ...cpus import detect_vcpus
 
 from ... import progress
 from ...errors import UsageError
-from . import auth, checks, clients, hostile, parts, slow_clients
+from . import auth, checks, clients, hostile, large_uploads, parts, slow_clients
 from .attacks import LARGE_BURST, LARGE_PHOTO_SIDE
 from .checks import judged
 from .drain_measure import stop_under_load
@@ -39,13 +39,13 @@ QUEUED_DEADLINE_MS = 120_000
 # the Open Inference Protocol), then those on servers of their own.
 MAIN_PARTS = ("fuzz", "bombs", "hostile classes", "large allowed photos", "oip clients", "overload", "worker kill", "auth and surface",
               "hostile clients")
-KEY_EXPIRY, SLOW_CLIENTS, DRAIN = "key expiry", "slow clients", "drain"
-PARTS = (*MAIN_PARTS, KEY_EXPIRY, SLOW_CLIENTS, DRAIN)
+KEY_EXPIRY, LARGE_UPLOADS, SLOW_CLIENTS, DRAIN = "key expiry", "large uploads", "slow clients", "drain"
+PARTS = (*MAIN_PARTS, KEY_EXPIRY, LARGE_UPLOADS, SLOW_CLIENTS, DRAIN)
 
 
 def register(commands) -> None:
-    p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth, key expiry and drain against a real TorchServe "
-                                               "(or --engine kserve)")
+    p = commands.add_parser("robustness", help="fuzz, bombs, overload, worker kill, auth, key expiry, large uploads, slow clients "
+                                               "and drain against a real TorchServe (or --engine kserve)")
     p.add_argument(
         "--model", default=defaults.ROBUSTNESS_MODEL, help="archive name in --model-store (built with random weights if missing)"
     )
@@ -73,6 +73,9 @@ def register(commands) -> None:
     p.add_argument("--concurrency", type=int, default=16, help="fuzz clients at once")
     p.add_argument("--overload-factor", type=int, default=4, help="burst size as a multiple of job_queue_size")
     p.add_argument("--kill-load-s", type=float, default=20.0, help="seconds of load around the worker kill")
+    p.add_argument("--large-uploads", type=int, default=defaults.LARGE_UPLOADS,
+                   help=f"48 MP phone JPEGs the large-uploads part sends at once, to a job queue of {defaults.LARGE_UPLOADS_QUEUE} "
+                        f"(default {defaults.LARGE_UPLOADS})")
     p.add_argument("--slow-connections", type=int, default=slow_clients.SLOW_CONNECTIONS,
                    help=f"slow and idle connections the slow-clients part holds (default {slow_clients.SLOW_CONNECTIONS:,})")
     p.add_argument("--slow-seconds", type=float, default=None,
@@ -91,6 +94,8 @@ def cmd_robustness(args: argparse.Namespace) -> int:
         raise UsageError("--fuzz-inputs, --concurrency and --large-photos must be >= 1, --overload-factor >= 2, --large-side >= 16")
     if args.slow_connections < 1 or (args.slow_seconds is not None and args.slow_seconds <= 0):
         raise UsageError("--slow-connections must be >= 1 and --slow-seconds > 0")
+    if args.large_uploads < 1:
+        raise UsageError(f"--large-uploads must be >= 1, got {args.large_uploads}")
     chosen = parse_parts(args.parts, args.engine)
     result = run_robustness(args)
     written = write(result, _results_name(args.engine, chosen), args.output_dir)
@@ -139,8 +144,8 @@ def run_robustness(
     args: argparse.Namespace, env: dict[str, str] | None = None, drain: Callable[[ServiceSpec, float], dict] | None = None
 ) -> dict:
     """Every part (or those `args.parts` names) against one server serving the classifier, the detector and the
-    segmenter with the Open Inference Protocol; key expiry (TorchServe's keys only), slow clients and the drain on
-    servers of their own. `drain`: the drain measurement (default: stop_under_load)."""
+    segmenter with the Open Inference Protocol; key expiry (TorchServe's keys only), large uploads, slow clients and the
+    drain on servers of their own. `drain`: the drain measurement (default: stop_under_load)."""
     from . import archives  # torch: only once a run builds or reads its archives
 
     engine = getattr(args, "engine", defaults.ENGINE)
@@ -155,6 +160,8 @@ def run_robustness(
         expiring = ServiceSpec(store, args.model, args.work_dir / "keys", workers=1, token_expiration_min=KEY_EXPIRY_TEST_MIN, env=env)
         with running_service(expiring) as service:
             figures[KEY_EXPIRY] = _timed(KEY_EXPIRY, lambda: auth.key_lifetime(service, KEY_EXPIRY_TEST_MIN * 60))
+    if LARGE_UPLOADS in chosen:
+        figures[LARGE_UPLOADS] = _large_uploads_part(args, env, engine, store, vcpus)
     if SLOW_CLIENTS in chosen:
         figures[SLOW_CLIENTS] = _slow_clients_part(args, env, engine, store, vcpus)
     if DRAIN in chosen:
@@ -162,6 +169,17 @@ def run_robustness(
         draining = ServiceSpec(store, args.model, args.work_dir / "drain", workers=min(2, vcpus), env=env, engine=engine, oip=True)
         figures[DRAIN] = _timed(DRAIN, lambda: drain_part(measure, draining))
     return envelope(_results_name(engine, chosen), vcpus, figures, started)
+
+
+def _large_uploads_part(args: argparse.Namespace, env, engine: str, store: Path, vcpus: int) -> dict:
+    """The large-uploads part on a server of its own (the classifier only, two workers), its job queue small enough
+    that the burst is four times what it holds."""
+    about, photo = large_uploads.phone_photo()
+    spec = ServiceSpec(store, args.model, args.work_dir / "uploads", workers=large_uploads.WORKERS, vcpus=max(vcpus, large_uploads.WORKERS),
+                       env=env, engine=engine, properties=large_uploads.served_properties())
+    count = getattr(args, "large_uploads", defaults.LARGE_UPLOADS)
+    with running_service(spec) as service:
+        return _timed(LARGE_UPLOADS, lambda: large_uploads.large_uploads(service, engine, count, photo, store / f"{args.model}.mar", about))
 
 
 def _slow_clients_part(args: argparse.Namespace, env, engine: str, store: Path, vcpus: int) -> dict:

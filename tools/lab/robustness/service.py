@@ -95,7 +95,7 @@ def running_service(spec: ServiceSpec) -> Iterator[Service]:
             run,
             spec.model,
             model.workers,
-            2 * QUEUE_CLIENTS,
+            int(run.properties["job_queue_size"]),  # the config's, a part's own included
             model.response_timeout_s,
             real_photo(),
             tasks,

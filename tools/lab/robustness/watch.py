@@ -178,3 +178,26 @@ class PeakTotalRss(Periodic):
     @property
     def growth_mb(self) -> float:
         return self.peak_mb - self.before_mb
+
+
+@dataclass
+class PeakRssByProcess(Periodic):
+    """Samples the RSS of each process of the server by role ("frontend", "worker <pid>", ...) in the background: a
+    bound per process (the frontend's, each worker's) is judged on that process's own peak, which a total hides.
+    `before_mb` is each role's RSS when sampling began; `peaks_mb` the largest seen, roles that appeared later included."""
+
+    run: TorchServeRun
+    interval: float = 0.05
+    before_mb: dict = field(default_factory=dict)
+    peaks_mb: dict = field(default_factory=dict)
+    samples: int = 0
+
+    def __enter__(self):
+        self.before_mb = dict(sample(self.run).rss_mb)
+        self.peaks_mb = dict(self.before_mb)
+        return super().__enter__()
+
+    def tick(self) -> None:
+        for name, mb in sample(self.run).rss_mb.items():
+            self.peaks_mb[name] = max(mb, self.peaks_mb.get(name, 0.0))
+        self.samples += 1
