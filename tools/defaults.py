@@ -128,9 +128,11 @@ FAST_BACKEND = "openvino"
 FAST_PRECISION = "int8"  # a detector's fast row too: its backbone in OpenVINO, its box head in dynamic int8
 ACCURACY_IMAGES = "../shared/imagenet-samples"  # `tsvk bench accuracy`: labelled photos (wnids.txt + <wnid>_*.JPEG)
 # `tsvk bench accuracy --as-sent`: how far the phone-size copies' top-1 may be from the originals', either way, as a
-# fraction (0.005 is half a point), and where the copies are cached (made once; .tsvk/ is not committed).
+# fraction (0.005 is half a point).
 AS_SENT_MAX_TOP1_DIFFERENCE = 0.005
-AS_SENT_CACHE_DIR = ".tsvk/bench"
+# Where the benchmarks and the lab keep what they make once (weights, archives, phone-size photos, run logs); .tsvk/ is
+# not committed.
+BENCH_CACHE_DIR = ".tsvk/bench"
 
 # `tsvk robustness` and `tsvk soak`.
 ROBUSTNESS_MODEL = "resnet18"  # served with random weights: robustness does not depend on their values

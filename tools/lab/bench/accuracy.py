@@ -236,7 +236,7 @@ def as_sent_copies(photos: list[tuple[Path, int]], size: str, cache_dir: Path) -
 
 
 def run(images: Path, variants: list[str], output_dir: Path, command: str, engine: str = defaults.ENGINE,
-        as_sent: str | None = None, cache_dir: Path = Path(defaults.AS_SENT_CACHE_DIR)) -> dict:
+        as_sent: str | None = None, cache_dir: Path = Path(defaults.BENCH_CACHE_DIR)) -> dict:
     photos = held_out_photos(images)
     classes = imagenet_categories()
     sent, about = as_sent_copies(photos, as_sent, cache_dir) if as_sent else (None, None)
@@ -271,8 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"also score every photo upscaled to a phone's size, one of {', '.join(labelled_as_sent.SIZES)} "
                         f"({labelled_as_sent.SIZES[0]} when none is named), and check each variant's top-1 stays within "
                         f"{100 * defaults.AS_SENT_MAX_TOP1_DIFFERENCE:g} points of the originals'")
-    p.add_argument("--cache-dir", type=Path, default=Path(defaults.AS_SENT_CACHE_DIR),
-                   help=f"where --as-sent's copies are made once (default {defaults.AS_SENT_CACHE_DIR})")
+    p.add_argument("--cache-dir", type=Path, default=Path(defaults.BENCH_CACHE_DIR),
+                   help=f"where --as-sent's copies are made once (default {defaults.BENCH_CACHE_DIR})")
     add_engine_argument(p)
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
     return p

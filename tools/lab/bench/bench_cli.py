@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--ceiling-seconds", type=float, help="seconds per batch size in the ceiling probe")
     p.add_argument("--output-dir", type=Path, default=Path("benchmarks/results"))
-    p.add_argument("--cache-dir", type=Path, default=Path(".tsvk/bench"), help="weights, archives and run logs")
+    p.add_argument("--cache-dir", type=Path, default=Path(defaults.BENCH_CACHE_DIR), help="weights, archives and run logs")
     p.add_argument(
         "--tag",
         help="results/<timestamp>-<tag>.* and latest-<tag>.* (default: none; 'quick' with --quick, 'central' with --central-figure)",

@@ -113,7 +113,7 @@ class BenchOptions:
     warmup: int | None = None  # None: 2 rounds of min(concurrency, 2 x batch)
     warmup_seconds: float | None = None  # None: WARMUP_SECONDS before time-bounded rounds, none before counted ones
     output_dir: Path = Path("benchmarks/results")
-    cache_dir: Path = Path(".tsvk/bench")
+    cache_dir: Path = Path(defaults.BENCH_CACHE_DIR)
     tag: str = ""  # results/<timestamp>-<tag>.json and latest-<tag>.json
     quick: bool = False
     ready_timeout_s: float = 1200

@@ -99,7 +99,7 @@ def served_properties(queue: int = defaults.LARGE_UPLOADS_QUEUE) -> dict[str, st
     return {"job_queue_size": str(queue)}
 
 
-def phone_photo(cache_dir: Path = Path(defaults.AS_SENT_CACHE_DIR), photo: SentPhoto = UPLOAD_PHOTO) -> tuple[SentPhoto, bytes]:
+def phone_photo(cache_dir: Path = Path(defaults.BENCH_CACHE_DIR), photo: SentPhoto = UPLOAD_PHOTO) -> tuple[SentPhoto, bytes]:
     """The photo every client uploads, made once by sent_photos and read from its cache after."""
     return photo, build_set(cache_dir, (photo,))[0].file.read_bytes()
 
