@@ -157,15 +157,15 @@ def _deaths(before: set[int] | None, after: set[int] | None) -> int | None:
 
 def bombs(service: Service) -> dict:
     """Each allowed format's bomb alone (handler time from the handler's own gauge), then nine PNG
-    bombs at once (the workers' memory before and after)."""
+    bombs at once (the bombed model's workers' memory before and after)."""
     per_format = {}
     for fmt in BOMB_FORMATS:
         answer = send(service.target, declare_size(seed_images()[fmt], fmt, BOMB_SIDE, BOMB_SIDE))
         time.sleep(METRICS_LAG_S)
         per_format[fmt] = {"status": answer.status, "error": answer.error, "handler_ms": _preprocess_ms(service)}
-    before = watch.worker_rss(service.run)
+    before = watch.model_worker_rss(service.run, service.model)  # the bombed model's workers: the others may be warming up
     burst = send_together(service.target, [declare_size(seed_images()["png"], "png", BOMB_SIDE + i, BOMB_SIDE) for i in range(9)])
-    after = watch.worker_rss(service.run)
+    after = watch.model_worker_rss(service.run, service.model)
     common = before.keys() & after.keys()
     handler_ms = [v["handler_ms"] for v in per_format.values()]
     return {

@@ -154,6 +154,14 @@ def worker_rss(run: TorchServeRun) -> dict[str, float]:
     return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}
 
 
+def model_worker_rss(run: TorchServeRun, model: str) -> dict[str, float]:
+    """`worker_rss` of `model`'s workers alone, as its engine lists them: another model's workers may still be warming
+    up (a detector's first answers grow it by hundreds of MiB), which says nothing of what `model` was sent."""
+    listed = engine_of(run).models(run)
+    pids = set() if isinstance(listed, dict) else {w.get("pid") for m in listed if m.get("name") == model for w in m.get("workers", [])}
+    return {name: mb for name, mb in worker_rss(run).items() if int(name.split()[-1]) in pids}
+
+
 @dataclass
 class PeakTotalRss(Periodic):
     """Samples the RSS of the whole server (every process of our TorchServe or engine, and `extra`) in the background:
