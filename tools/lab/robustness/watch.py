@@ -133,22 +133,6 @@ def _role(process: psutil.Process) -> str:
     return f"{process.name()} {process.pid}"
 
 
-@dataclass
-class PeakWorkerRss(Periodic):
-    """Samples the workers' RSS in the background; `peak_mb` is the largest single worker seen."""
-
-    run: TorchServeRun
-    interval: float = 0.1
-    peak_mb: float = 0.0
-
-    peaks_mb: dict = field(default_factory=dict)  # "worker <pid>" -> the largest RSS seen (MiB)
-
-    def tick(self) -> None:
-        for name, mb in worker_rss(self.run).items():
-            self.peaks_mb[name] = max(mb, self.peaks_mb.get(name, 0.0))
-        self.peak_mb = max([self.peak_mb, *self.peaks_mb.values()])
-
-
 def worker_rss(run: TorchServeRun) -> dict[str, float]:
     """ "worker <pid>" -> RSS MiB of every worker of our TorchServe (empty when none is found)."""
     return {name: mb for name, mb in sample(run).rss_mb.items() if name.startswith("worker")}
@@ -209,3 +193,14 @@ class PeakRssByProcess(Periodic):
         for name, mb in sample(self.run).rss_mb.items():
             self.peaks_mb[name] = max(mb, self.peaks_mb.get(name, 0.0))
         self.samples += 1
+
+
+@dataclass
+class PeakWorkerRss(PeakRssByProcess):
+    """PeakRssByProcess read for the workers: `peak_mb` is the largest single worker seen ("worker <pid>" in `peaks_mb`)."""
+
+    interval: float = 0.1
+
+    @property
+    def peak_mb(self) -> float:
+        return max((mb for name, mb in self.peaks_mb.items() if name.startswith("worker")), default=0.0)
