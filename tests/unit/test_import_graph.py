@@ -49,12 +49,7 @@ def _targets(node: ast.Import | ast.ImportFrom, module: str) -> list[str]:
     if isinstance(node, ast.Import):
         names = [alias.name for alias in node.names]
     else:
-        if node.level:
-            base = module.split(".") if _is_package(module) else module.split(".")[:-1]
-            base = base[: len(base) - (node.level - 1)]
-            source = ".".join(base + ([node.module] if node.module else []))
-        else:
-            source = node.module or ""
+        source = _source_of(node, module)
         submodules = [f"{source}.{alias.name}" for alias in node.names if f"{source}.{alias.name}" in MODULES]
         # `from package import module` needs the module; the package's __init__ only when a name is taken from it
         names = submodules + ([source] if len(submodules) < len(node.names) else [])
