@@ -36,6 +36,7 @@ from .connection_bounds import HttpBounds, HeadersTooLarge, RequestTimeout, TooM
 log = logging.getLogger("tsvk.http")
 
 _HEADERS, _BODY, _BETWEEN = "reading headers", "reading the body", "between requests"
+READ_BYTES = 1 << 20  # one read of a connection: asyncio reads 256 KiB, so a 4 MB photo took 16 reads, each parsed and queued
 _CLOCK_SLACK_S = 0.001  # a timer may fire this much before its deadline by the loop's clock
 # A connection's header deadline is drawn from the last fifth of the bound: connections opened together (a swarm's
 # ramp) are then not all closed together, and reopened together, every cycle; their closes spread out over cycles.
@@ -59,6 +60,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         self._refusal: RequestError | None = None
         self._deadline, self._timer = 0.0, None
         super().connection_made(transport)
+        transport.max_size = READ_BYTES
         self._expect_within(self._header_time_s())
 
     def connection_lost(self, exc) -> None:

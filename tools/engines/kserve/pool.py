@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 RESTART_PAUSE_S = 1.0  # between a refused restart and the next try
 DIED_STATUS = 503
 FORKED_WAIT_POLL_S = 0.05  # how often a killed forked worker (not this process's child) is checked for its end
+CHANNEL_SEND_BYTES = 8 << 20  # asked of the kernel (it grants up to net.core.wmem_max): a photo in a few sends, not dozens
 MAX_MESSAGE_BYTES = defaults.ENGINE_MAX_WORKER_MESSAGE_MB * 2**20
 
 
@@ -107,8 +108,7 @@ class WorkerProcess:
         self.start_info = start
         self.number = number
         self.handle: _Spawned | ForkedWorker | None = None
-        self.reader: asyncio.StreamReader | None = None
-        self.writer: asyncio.StreamWriter | None = None
+        self.channel: socket.socket | None = None  # the server's end of the socket pair, non-blocking, on the event loop
         self.loaded = False  # said READY since it was last started: its archive is loaded, it takes batches
         self.batch_ids = itertools.count()  # each batch's own id, so that an answer to another batch is told apart
 
@@ -123,10 +123,12 @@ class WorkerProcess:
         ours, theirs = socket.socketpair()
         with open(self.start_info.log, "ab") as out, theirs:
             self.handle = await self._forked(theirs, out) or await self._spawned(theirs, out)
-        self.reader, self.writer = await asyncio.open_unix_connection(sock=ours)
+        ours.setblocking(False)
+        ours.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, CHANNEL_SEND_BYTES)
+        self.channel = ours
         timeout = self.model.startup_timeout_s
         try:
-            message = await asyncio.wait_for(wire.read_message(self.reader, MAX_MESSAGE_BYTES), timeout)
+            message = await asyncio.wait_for(wire.read_message(ours, MAX_MESSAGE_BYTES), timeout)
         except asyncio.TimeoutError:
             await self.kill()
             return (f"it had not loaded {timeout:g} s after it started (the model's startupTimeout, else the config's "
@@ -175,9 +177,7 @@ class WorkerProcess:
         WorkerBroken for an answer that is no message or not this batch's."""
         batch_id = next(self.batch_ids)
         try:
-            self.writer.write(wire.pack((batch_id, [p.request for p in batch], [p.arrival_s for p in batch])))
-            await self.writer.drain()
-            answer = await asyncio.wait_for(wire.read_message(self.reader, MAX_MESSAGE_BYTES), self.model.response_timeout_s)
+            answer = await asyncio.wait_for(self._exchange(batch_id, batch), self.model.response_timeout_s)
             if answer is None:
                 raise WorkerGone("the worker's socket closed")
             return wire.batch_answer(answer, batch_id, len(batch))
@@ -185,6 +185,12 @@ class WorkerProcess:
             raise WorkerGone(f"{type(err).__name__}") from None
         except wire.BrokenMessage as err:
             raise WorkerBroken(str(err)) from None
+
+    async def _exchange(self, batch_id: int, batch: list[Pending]) -> object | None:
+        """Send the batch and read what the worker says back; both within the response timeout, as a worker that
+        stopped reading holds the send as long as one that stopped answering holds the read."""
+        await wire.send_batch(self.channel, (batch_id, [p.request for p in batch], [p.arrival_s for p in batch]))
+        return await wire.read_message(self.channel, MAX_MESSAGE_BYTES)
 
     def alive(self) -> bool:
         return self.handle is not None and self.handle.alive()
@@ -195,8 +201,8 @@ class WorkerProcess:
 
     async def kill(self) -> None:
         self.loaded = False
-        if self.writer is not None:
-            self.writer.close()
+        if self.channel is not None:
+            self.channel.close()
         if self.handle is not None:
             self.handle.kill()
             await self.handle.wait()

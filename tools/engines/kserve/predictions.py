@@ -34,6 +34,7 @@ from ..shared.batcher import Pending, QueueFull
 from .forms import read_form
 from ..shared.metrics import EngineMetrics
 from .pool import ModelPool
+from . import wire
 
 log = logging.getLogger("tsvk.engine")
 
@@ -124,7 +125,15 @@ class PredictionsApi:
         for a form that cannot be read."""
         if request.headers.get("content-type", "").lower().startswith(MULTIPART):
             return await read_form(request, self.max_form_part_bytes)
-        return {"body": await request.body()}
+        return {"body": await _raw_body(request)}
+
+
+async def _raw_body(request: Request) -> bytes | wire.Body:
+    """The body as the socket delivered it: its one piece, or its pieces unjoined (the worker receives them as one)."""
+    pieces = [piece async for piece in request.stream() if piece]
+    if len(pieces) == 1:
+        return pieces[0]
+    return wire.Body(pieces) if pieces else b""
 
 
 class InferenceRoutes:

@@ -1,20 +1,31 @@
-"""The messages between the server and a worker: length-prefixed pickles over a Unix socket pair.
+"""The messages between the server and a worker: framed pickles over a Unix socket pair, a large value beside its pickle.
 
 Both ends are processes tsvk started from one installation, over a socket no other process holds, so pickle
 carries no one else's bytes. A worker still runs the archive's code, which may break: the server reads no message
 longer than its bound (checked before a byte of it is allocated), and takes what does not unpickle, or a batch's
 answer of the wrong shape, as a broken worker (BrokenMessage) rather than failing itself. Kept to the standard
 library: the worker imports this before the archive's tsvk.
+
+A frame is its header (the pickle's length, how many buffers follow), each buffer's length, the pickle, then the
+buffers. A photo of a batch travels as a buffer, not inside the pickle (the pickler's persistent ids stand in for
+it): the server hands the kernel the very bytes the request's body was read into, with no copy of its own, and the
+worker receives them straight into the `bytearray` its handler gets (what TorchServe's worker hands a handler for a
+raw body). Pickling a 4 MB body instead copied it twice in the server (into the pickle, then into the stream's write
+buffer) and once more in the worker.
 """
 
 from __future__ import annotations
 
 import asyncio
+import io
 import pickle
 import socket
 import struct
 
-HEADER = struct.Struct("!I")
+HEADER = struct.Struct("!II")  # the pickle's length, how many buffers follow it
+BUFFER_LENGTH = struct.Struct("!Q")
+OUT_OF_BAND_BYTES = 64 * 1024  # a bytes value at least this long goes beside the pickle, in a batch the server sends
+MAX_BUFFERS = 4096  # buffers one frame may carry (a batch's bodies and form fields)
 READY = "ready"  # worker -> server, once: the service loaded ({"pid": ..., "log": ...})
 REFUSED = "refused"  # worker -> server, once: why the archive cannot be served; the worker then exits
 STATUSES = range(100, 600)  # what an answer's HTTP status may be
@@ -25,52 +36,148 @@ class BrokenMessage(Exception):
     """The other end wrote bytes that are no message of this protocol, or the wrong message: its words say what."""
 
 
+class Body:
+    """A request body as the server's socket read it, in pieces: one value to the worker (a bytearray there), sent
+    piece after piece so that the server never joins them into a copy of its own."""
+
+    __slots__ = ("pieces", "size")
+
+    def __init__(self, pieces: list[bytes]):
+        self.pieces = pieces
+        self.size = sum(len(piece) for piece in pieces)
+
+
+class _Framer(pickle.Pickler):
+    """Pickles a message, setting aside as a buffer each Body and each bytes value of at least `out_of_band` bytes."""
+
+    def __init__(self, out: io.BytesIO, out_of_band: int | None):
+        super().__init__(out, protocol=pickle.HIGHEST_PROTOCOL)
+        self.out_of_band = out_of_band
+        self.buffers: list[Body] = []
+
+    def persistent_id(self, value: object) -> int | None:
+        if isinstance(value, Body):
+            self.buffers.append(value)
+        elif self.out_of_band is not None and type(value) is bytes and len(value) >= self.out_of_band:
+            self.buffers.append(Body([value]))
+        else:
+            return None
+        return len(self.buffers) - 1
+
+
+class _Unframer(pickle.Unpickler):
+    """Unpickles a message, putting each buffer back where its number stands."""
+
+    def __init__(self, data: bytes | bytearray, buffers: list[bytearray]):
+        super().__init__(io.BytesIO(data))
+        self.buffers = buffers
+
+    def persistent_load(self, number: object) -> bytearray:
+        if type(number) is not int or not 0 <= number < len(self.buffers):
+            raise pickle.UnpicklingError(f"no buffer {number!r} in this frame")
+        return self.buffers[number]
+
+
+def frame(message: object, out_of_band: int | None = None) -> list[bytes]:
+    """`message` as the pieces to send in order: the header and pickle, then each buffer's pieces as they lie (never
+    copied into the pickle). A buffer is each Body, and with `out_of_band` each bytes value at least that long."""
+    out = io.BytesIO()
+    framer = _Framer(out, out_of_band)
+    framer.dump(message)
+    data = out.getvalue()
+    lengths = b"".join(BUFFER_LENGTH.pack(buffer.size) for buffer in framer.buffers)
+    return [HEADER.pack(len(data), len(framer.buffers)) + lengths + data, *(p for buffer in framer.buffers for p in buffer.pieces)]
+
+
 def pack(message: object) -> bytes:
-    data = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
-    return HEADER.pack(len(data)) + data
+    """A frame of `message` with everything inside its pickle, as one piece."""
+    return frame(message)[0]
 
 
 def send(sock: socket.socket, message: object) -> None:
+    """Send a worker's message to the server (its answers go inside the pickle: they are small)."""
     sock.sendall(pack(message))
 
 
+async def send_batch(sock: socket.socket, message: object) -> None:
+    """Send a batch to a worker from the server's event loop, each large body beside the pickle, uncopied."""
+    loop = asyncio.get_running_loop()
+    for piece in frame(message, OUT_OF_BAND_BYTES):
+        await loop.sock_sendall(sock, piece)
+
+
 def receive(sock: socket.socket) -> object | None:
-    """The next message, or None once the other end has closed the socket."""
+    """The next message (each buffer received into a bytearray of its own), or None once the other end has closed."""
     header = _exactly(sock, HEADER.size)
     if header is None:
         return None
-    body = _exactly(sock, HEADER.unpack(header)[0])
-    return None if body is None else pickle.loads(body)
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes | None:
-    chunks, left = [], size
-    while left:
-        chunk = sock.recv(min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-async def read_message(reader: asyncio.StreamReader, max_bytes: int) -> object | None:
-    """`receive` for an asyncio stream: None at end of stream (the worker died, exited or closed its end, a message
-    cut short included); BrokenMessage for a length over `max_bytes` (refused before it is read) or a payload
-    that does not unpickle."""
-    try:
-        length = HEADER.unpack(await reader.readexactly(HEADER.size))[0]
-        if length > max_bytes:
-            raise BrokenMessage(f"a message of {length} bytes, over the {max_bytes} bytes a message may have")
-        body = await reader.readexactly(length)
-    except (asyncio.IncompleteReadError, ConnectionError):
+    length, count = HEADER.unpack(header)
+    lengths = _exactly(sock, count * BUFFER_LENGTH.size)
+    data = None if lengths is None else _exactly(sock, length)
+    buffers = [_exactly(sock, size) for size in _lengths(lengths or b"", count)]
+    if data is None or any(buffer is None for buffer in buffers):
         return None
-    return _unpickled(body)
+    return _Unframer(data, buffers).load()
 
 
-def _unpickled(body: bytes) -> object:
+def _exactly(sock: socket.socket, size: int) -> bytearray | None:
+    """`size` bytes received straight into one bytearray, or None where the stream ends first."""
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        received = sock.recv_into(view[got:], min(size - got, 1 << 22))
+        if not received:
+            return None
+        got += received
+    return buffer
+
+
+def _lengths(data: bytes | bytearray, count: int) -> list[int]:
+    return [BUFFER_LENGTH.unpack_from(data, index * BUFFER_LENGTH.size)[0] for index in range(count)] if data else []
+
+
+async def read_message(sock: socket.socket, max_bytes: int) -> object | None:
+    """`receive` on the server's event loop: None at end of stream (the worker died, exited or closed its end, a
+    message cut short included); BrokenMessage for a frame over `max_bytes` (refused before its pickle or any buffer
+    is read) or a payload that does not unpickle."""
+    loop = asyncio.get_running_loop()
     try:
-        return pickle.loads(body)
+        header = await _read_exactly(loop, sock, HEADER.size)
+        if header is None:
+            return None
+        length, count = HEADER.unpack(header)
+        if count > MAX_BUFFERS:
+            raise BrokenMessage(f"a message of {count} buffers, over the {MAX_BUFFERS} a message may have")
+        lengths = await _read_exactly(loop, sock, count * BUFFER_LENGTH.size)
+        if lengths is None:
+            return None
+        sizes = _lengths(lengths, count)
+        total = length + sum(sizes)
+        if total > max_bytes:
+            raise BrokenMessage(f"a message of {total} bytes, over the {max_bytes} bytes a message may have")
+        data = await _read_exactly(loop, sock, length)
+        buffers = [await _read_exactly(loop, sock, size) for size in sizes]
+    except ConnectionError:
+        return None
+    if data is None or any(buffer is None for buffer in buffers):
+        return None
+    return _unpickled(data, buffers)
+
+
+async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytearray | None:
+    buffer = bytearray(size)
+    view, got = memoryview(buffer), 0
+    while got < size:
+        received = await loop.sock_recv_into(sock, view[got:])
+        if not received:
+            return None
+        got += received
+    return buffer
+
+
+def _unpickled(data: bytearray, buffers: list[bytearray]) -> object:
+    try:
+        return _Unframer(data, buffers).load()
     except Exception as err:  # noqa: BLE001 - bytes that are no pickle raise any of a dozen types: each is a broken message
         raise BrokenMessage(f"a message that does not unpickle ({type(err).__name__})") from None
 
