@@ -50,11 +50,11 @@ STOCK_CROP = 224  # TorchServe's image_classifier hard-codes Resize(256) + Cente
 @dataclass(frozen=True)
 class Photo:
     name: str
-    data: bytes  # what is sent: a JPEG, or (photos as sent) a PNG or WebP
+    data: bytes  # what is sent: a JPEG, or (photos as sent) a HEIC, PNG or WebP
     file: Path  # the same bytes on disk, for one-process-per-job runs
     kind: str = ""  # what the photo is (photos as sent: size, format, scan, orientation)
     upright: Path | None = None  # a sideways photo's pixels turned upright, no EXIF (orientation.py)
-    stored: Path | None = None  # a sideways photo's bytes without its EXIF
+    stored: Path | None = None  # a sideways photo's stored pixels without its EXIF (and a HEIC's rotation)
 
 
 def model_dir(options: BenchOptions) -> Path:

@@ -2,9 +2,10 @@
 
 Photos are made here, in a temporary folder: a smooth gradient with sensor-like noise, at the sizes phones write,
 encoded as a phone or a web service would (JPEG quality 90 baseline and progressive, PNG, WebP and AVIF quality
-80). HEIC cannot be made here (tsvk ships no HEVC encoder): pass a HEIC of your own with --heic. Each row is the
-fastest of --rounds decodes with the classifier's settings (resize 256: a large JPEG is decoded at its DCT scale,
-every other format whole), on one thread, as a worker of `tsvk config`'s plan runs. Times are the process's CPU
+80). HEIC cannot be made here (tsvk ships no HEVC encoder): pass a HEIC with --heic, an iPhone's or the bench's own
+(`tsvk bench --photos as-sent` makes `12mp-coffee-heic.heic` with an encoder installed apart: heic_encoder.py). Each
+row is the fastest of --rounds decodes with the classifier's settings (resize 256: a large JPEG is decoded at its DCT
+scale, every other format whole), on one thread, as a worker of `tsvk config`'s plan runs. Times are the process's CPU
 time, not the wall clock's, so a machine shared with other work still measures the decoder's own cost.
 
     python tools/lab/bench/format_costs.py [--heic photo.heic] [--rounds 3] [--sizes 12,48]

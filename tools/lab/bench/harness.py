@@ -44,7 +44,9 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
     finally:
         _restore(hidden)
         os.environ.update(removed)
-    return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed, decode_floor=floor)
+    sent = [photo.name for photo in ctx.photos] if options.as_sent else None
+    return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed, decode_floor=floor,
+                        sent=sent)
 
 
 def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:

@@ -10,7 +10,8 @@ original is, so the photo's size is the only difference between the two.
 
 Each copy is named after its original and a digest of the original's bytes, and its noise is seeded from that digest
 and the size: a rerun makes the same bytes, a changed original makes a new copy. The folder is named after this
-recipe's version, sent_photos' and the Pillow and NumPy that made it, as sent_photos' own set is.
+recipe's version, sent_photos' pixel recipe's (RECIPE_VERSION) and the Pillow and NumPy that made it, as sent_photos'
+own set is.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from ... import progress
 from ...fsutil import atomic_path
 from . import sent_photos
 
-VERSION = 1  # raise when a copy's recipe here changes (sent_photos.VERSION names the recipe it borrows)
+VERSION = 1  # raise when a copy's recipe here changes (sent_photos.RECIPE_VERSION names the recipe it borrows)
 SIZES = tuple(name for name in sent_photos.SIZES if name.endswith("mp"))  # a phone camera's sizes: 12mp, 24mp, 48mp
 DIGEST_CHARS = 12  # of the original's SHA-256, in the copy's name
 
@@ -49,7 +50,7 @@ def phone_shape(width: int, height: int, size: str) -> tuple[int, int]:
 
 def cache_folder(cache_dir: Path, size: str) -> Path:
     """Where the copies of one size lie: a change of either recipe, Pillow or NumPy makes a new folder."""
-    name = f"labelled-{size}-v{VERSION}.{sent_photos.VERSION}-pillow{PIL.__version__}-numpy{np.__version__}"
+    name = f"labelled-{size}-v{VERSION}.{sent_photos.RECIPE_VERSION}-pillow{PIL.__version__}-numpy{np.__version__}"
     return Path(cache_dir) / "photos" / name
 
 

@@ -42,7 +42,8 @@ WARMUP_SECONDS = 10.0
 DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 # What the systems are sent: `default`, the photos of --image at a typical upload size after a client-side resize
 # (640x480); `as-sent`, photos as phones and cameras send them (sent_photos.py: 12-48 MP JPEGs stored sideways
-# with an EXIF orientation, a 4K PNG, a 12 MP WebP), each sideways one also asked upright and as stored.
+# with an EXIF orientation, a 12 MP HEIC stored so too, a 4K PNG, a 12 MP WebP), each sideways one also asked upright
+# and as stored.
 DEFAULT_PHOTOS = "default"
 AS_SENT = "as-sent"
 PHOTO_SETS = (DEFAULT_PHOTOS, AS_SENT)

@@ -1,7 +1,9 @@
 """Does a system answer a sideways photo as it is displayed? Each sideways photo of the set is sent three ways: as
-sent (stored sideways, EXIF orientation 6 or 8), `upright` (its pixels turned upright, no EXIF: the photo as
-displayed) and `stored` (the same JPEG without its EXIF: the photo as stored). A system that applies the orientation
-answers the first as it answers `upright`; one that ignores it answers exactly as it answers `stored` (the same pixels).
+sent (stored sideways, EXIF orientation 6 or 8; the HEIC's also as the file's own rotation, `irot`), `upright` (its
+pixels turned upright, no EXIF: the photo as displayed) and `stored` (the same pixels without the EXIF or rotation: the
+photo as stored), each in the photo's own format. A system that applies the orientation answers the first as it
+answers `upright`; one that ignores it answers exactly as it answers `stored` (the same pixels); one that cannot read
+the format (HEIC, for a server without a HEIF decoder) refuses all three.
 
 The bench's weights are seeded random: such a network gives nearly every photo the same top-1 (ResNet-18's is one
 class for upright and sideways photos alike), so top-1 alone cannot tell the two apart. The whole answer can: its

@@ -102,7 +102,7 @@ GOALS = (  # (ratio key, minimum, wording)
 
 def build_result(
     options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime, removed_env: dict | None = None,
-    decode_floor: list[dict] | None = None,
+    decode_floor: list[dict] | None = None, sent: list[str] | None = None,
 ) -> dict:
     ratios = compute_ratios(systems)
     compute = compute_inputs(options.model, vcpus, options.task)
@@ -122,19 +122,22 @@ def build_result(
         "goals": evaluate_goals(systems, ratios, options.task),
         "compute": {**compute, "systems": compute_use(systems, compute["gflop_per_image"], compute["fp32_peak"])},
         "diagnosis": diagnose(systems, vcpus),
-        **photo_set(options),
+        **photo_set(options, sent),
         **extra,
     }
 
 
-def photo_set(options: BenchOptions) -> dict:
-    """With photos as sent: what each photo is and each size and format's share of the requests."""
+def photo_set(options: BenchOptions, sent: list[str] | None = None) -> dict:
+    """With photos as sent: what each photo is, each size and format's share of the requests, and the photos of the set
+    that could not be made (`sent`: the names of the photos sent; None: the whole set)."""
     if not options.as_sent:
         return {}
     from . import sent_photos  # Pillow and NumPy: only for a run that made the photos
 
-    return {"photo_set": {"name": options.photos, "photos": [photo.describe() for photo in sent_photos.PHOTOS],
-                          "proportions": sent_photos.proportions()}}
+    missing = sent_photos.left_out(sent) if sent is not None else ()
+    photos = tuple(photo for photo in sent_photos.PHOTOS if photo not in missing)
+    return {"photo_set": {"name": options.photos, "photos": [photo.describe() for photo in photos],
+                          "proportions": sent_photos.proportions(photos), "left_out": [photo.describe() for photo in missing]}}
 
 
 def compute_inputs(model: str, vcpus: int, task: str = "classify") -> dict:
