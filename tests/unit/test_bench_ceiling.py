@@ -2,12 +2,17 @@
 ceiling runs a worker's whole batch."""
 
 import zipfile
+from io import BytesIO
 
+import pytest
 from PIL import Image
+from tsvk.common import PreprocessSettings
+from tsvk.common.errors import RequestError
+from tsvk.preprocess import probe
 from tsvk.tasks.classify import ClassifyTask
 
 from tests.support.handler_fakes import write_tiny_eager_archive
-from tsvk_tools.lab.bench.apps.ceiling_probe import probe_pipeline, timed_calls
+from tsvk_tools.lab.bench.apps.ceiling_probe import probe_as_served, probe_pipeline, probed, timed_calls
 from tsvk_tools.lab.bench.systems.ceiling import summarize_probe
 
 PROBE = {
@@ -55,3 +60,15 @@ def test_the_pipeline_ceiling_runs_a_workers_whole_batch_from_jpeg_bytes_to_answ
     assert answered and set(answered) == {3}  # every call shaped 3 answers
     assert probe["batches"]["3"]["calls"] == len(answered) - 1  # one unmeasured warm-up call
     assert probe["batches"]["3"]["images_per_s"] > 0
+
+
+def test_the_ceiling_takes_a_phones_48_mp_jpeg_as_a_served_worker_does():
+    """A worker counts a large JPEG at the DCT scale it decodes it at (preprocess.max_pixels is 40 MP): the ceiling's
+    probe must take it too, or the ceiling leaves out the costliest photos the servers answer."""
+    out = BytesIO()
+    Image.new("RGB", (8064, 6048), (90, 120, 150)).save(out, format="JPEG", quality=50)
+    limits = PreprocessSettings()
+    assert probe_as_served(out.getvalue(), limits, min_short_side=2 * limits.resize).width == 8064
+    assert len(probed([out.getvalue()], limits, min_short_side=2 * limits.resize)) == 1
+    with pytest.raises(RequestError):  # counted whole, as the ceiling counted it before
+        probe(out.getvalue(), limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)

@@ -125,7 +125,7 @@ def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.d
     with tempfile.TemporaryDirectory(prefix="tsvk-ceiling-") as folder:
         settings, model, preprocessor, choice, labels = load_archive(mar, folder, device)
         task = task_class(settings.task)(settings, model, preprocessor, labels)
-        encoded = probed([path.read_bytes() for path in images], settings.preprocess)  # those a worker takes
+        encoded = probed([path.read_bytes() for path in images], settings.preprocess, preprocessor.min_short_side)  # those a worker takes
         max_batch = settings.artifact.max_batch
         prepared = task.prepare([encoded[i % len(encoded)] for i in range(max_batch)]).batch
         if task_kind(settings.task).top_k:
@@ -164,16 +164,16 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
         task = task_class(settings.task)(settings, model, preprocessor, labels)
         groups = photo_batches([path.read_bytes() for path in images], batch, every_photo)
         options = [task.options({}) for _ in range(batch)]  # each request with the task's default options
-        answered = [len(probed(group, settings.preprocess)) for group in groups]
+        answered = [len(probed(group, settings.preprocess, preprocessor.min_short_side)) for group in groups]
         turn = itertools.count()
 
         def pipeline():
-            encoded = probed(groups[next(turn) % len(groups)], settings.preprocess)
+            encoded = probed(groups[next(turn) % len(groups)], settings.preprocess, preprocessor.min_short_side)
             prepared = task.prepare(encoded).batch
             with torch.inference_mode():
                 task.answer(prepared, options[: len(encoded)])
 
-        answers = photo_answers(task, settings.preprocess, check or [])
+        answers = photo_answers(task, settings.preprocess, check or [], preprocessor.min_short_side)
         ready_s = time.monotonic() - started
         if wait_for_go:
             wait_for_go()
@@ -195,24 +195,31 @@ def photo_batches(data: list[bytes], batch: int, every_photo: bool) -> list[list
     return [[data[(start + i) % len(data)] for i in range(batch)] for start in starts]
 
 
-def probed(group: list[bytes], limits) -> list:
+def probed(group: list[bytes], limits, min_short_side: int) -> list:
     """The photos' headers, as a worker probes them; those it refuses (RequestError) are left out."""
     kept = []
     for raw in group:
         try:
-            kept.append(probe(raw, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks))
+            kept.append(probe_as_served(raw, limits, min_short_side))
         except RequestError:
             continue
     return kept
 
 
-def photo_answers(task, limits, files: list[Path]) -> list[dict]:
+def probe_as_served(data: bytes, limits, min_short_side: int):
+    """A photo's header checked as the served worker checks it (VisionService._image_or_pixels): a large JPEG counted
+    at the DCT scale its preprocessor decodes it at, so the ceiling takes the photos a worker takes."""
+    return probe(data, limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks,
+                 max_jpeg_pixels=limits.max_jpeg_pixels, min_short_side=min_short_side)
+
+
+def photo_answers(task, limits, files: list[Path], min_short_side: int) -> list[dict]:
     """Each photo's answer as the handler gives it, one at a time: {"status": 200, "answer": ...}, or the status and
     error a worker refuses it with."""
     answers = []
     for path in files:
         try:
-            prepared = task.prepare([probe(path.read_bytes(), limits.max_pixels, limits.max_jpeg_scans, limits.max_jpeg_scan_blocks)])
+            prepared = task.prepare([probe_as_served(path.read_bytes(), limits, min_short_side)])
         except RequestError as err:
             answers.append({"status": err.status, "error": str(err)[:200]})
             continue
