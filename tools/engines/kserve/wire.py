@@ -113,11 +113,12 @@ def receive(sock: socket.socket) -> object | None:
         return None
     length, count = HEADER.unpack(header)
     lengths = _exactly(sock, count * BUFFER_LENGTH.size)
-    data = None if lengths is None else _exactly(sock, length)
-    buffers = [_exactly(sock, size) for size in _lengths(lengths or b"", count)]
-    if data is None or any(buffer is None for buffer in buffers):
+    if lengths is None:
         return None
-    return _Unframer(data, buffers).load()
+    parts = [_exactly(sock, size) for size in [length, *_sizes(lengths)]]
+    if any(part is None for part in parts):
+        return None
+    return _Unframer(parts[0], parts[1:]).load()
 
 
 def _exactly(sock: socket.socket, size: int) -> bytearray | None:
@@ -125,15 +126,16 @@ def _exactly(sock: socket.socket, size: int) -> bytearray | None:
     buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
-        received = sock.recv_into(view[got:], min(size - got, 1 << 22))
+        received = sock.recv_into(view[got:])
         if not received:
             return None
         got += received
     return buffer
 
 
-def _lengths(data: bytes | bytearray, count: int) -> list[int]:
-    return [BUFFER_LENGTH.unpack_from(data, index * BUFFER_LENGTH.size)[0] for index in range(count)] if data else []
+def _sizes(lengths: bytes | bytearray) -> list[int]:
+    """The buffers' lengths, as the frame's header lists them."""
+    return [size for (size,) in BUFFER_LENGTH.iter_unpack(lengths)]
 
 
 async def read_message(sock: socket.socket, max_bytes: int) -> object | None:
@@ -151,20 +153,20 @@ async def read_message(sock: socket.socket, max_bytes: int) -> object | None:
         lengths = await _read_exactly(loop, sock, count * BUFFER_LENGTH.size)
         if lengths is None:
             return None
-        sizes = _lengths(lengths, count)
+        sizes = _sizes(lengths)
         total = length + sum(sizes)
         if total > max_bytes:
             raise BrokenMessage(f"a message of {total} bytes, over the {max_bytes} bytes a message may have")
-        data = await _read_exactly(loop, sock, length)
-        buffers = [await _read_exactly(loop, sock, size) for size in sizes]
+        parts = [await _read_exactly(loop, sock, size) for size in [length, *sizes]]
     except ConnectionError:
         return None
-    if data is None or any(buffer is None for buffer in buffers):
+    if any(part is None for part in parts):
         return None
-    return _unpickled(data, buffers)
+    return _unpickled(parts[0], parts[1:])
 
 
 async def _read_exactly(loop: asyncio.AbstractEventLoop, sock: socket.socket, size: int) -> bytearray | None:
+    """`_exactly` on the event loop."""
     buffer = bytearray(size)
     view, got = memoryview(buffer), 0
     while got < size:
