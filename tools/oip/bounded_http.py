@@ -24,8 +24,10 @@ import json
 import logging
 import random
 import resource
+from contextlib import suppress
 from dataclasses import replace
 
+import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 from tsvk.common import RequestError
@@ -57,6 +59,7 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport) -> None:
         self._phase, self._header_bytes, self._header_count = _HEADERS, 0, 0
+        self._body_seen, self._body_left = 0, 0
         self._refusal: RequestError | None = None
         self._deadline, self._timer = 0.0, None
         super().connection_made(transport)
@@ -68,6 +71,8 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if self._body_left:
+            return self._unparsed_body_received(data)
         if self._phase == _BETWEEN:  # the next request's first bytes (or bytes that begin none: CRLFs)
             self._start_headers()
         if self._phase == _HEADERS:
@@ -77,11 +82,39 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         super().data_received(data)
         if self._phase == _HEADERS and self._header_bytes > self.bounds.max_header_bytes:
             self._refuse(_too_large(f"over {self.bounds.max_header_bytes} bytes", "max_header_bytes"))
+        elif self._phase == _BODY:
+            self._body_left = self._unread_declared_body()
+
+    def _unread_declared_body(self) -> int:
+        """The bytes of this request's body still to come where its length is declared and the parser has checked it
+        (a Content-Length llhttp accepted, no Transfer-Encoding, no upgrade); 0 where the parser must go on reading."""
+        if self.transport.is_closing() or self.parser.should_upgrade():
+            return 0
+        names = [name for name, _ in self.headers]
+        if b"transfer-encoding" in names or b"content-length" not in names:
+            return 0
+        declared = self.headers[len(names) - 1 - names[::-1].index(b"content-length")][1]
+        return max(0, int(declared) - self._body_seen) if declared.strip().isdigit() else 0
+
+    def _unparsed_body_received(self, data: bytes) -> None:
+        """The rest of a body of declared length, passed on as the very objects the socket read: parsing it would only
+        copy it (httptools hands each piece on as a new bytes object). The request then ends as the parser would end it,
+        and the next one is read by a fresh parser (the old one still expects this body)."""
+        self._expect_within(self.bounds.body_timeout_s)
+        body, rest = (data, b"") if len(data) <= self._body_left else (data[: self._body_left], data[self._body_left :])
+        self._body_left -= len(body)
+        self.on_body(body)
+        if self._body_left:
+            return
+        self.parser = _request_parser(self)
+        self.on_message_complete()
+        if rest:
+            self.data_received(rest)
 
     def on_message_begin(self) -> None:
         if self._phase == _BETWEEN:  # a pipelined request, in the same bytes as the end of the last one
             self._start_headers()
-        self._header_count = 0
+        self._header_count, self._body_seen = 0, 0
         super().on_message_begin()
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -100,6 +133,16 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
         if len(self.connections) > self.bounds.max_connections:
             self.app = _too_many_connections(self.bounds.max_connections)  # the answer closes the connection
         super().on_headers_complete()
+
+    def on_body(self, body: bytes) -> None:
+        """uvicorn appends each piece to a bytearray and hands the app `bytes()` of it: two copies of every piece of a
+        photo. Starting from an empty bytes object instead, `+=` keeps the piece itself and `bytes()` of it is the piece:
+        the app gets the very object httptools made. uvicorn stops reading past 64 KiB of unread body, so a second piece
+        is rarely appended (then joined once, as before)."""
+        self._body_seen += len(body)
+        if not self.cycle.body:
+            self.cycle.body = b""
+        super().on_body(body)
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
@@ -162,6 +205,14 @@ class BoundedHttpToolsProtocol(HttpToolsProtocol):
             return
         self.transport.write(_response(error))
         self.transport.close()
+
+
+def _request_parser(protocol: HttpToolsProtocol) -> httptools.HttpRequestParser:
+    """A parser as uvicorn makes one for a connection (uvicorn/protocols/http/httptools_impl.py, __init__)."""
+    parser = httptools.HttpRequestParser(protocol)
+    with suppress(AttributeError):  # httptools < 0.6.3 has no leniencies
+        parser.set_dangerous_leniencies(lenient_data_after_close=True)
+    return parser
 
 
 def _too_large(what: str, field: str) -> HeadersTooLarge:
