@@ -143,6 +143,18 @@ def test_reduced_jpeg_decode_applies_exif_orientation():
     assert decoded[:, 500, 128].tolist() == pytest.approx([255, 255, 255], abs=8)
 
 
+@pytest.mark.parametrize("orientation", range(1, 9))
+def test_reduced_jpeg_decode_turns_each_orientation_as_pillow_shows_it(orientation):
+    exif = Image.Exif()
+    exif[0x0112] = orientation
+    data = encode(noise_image(1024, 768), "JPEG", exif=exif, quality=90)
+    with Image.open(__import__("io").BytesIO(data)) as image:
+        image.draft("RGB", (256, 192))
+        expected = np.array(ImageOps.exif_transpose(image))
+    decoded = decode_rgb(probe(data, LIMIT), 192).permute(1, 2, 0).numpy()
+    assert np.array_equal(decoded, expected)
+
+
 @pytest.mark.parametrize("mode", ["CMYK", "L"])
 def test_reduced_jpeg_decode_turns_any_mode_into_rgb(mode):
     decoded = decode_rgb(probe(encode(Image.new(mode, (2048, 1536)), "JPEG"), LIMIT), 256)

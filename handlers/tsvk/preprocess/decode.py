@@ -250,7 +250,7 @@ def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
     DCT scale (1/2, 1/4, 1/8) that keeps its shorter side >= `min_short_side`."""
     try:
         if image.is_jpeg and _reducible(image, min_short_side):
-            return _decode_with_pillow(image.data, min_short_side)
+            return _decode_with_pillow(image.data, min_short_side, image.orientation)
         if image.is_jpeg and image.mode in _TURBO_MODES:
             return _decode_jpeg_turbo(image.data)
         return _decode_with_pillow(image.data)
@@ -334,15 +334,29 @@ def _dct_scale(width: int, height: int, min_short_side: int) -> int:
     return next(scale for scale in (8, 4, 2, 1) if fits >= scale)
 
 
-def _decode_with_pillow(data: bytes, min_short_side: int = 0) -> torch.Tensor:
+def _decode_with_pillow(data: bytes, min_short_side: int = 0, orientation: int | None = None) -> torch.Tensor:
+    """`orientation`: the EXIF orientation the probe read from a JPEG's header; None reads it after the pixels, as a
+    format may keep it there (a PNG's eXIf chunk)."""
     with _open(data) as image:
         image.seek(0)  # GIF, APNG, animated WebP and AVIF, HEIF sequences: the first frame
         if min_short_side:
             image.draft(image.mode, _draft_size(image.width, image.height, min_short_side))  # JPEG only
         image.load()
-        oriented = ImageOps.exif_transpose(image)
+        oriented = ImageOps.exif_transpose(image) if orientation is None else _turned(image, orientation)
         pixels = to_rgb_array(oriented)
     return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+_TRANSPOSES = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+               5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+               8: Image.Transpose.ROTATE_90}  # EXIF orientation -> the turn that shows the image upright
+
+
+def _turned(image: Image.Image, orientation: int) -> Image.Image:
+    """The image as displayed, from an orientation already read: ImageOps.exif_transpose would parse the EXIF again and
+    rewrite it on the turned copy (about 1 ms of a 12 MP photo's decode), for pixels alone."""
+    method = _TRANSPOSES.get(orientation)
+    return image.transpose(method) if method is not None else image
 
 
 def _exif_orientation(image: Image.Image) -> int:
