@@ -10,7 +10,7 @@ import numpy as np
 from PIL import Image
 
 from tsvk.common import PreprocessSettings
-from tsvk_tools.lab.bench import decode_floor
+from tsvk_tools.lab.bench import decode_floor, photo_report
 from tsvk_tools.lab.bench.apps.ceiling_probe import photo_batches
 from tsvk_tools.lab.bench.apps.openvino_classifier import OpenVinoClassifier
 from tsvk_tools.lab.bench.apps.torchserve_draft_handler import open_photo
@@ -18,6 +18,7 @@ from tsvk_tools.lab.bench.assets import Photo
 from tsvk_tools.lab.bench.options import BenchOptions
 from tsvk_tools.lab.bench.sent_photos import orientation_exif
 from tsvk_tools.lab.bench.systems.base import RunContext
+from tsvk_tools.lab.bench.systems import ceiling
 from tsvk_tools.lab.bench.systems.ceiling import combine_processes
 from tsvk_tools.lab.bench.systems.torchserve import request_size_properties, stock_tuned_properties
 
@@ -61,17 +62,57 @@ def test_processes_timed_side_by_side_add_up():
                                         "call_ms": [100.0, 100.0, 120.0, 120.0]}
 
 
-def test_the_decode_floor_measures_each_jpeg_and_skips_the_rest(tmp_path):
+def test_the_decode_floor_measures_each_photo_tsvk_reads_and_skips_the_rest(tmp_path):
     png = io.BytesIO()
     Image.new("RGB", (64, 64)).save(png, "PNG")
-    photos = [Photo("sideways", _sideways_jpeg(), tmp_path / "a.jpg", "JPEG"), Photo("flat", png.getvalue(), tmp_path / "b.png")]
+    photos = [Photo("sideways", _sideways_jpeg(), tmp_path / "a.jpg", "JPEG"), Photo("flat", png.getvalue(), tmp_path / "b.png"),
+              Photo("tiff", b"II*\x00" + bytes(64), tmp_path / "c.tif")]
     settings = PreprocessSettings(resize=64, crop=56)
     upright = decode_floor.floor_input(photos[0].data, settings)
     assert upright.shape == (3, 56, 56)
     assert upright[:, 0].mean() < upright[:, -1].mean()  # turned upright: the stored left (dark) half is on top
     rows = decode_floor.measure(photos, settings, repeats=1)
-    assert [row["photo"] for row in rows] == ["sideways"]
+    assert [(row["photo"], row["format"]) for row in rows] == [("sideways", "JPEG"), ("flat", "PNG")]
     assert rows[0]["megapixels"] == 1.0 and rows[0]["floor_ms"] > 0 and rows[0]["tsvk_vs_floor"] > 0
+    assert rows[0]["full_decode_ms"] > 0 and rows[1]["full_decode_ms"] is None  # a PNG has no scaled decode to compare
+
+
+def _floor_row(photo: str, fmt: str, floor_ms: float, tsvk_ms: float) -> dict:
+    return {"photo": photo, "kind": photo, "format": fmt, "megapixels": 12.0, "bytes": 3_000_000, "floor_ms": floor_ms,
+            "tsvk_ms": tsvk_ms, "tsvk_vs_floor": round(tsvk_ms / floor_ms, 2), "full_decode_ms": 80.0 if fmt == "JPEG" else None}
+
+
+def test_what_the_floor_and_the_model_allow_is_every_vcpu_at_the_floor_and_the_model():
+    floor = [_floor_row("a", "JPEG", 30.0, 33.0), _floor_row("b", "HEIF", 590.0, 600.0)]
+    assert photo_report.allowance(floor, model_ms=20.0, vcpus=2) == {"floor_ms": 310.0, "model_ms": 20.0, "vcpus": 2,
+                                                                    "images_per_s": round(2000 / 330, 2)}
+
+
+def test_the_report_holds_tsvk_batch_to_its_share_of_the_allowance_and_the_jpegs_to_the_floor():
+    floor = [_floor_row("a", "JPEG", 30.0, 33.0), _floor_row("b", "JPEG", 100.0, 125.0), _floor_row("c", "PNG", 50.0, 80.0)]
+    systems = {"batch_fast": {"label": "tsvk batch", "throughput_ips": 20.0}, "ours_kserve_fast": {"throughput_ips": 19.0}}
+    result = {"systems": systems, "machine": {"vcpus": 2}, "decode_floor": floor,
+              "model_cost": {"ms_per_image": 6.0, "batch": 8, "threads": 1, "format": "openvino"}}
+    text = "\n".join(photo_report.photo_lines(result))
+    allowed = 2000 / (60.0 + 6.0)
+    assert f"allow **{allowed:.2f} img/s**" in text
+    assert "tsvk within 1.2x the floor on every JPEG: **no** (at most 1.25x, b)" in text  # the PNG's 1.6x is not a JPEG's
+    assert f"what the floor and the model allow: **no** ({20.0 / allowed:.2f}x)" in text
+    assert f"| ours_kserve_fast | 19.00 | {19.0 / allowed:.2f} |" in text
+    systems["batch_fast"]["throughput_ips"] = 0.95 * allowed
+    assert "what the floor and the model allow: **yes** (0.95x)" in "\n".join(photo_report.photo_lines(result))
+
+
+def test_the_model_cost_is_the_fast_archive_s_cheapest_batch_on_one_thread(monkeypatch):
+    asked = []
+
+    def probe(self, ctx, threads):
+        asked.append(threads)
+        return {"format": "openvino", "batches": {"1": {"images_per_s": 40.0}, "8": {"images_per_s": 50.0}}}
+
+    monkeypatch.setattr(ceiling.FastCeiling, "probe", probe)
+    assert ceiling.model_cost(None) == {"ms_per_image": 20.0, "batch": 8, "threads": 1, "format": "openvino"}
+    assert asked == [1]
 
 
 def test_the_spread_ceiling_takes_every_photos_batches_in_turn():

@@ -10,6 +10,10 @@ is read at any scale, so a larger file costs more however small the output. tsvk
 (`DCT_OVERSAMPLE`, 1/4 for the same photo) for its antialiased resize: the ratio is the price of that, and of the rest
 of its path. torchvision's `decode_jpeg` has no scaled decode, so Pillow's is the floor; the full-size decode
 (libjpeg-turbo through torchvision, what tsvk runs on a JPEG too small to scale) is reported beside them.
+
+The other formats of a set (PNG, WebP, HEIC) have no scaled decode: their floor is the same path, decoded whole (the
+least Pillow and pi-heif offer). With the model's cost per image, the floors of every photo say what a machine's vCPUs
+allow at most (photo_report.allowance): what an offline run over the same photos can be held to.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 import torch
 from PIL import Image, ImageOps
 
-from tsvk.common import PreprocessSettings
+from tsvk.common import PreprocessSettings, RequestError
 from tsvk.preprocess import CpuPreprocessor, decode_rgb, probe
 
 from ...archive.task_preprocess import preprocess_from_weights
@@ -78,26 +82,38 @@ def fastest_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str
 
 
 def measure(photos: Sequence, settings: PreprocessSettings, repeats: int) -> list[dict]:
-    """One row per JPEG of `photos` (bench Photo objects), on one thread: floor, tsvk and full decode, in ms."""
+    """One row per photo of `photos` (bench Photo objects), on one thread: floor and tsvk, in ms, and a JPEG's full
+    decode; photos no decoder here opens (a HEIC without pi-heif) are left out."""
     wide = replace(settings, max_pixels=MAX_PIXELS, max_batch_pixels=MAX_PIXELS)
-    preprocessor = CpuPreprocessor(wide)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        return [_row(photo, wide, preprocessor, repeats) for photo in photos if _is_jpeg(photo.data)]
+        preprocessor = CpuPreprocessor(wide)
+        return [_row(photo, wide, preprocessor, repeats) for photo in photos if _tsvk_reads(photo.data)]
     finally:
         torch.set_num_threads(threads)
 
 
 def _row(photo, settings: PreprocessSettings, preprocessor: CpuPreprocessor, repeats: int) -> dict:
     data = photo.data
-    ms = fastest_ms({"floor": lambda: floor_input(data, settings), "tsvk": lambda: tsvk_input(data, preprocessor),
-                     "full": lambda: full_decode(data)}, repeats)
+    jpeg = _is_jpeg(data)
+    calls = {"floor": lambda: floor_input(data, settings), "tsvk": lambda: tsvk_input(data, preprocessor)}
+    ms = fastest_ms({**calls, "full": lambda: full_decode(data)} if jpeg else calls, repeats)
     with Image.open(io.BytesIO(data)) as image:
-        megapixels = round(image.width * image.height / 1e6, 1)
-    return {"photo": photo.name, "kind": photo.kind, "megapixels": megapixels, "bytes": len(data), "floor_ms": ms["floor"],
-            "tsvk_ms": ms["tsvk"], "tsvk_vs_floor": round(ms["tsvk"] / ms["floor"], 2) if ms["floor"] else None,
-            "full_decode_ms": ms["full"]}
+        megapixels, fmt = round(image.width * image.height / 1e6, 1), image.format
+    return {"photo": photo.name, "kind": photo.kind, "format": fmt, "megapixels": megapixels, "bytes": len(data),
+            "floor_ms": ms["floor"], "tsvk_ms": ms["tsvk"],
+            "tsvk_vs_floor": round(ms["tsvk"] / ms["floor"], 2) if ms["floor"] else None, "full_decode_ms": ms.get("full")}
+
+
+def _tsvk_reads(data: bytes) -> bool:
+    """Whether tsvk's probe takes the photo; probing registers the HEIC and AVIF readers tsvk has, so the floor's
+    Pillow opens them too."""
+    try:
+        probe(data, MAX_PIXELS)
+    except RequestError:
+        return False
+    return True
 
 
 def _is_jpeg(data: bytes) -> bool:

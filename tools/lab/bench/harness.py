@@ -18,13 +18,14 @@ import psutil
 
 from ... import progress
 from ...measure.loadgen import TIME_BOUNDED_JOBS, run_closed_loop, summarize_records
-from .options import BenchOptions, require_device, resolved_vcpus
+from .options import FAST_SYSTEMS, BenchOptions, require_device, resolved_vcpus
 from .orientation import check_photos
 from .result_document import build_result
 from ...measure.sampler import TreeSampler, leftover, window_stats
 from ...measure.stats import combine_rounds, error_headline
 from .systems import registry
 from .systems.base import RunContext, System
+from .systems.ceiling import model_cost
 from .systems.process import THREAD_VARIABLES
 from .tsmetrics import profile_difference
 
@@ -40,13 +41,14 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
     try:
         ctx, systems = prepare(options, started, log)
         floor = measure_decode_floor(ctx, log)
+        model = measure_model_cost(ctx, systems, log) if floor else None
         results = measure_rounds(systems, ctx, log)
     finally:
         _restore(hidden)
         os.environ.update(removed)
     sent = [photo.name for photo in ctx.photos] if options.as_sent else None
     return build_result(options, ctx.vcpus, results, started, datetime.now(timezone.utc), removed_env=removed, decode_floor=floor,
-                        sent=sent)
+                        sent=sent, model_cost=model)
 
 
 def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:
@@ -59,6 +61,16 @@ def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:
     log("bench: the decode floor of each JPEG, in-process on one thread")
     with progress.step("decode floor", "each JPEG decoded to the model's input, the least and tsvk's way"):
         return decode_floor.for_run(ctx.options.model, ctx.photos, ctx.options.quick)
+
+
+def measure_model_cost(ctx: RunContext, systems: list[System], log=print) -> dict | None:
+    """Beside the floor, where the run serves the fast archive: its model's cost per image on one thread, so the report
+    can say what the floor and the model allow (decode_floor.allowance)."""
+    if not {system.name for system in systems} & set(FAST_SYSTEMS):
+        return None
+    log("bench: the fast archive's model alone, in-process on one thread")
+    with progress.step("model cost", "the fast archive's model on one thread, at each batch size"):
+        return model_cost(ctx)
 
 
 def prepare(options: BenchOptions, started: datetime | None = None, log=print) -> tuple[RunContext, list[System]]:

@@ -1,13 +1,20 @@
-"""The report's sections for photos as sent: the set, how each system answered the sideways photos, the decode floor."""
+"""The report's sections for photos as sent: the set, how each system answered the sideways photos, the decode floor
+and what it and the model allow."""
 
 from __future__ import annotations
 
 from .orientation import AS_DISPLAYED, AS_STORED, REFUSED, UNDECIDED, tally
 
+FLOOR_GOAL = 1.2  # tsvk's decode + preprocess of each JPEG within this of the floor
+ALLOWANCE_GOAL = 0.9  # tsvk batch at least this share of what the floor and the model allow
+ALLOWANCE_ROWS = ("batch_fast", "ours_kserve_fast", "ours_fast", "ceiling_pipeline_fast")  # the fast archive's rows
+
 
 def photo_lines(result: dict) -> list[str]:
     """Every section that the result has data for (none for the default photos)."""
-    return [*_set_lines(result.get("photo_set")), *_orientation_lines(result["systems"]), *_floor_lines(result.get("decode_floor"))]
+    floor = result.get("decode_floor")
+    return [*_set_lines(result.get("photo_set")), *_orientation_lines(result["systems"]), *_floor_lines(floor),
+            *_allowance_lines(floor, result.get("model_cost"), result)]
 
 
 def _set_lines(photo_set: dict | None) -> list[str]:
@@ -55,12 +62,58 @@ def _floor_lines(floor: list[dict] | None) -> list[str]:
     if not floor:
         return []
     lines = ["", "## The decode floor", "",
-             "Each JPEG decoded to the model's input in-process on one thread, the fastest of a few calls: the floor (Pillow's "
-             "draft at the smallest DCT scale leaving both sides >= the resize, then a plain resize, crop and normalize), "
-             "tsvk's own CPU path (the handler's probe, decode and preprocess) and a full-size decode for scale "
-             "(tools/lab/bench/decode_floor.py).", "",
+             "Each photo decoded to the model's input in-process on one thread, the fastest of a few calls: the floor (Pillow's "
+             "draft at the smallest DCT scale leaving both sides >= the resize, then a plain resize, crop and normalize; "
+             "a format without scaled decode is decoded whole), tsvk's own CPU path (the handler's probe, decode and "
+             "preprocess) and, for a JPEG, a full-size decode for scale (tools/lab/bench/decode_floor.py).", "",
              "| Photo | MP | MB | Floor (ms) | tsvk (ms) | tsvk / floor | Full-size decode (ms) |", "|---|---|---|---|---|---|---|"]
     for row in sorted(floor, key=lambda r: (r["megapixels"], r["photo"])):
+        full = row.get("full_decode_ms")
         lines.append(f"| {row['kind'] or row['photo']} | {row['megapixels']:g} | {row['bytes'] / 1e6:.1f} | {row['floor_ms']:.1f} | "
-                     f"{row['tsvk_ms']:.1f} | {row['tsvk_vs_floor']} | {row['full_decode_ms']:.1f} |")
+                     f"{row['tsvk_ms']:.1f} | {row['tsvk_vs_floor']} | {'-' if full is None else f'{full:.1f}'} |")
+    jpegs = [row for row in floor if _is_jpeg_row(row)]
+    if jpegs:
+        worst = max(jpegs, key=lambda row: row["tsvk_vs_floor"] or 0)
+        met = all((row["tsvk_vs_floor"] or 0) <= FLOOR_GOAL for row in jpegs)
+        lines += ["", f"tsvk within {FLOOR_GOAL:g}x the floor on every JPEG: **{'yes' if met else 'no'}** (at most "
+                      f"{worst['tsvk_vs_floor']}x, {worst['kind'] or worst['photo']}). The other formats have no scaled decode: "
+                      "their floor is tsvk's own decoder, decoded whole, listed for what they cost."]
+    return lines
+
+
+def _is_jpeg_row(row: dict) -> bool:
+    """A JPEG's row: its format, or for rows measured before other formats were, its full-size decode."""
+    return row.get("format", "JPEG") in ("JPEG", "MPO") and row.get("full_decode_ms") is not None
+
+
+def allowance(floor: list[dict], model_ms: float, vcpus: int) -> dict:
+    """Images/s `vcpus` allow at most over photos each sent as often as the others: every vCPU busy decoding at the
+    floor and running the model, nothing else."""
+    floor_ms = sum(row["floor_ms"] for row in floor) / len(floor)
+    return {"floor_ms": round(floor_ms, 1), "model_ms": round(model_ms, 2), "vcpus": vcpus,
+            "images_per_s": round(vcpus * 1e3 / (floor_ms + model_ms), 2)}
+
+
+def _allowance_lines(floor: list[dict] | None, model: dict | None, result: dict) -> list[str]:
+    """What the machine's vCPUs allow at most over the set, and each fast-archive row's share of it."""
+    if not floor or not model:
+        return []
+    vcpus = result["machine"].get("vcpus") or 1
+    allowed = allowance(floor, model["ms_per_image"], vcpus)
+    lines = ["", "## What the decode floor and the model allow", "",
+             f"Each photo sent as often as the others, the floor averages {allowed['floor_ms']} ms per photo over the "
+             f"{len(floor)} photos above; the fast archive's model ({model['format']}) costs {allowed['model_ms']} ms per "
+             f"image on one thread at its cheapest batch size ({model['batch']}). {vcpus} vCPUs each decoding at the floor "
+             f"and running the model, nothing else, allow **{allowed['images_per_s']:.2f} img/s**: no server, batch run or "
+             "ceiling of this archive can go past it on this machine.", "",
+             "| System | img/s (median) | share of what the floor and the model allow |", "|---|---|---|"]
+    for name in ALLOWANCE_ROWS:
+        rate = (result["systems"].get(name) or {}).get("throughput_ips")
+        if rate:
+            lines.append(f"| {result['systems'][name].get('label', name)} | {rate:.2f} | {rate / allowed['images_per_s']:.2f} |")
+    batch = (result["systems"].get("batch_fast") or {}).get("throughput_ips")
+    if batch:
+        share = batch / allowed["images_per_s"]
+        lines += ["", f"tsvk batch >= {ALLOWANCE_GOAL:g}x what the floor and the model allow: "
+                      f"**{'yes' if share >= ALLOWANCE_GOAL else 'no'}** ({share:.2f}x)."]
     return lines

@@ -102,11 +102,13 @@ GOALS = (  # (ratio key, minimum, wording)
 
 def build_result(
     options: BenchOptions, vcpus: int, systems: dict, started: datetime, finished: datetime, removed_env: dict | None = None,
-    decode_floor: list[dict] | None = None, sent: list[str] | None = None,
+    decode_floor: list[dict] | None = None, sent: list[str] | None = None, model_cost: dict | None = None,
 ) -> dict:
     ratios = compute_ratios(systems)
     compute = compute_inputs(options.model, vcpus, options.task)
     extra = {"decode_floor": decode_floor} if decode_floor is not None else {}
+    if model_cost is not None:
+        extra["model_cost"] = model_cost
     return {
         "schema_version": SCHEMA_VERSION,
         "created": started.isoformat(timespec="seconds"),

@@ -35,13 +35,17 @@ class ComputeCeiling(System):
         return ["--seconds", str(ctx.options.ceiling_seconds)]
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
+        return summarize_probe(self.probe(ctx, ctx.vcpus))
+
+    def probe(self, ctx: RunContext, threads: int) -> dict:
+        """What the probe printed, run on this system's archive with `threads` torch threads."""
         command = [sys.executable, "-m", "tsvk_tools.lab.bench.apps.ceiling_probe", "--mar", str(self.archive(ctx)),
-                   "--threads", str(ctx.vcpus), *self.probe_arguments(ctx), "--device", ctx.options.device,
+                   "--threads", str(threads), *self.probe_arguments(ctx), "--device", ctx.options.device,
                    "--images", *[str(p.file) for p in ctx.photos]]
         done = subprocess.run(command, env=clean_env(), capture_output=True, text=True)
         if done.returncode != 0:
             raise UsageError(f"the ceiling probe failed ({done.returncode}): {done.stderr.strip()[-2000:]}")
-        return summarize_probe(json.loads(done.stdout.strip().splitlines()[-1]))
+        return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def summarize_probe(probe: dict) -> dict:
@@ -79,6 +83,13 @@ class FastCeiling(ComputeCeiling):
 
     def archive(self, ctx: RunContext) -> Path:
         return ctx.fast_mar
+
+
+def model_cost(ctx: RunContext) -> dict:
+    """The fast archive's model alone on one thread at its cheapest batch size: milliseconds per image."""
+    probe = FastCeiling().probe(ctx, threads=1)
+    size, best = max(probe["batches"].items(), key=lambda item: item[1]["images_per_s"])
+    return {"ms_per_image": round(1e3 / best["images_per_s"], 2), "batch": int(size), "threads": 1, "format": probe["format"]}
 
 
 class FastPipelineCeiling(FastCeiling):
