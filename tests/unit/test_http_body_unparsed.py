@@ -4,18 +4,14 @@ pipelined in the same bytes, are read as before, and a chunked body still goes t
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 import socket
-import threading
 import time
 
 import pytest
-import uvicorn
 
-from tsvk_tools.config.ports import free_ports
-from tsvk_tools.oip.bounded_http import bound_uvicorn
+from tests.support.bounded_server import bounded_server
 from tsvk_tools.oip.connection_bounds import HttpBounds
 
 BOUNDS = HttpBounds(body_timeout_s=1.0)
@@ -41,27 +37,21 @@ class _Digest:
         await send({"type": "http.response.body", "body": answer})
 
 
-@pytest.fixture(scope="module")
-def port():
-    (port,) = free_ports(1)
-    config = uvicorn.Config(_Digest(), host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    bound_uvicorn(config, BOUNDS)
-    bounded = config.http
+def _recording(bounded):
+    """The bounded protocol, keeping every object the socket hands it in READS."""
 
     class Recording(bounded):
         def data_received(self, data: bytes) -> None:
             READS.append(data)
             super().data_received(data)
 
-    config.http = Recording
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield port
-    server.should_exit = True
-    thread.join(10)
+    return Recording
+
+
+@pytest.fixture(scope="module")
+def port():
+    with bounded_server(_Digest(), BOUNDS, _recording) as port:
+        yield port
 
 
 def _request(body: bytes, path: str = "/digest") -> bytes:

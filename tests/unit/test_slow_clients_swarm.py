@@ -4,17 +4,13 @@ again, and the connections past the server's bound are answered 503. A second of
 
 from __future__ import annotations
 
-import asyncio
-import threading
 import time
 
 import pytest
-import uvicorn
 
+from tests.support.bounded_server import bounded_server
 from tsvk_tools.lab.robustness.swarm import IDLE, KEEP_ALIVE, SLOWLORIS, Swarm, SwarmPlan, SwarmProcess, open_files_for
-from tsvk_tools.oip.bounded_http import bound_uvicorn
 from tsvk_tools.oip.connection_bounds import HttpBounds
-from tsvk_tools.config.ports import free_ports
 
 CONNECTIONS = 40
 BOUNDS = HttpBounds(header_timeout_s=1.0, keep_alive_s=1.0, max_connections=CONNECTIONS + 10)
@@ -27,17 +23,8 @@ async def _ok(scope, receive, send) -> None:
 
 @pytest.fixture(scope="module")
 def port():
-    (port,) = free_ports(1)
-    config = uvicorn.Config(_ok, host="127.0.0.1", port=port, lifespan="off", log_level="warning")
-    bound_uvicorn(config, BOUNDS)
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=asyncio.run, args=(server.serve(),), daemon=True)
-    thread.start()
-    while not server.started:
-        time.sleep(0.05)
-    yield port
-    server.should_exit = True
-    thread.join(10)
+    with bounded_server(_ok, BOUNDS) as port:
+        yield port
 
 
 def _swarm(port: int) -> Swarm:

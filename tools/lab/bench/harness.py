@@ -52,14 +52,14 @@ def run_benchmark(options: BenchOptions, log=print) -> dict:
 
 
 def measure_decode_floor(ctx: RunContext, log=print) -> list[dict] | None:
-    """With photos as sent and a classifier: the least each JPEG costs to decode to the model's input, beside tsvk's
+    """With photos as sent and a classifier: the least each photo costs to decode to the model's input, beside tsvk's
     own path (decode_floor.py); measured before any system starts, on one thread of this process."""
     if not ctx.options.as_sent or ctx.options.task != "classify":
         return None
     from . import decode_floor  # torch and torchvision: only for a run that measures it
 
-    log("bench: the decode floor of each JPEG, in-process on one thread")
-    with progress.step("decode floor", "each JPEG decoded to the model's input, the least and tsvk's way"):
+    log("bench: the decode floor of each photo, in-process on one thread")
+    with progress.step("decode floor", "each photo decoded to the model's input, the least and tsvk's way"):
         return decode_floor.for_run(ctx.options.model, ctx.photos, ctx.options.quick)
 
 
