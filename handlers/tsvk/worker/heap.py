@@ -7,7 +7,8 @@ returns every free page, from the top of each arena and inside it. It costs a fe
 model in the heap, and the next batch pays again to map back the memory it reuses (a page fault per
 page: 5% of a ResNet-50 fp32 batch), so a worker calls it at most once per interval, and at most once
 per `HEAP_TRIM_BATCHES` batches' time, after a batch has been answered.
-Elsewhere than glibc (musl, macOS) there is no such call and nothing is done.
+Between trims, freed memory is kept for the next batch (`reuse_freed_heap`) instead of being handed back at every
+free. Elsewhere than glibc (musl, macOS) there are no such calls and nothing is done.
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ from ..common.defaults import HEAP_TRIM_BATCHES
 
 log = logging.getLogger(__name__)
 
+M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4  # glibc's mallopt parameters (malloc.h)
+INT_MAX = 2**31 - 1  # mallopt's value is a C int
+
 
 def glibc_malloc_trim() -> Callable[[], None] | None:
     """glibc's malloc_trim(0) as a Python callable, or None where the C library has none."""
@@ -32,6 +36,25 @@ def glibc_malloc_trim() -> Callable[[], None] | None:
     function.argtypes = [ctypes.c_size_t]
     function.restype = ctypes.c_int
     return lambda: function(0)
+
+
+def reuse_freed_heap() -> bool:
+    """Serve every allocation from the heap and leave freed memory there for the next batch; True where glibc took it.
+
+    glibc maps each allocation past its mmap threshold (128 KiB, rising to 32 MiB as large blocks are freed) on its own
+    and unmaps it when it is freed, and hands back the heap's free top at a free past its trim threshold. A photo decoded
+    at full size (a 12 MP HEIC or WebP, a 4K PNG: tens of MiB in the decoder and as much in Pillow) then faults every
+    page of those buffers in again, photo after photo: 60-170 ms of system CPU per photo on a 2-vCPU AMD EPYC, a fifth
+    to two fifths of its decode (page faults and zeroing; benchmarks/results/20261129T2150Z-worker-heap-reuse.md).
+    With no mapping of its own and a trim threshold out of reach, the next photo reuses the pages; `HeapTrimmer` still
+    hands the free ones back at its interval, so between trims a worker holds what its largest batch needed, as it
+    did at that batch's peak."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, INT_MAX))
 
 
 def freeze_startup_objects() -> None:

@@ -31,7 +31,7 @@ from ..common import features
 from .deadline import arrival_times, batch_time_budget_s, deadline_from_config, request_age_ms
 from ..preprocess.decode import EncodedImage, probe
 from ..common.errors import PHRASES, BadImage, DeadlineExceeded, InferenceFailed, RequestError
-from .heap import HeapTrimmer
+from .heap import HeapTrimmer, reuse_freed_heap
 from ..request import Request, read_request, write_answer, write_error
 from ..request.base import unreadable
 from ..common.labels import load_labels
@@ -172,6 +172,8 @@ class VisionService:
         worker = WorkerInfo(deadline_from_config(config or {}, model_name), record_worker_start(spec.model_dir),
                             batch_time_budget_s(config or {}, model_name))
         _log_loaded(settings, model, choice, spec.batch_size, plan.source, worker)
+        if settings.runtime.heap_trim_interval_ms:  # freed memory is kept only where a trimmer hands it back
+            reuse_freed_heap()
         metrics = BatchMetrics(spec.metrics, choice.name, model_name, spec.gauge_type, worker.start_number)
         return cls(task_class(settings.task)(settings, model, preprocessor, labels), metrics, worker)
 

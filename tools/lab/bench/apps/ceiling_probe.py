@@ -23,6 +23,7 @@ from tsvk.common import HandlerSettings, RequestError, label_for, load_labels, t
 from tsvk.model import load_model
 from tsvk.preprocess import build_preprocessor, decode_rgb, probe
 from tsvk.tasks import task_class
+from tsvk.worker import reuse_freed_heap
 
 
 def no_sync() -> None:
@@ -79,13 +80,16 @@ def preprocess_throughput(encoded: list, preprocessor, decode, batch: int, secon
 
 
 def load_archive(mar: Path, folder: str, device: torch.device = torch.device("cpu")):
-    """Settings, loaded model, preprocessor and labels of an unpacked archive, as the handler loads them."""
+    """Settings, loaded model, preprocessor and labels of an unpacked archive, as the handler loads them (its heap kept
+    for reuse as a worker's is)."""
     import yaml
 
     zipfile.ZipFile(mar).extractall(folder)
     settings = HandlerSettings.from_model_yaml(yaml.safe_load(Path(folder, "model-config.yaml").read_text()))
     model = load_model(settings.artifact, Path(folder), device, task=settings.task)
     preprocessor, choice = build_preprocessor(settings.preprocess, model.device, model.input_dtype)
+    if settings.runtime.heap_trim_interval_ms:
+        reuse_freed_heap()
     return settings, model, preprocessor, choice, load_labels(Path(folder) / settings.labels_file)
 
 
