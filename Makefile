@@ -181,7 +181,7 @@ demo: setup ## set up, archive, configure, serve, classify a real photo, stop (M
 	$(java_unless_kserve)
 	$(TSVK) demo $(call opt,--model,$(MODEL)) $(call opt,--image,$(IMAGE)) $(call opt,--engine,$(ENGINE))
 
-bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; PHOTOS=as-sent: 12-48 MP phone photos, sideways ones checked; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
+bench: setup ## every serving system side by side, ResNet-152 (QUICK=1: a smoke run, every system once on resnet18 for 3 s, figures not for comparison; GPU=1: on CUDA; PHOTOS=as-sent: 12-48 MP phone photos, sideways ones checked, as-sent-no-heic without the HEIC; MODEL JOBS CONCURRENCY IMAGE ROUNDS ROUND_SECONDS)
 	$(java)
 	@$(MAKE) --no-print-directory triton-venv || echo "bench: the Triton venv could not be built; the triton row is left out"
 	$(TSVK) bench $(bench_flags)

@@ -116,6 +116,7 @@ def test_photos_as_sent_is_its_own_set_with_its_own_tag_and_rows():
     options = _options("--quick", "--photos", "as-sent")
     assert options.as_sent and options.tag == "as-sent-quick"
     assert {"torchserve_draft", "litserve_draft"} < set(options.systems)
+    assert _options("--quick", "--photos", "as-sent-no-heic").tag == "as-sent-no-heic-quick"
     default = _options("--quick")
     assert not default.as_sent and default.photos == "default" and default.tag == "quick"
     assert not {"torchserve_draft", "litserve_draft"} & set(default.systems)  # asked for by name only
@@ -124,8 +125,8 @@ def test_photos_as_sent_is_its_own_set_with_its_own_tag_and_rows():
 def test_an_unknown_photo_set_is_refused_with_the_choices(capsys):
     with pytest.raises(SystemExit):
         build_parser().parse_args(["--photos", "phone"])
-    assert "--photos: must be one of default, as-sent; got 'phone'" in capsys.readouterr().err
-    with pytest.raises(UsageError, match="photos must be one of default, as-sent, got 'raw'"):
+    assert "--photos: must be one of default, as-sent, as-sent-no-heic; got 'phone'" in capsys.readouterr().err
+    with pytest.raises(UsageError, match="photos must be one of default, as-sent, as-sent-no-heic, got 'raw'"):
         BenchOptions(photos="raw")
 
 

@@ -149,3 +149,13 @@ def test_the_report_names_a_photo_left_out():
     lines = photo_report.photo_lines({"photo_set": document, "systems": {}})
     assert len([line for line in lines if "Left out" in line]) == 1
     assert photo_set(BenchOptions(photos="as-sent"), [photo.name for photo in PHOTOS])["photo_set"]["left_out"] == []
+
+
+def test_the_set_without_the_heic_is_the_whole_set_less_it_and_names_nothing_left_out():
+    chosen = sent_photos.photos_of("as-sent-no-heic")
+    assert chosen == tuple(photo for photo in PHOTOS if photo is not HEIC) and sent_photos.photos_of("as-sent") == PHOTOS
+    options = BenchOptions(photos="as-sent-no-heic")
+    assert options.as_sent and {"torchserve_draft", "litserve_draft"} <= set(options.systems)
+    document = photo_set(options, [photo.name for photo in chosen])["photo_set"]
+    assert document["name"] == "as-sent-no-heic" and document["left_out"] == [] and HEIC.describe() not in document["photos"]
+    assert sum(document["proportions"].values()) == pytest.approx(1.0, abs=0.01)

@@ -266,7 +266,7 @@ def photos(options: BenchOptions) -> list[Photo]:
     resized to the benchmark size; or, as phones send them, the as-sent set (sent_photos.py)."""
     if options.as_sent:
         return [Photo(sent.photo.name, sent.file.read_bytes(), sent.file, sent.photo.describe(), sent.upright, sent.stored)
-                for sent in sent_photos.build_set(Path(options.cache_dir).resolve())]
+                for sent in sent_photos.build_set(Path(options.cache_dir).resolve(), sent_photos.photos_of(options.photos))]
     folder = Path(options.cache_dir).resolve() / "images"
     folder.mkdir(parents=True, exist_ok=True)
     found = []

@@ -115,9 +115,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--image", help=f"comma-separated photos: skimage:{'|'.join(SKIMAGE_PHOTOS)} or JPEG files (default: all of them)")
     p.add_argument("--photos", type=_photo_set, default=DEFAULT_PHOTOS,
-                   help=f"the photos sent: {' or '.join(PHOTO_SETS)} ({DEFAULT_PHOTOS}: --image's photos as 640x480 JPEGs; "
+                   help=f"the photos sent: {', '.join(PHOTO_SETS)} ({DEFAULT_PHOTOS}: --image's photos as 640x480 JPEGs; "
                    "as-sent: 12, 24 and 48 MP JPEGs stored sideways with an EXIF orientation, a 12 MP HEIC stored so too, a "
-                   "4K PNG and a 12 MP WebP, each sideways one also asked upright and as stored; results tagged as-sent)")
+                   "4K PNG and a 12 MP WebP, each sideways one also asked upright and as stored; as-sent-no-heic: the same "
+                   "without the HEIC, which Pillow-only peers cannot read; results tagged with the set's name)")
     p.add_argument("--systems", type=_names, help=f"comma-separated subset of {','.join(SYSTEMS)} (default: all)")
     p.add_argument(
         "--central-figure",

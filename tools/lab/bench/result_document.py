@@ -136,8 +136,9 @@ def photo_set(options: BenchOptions, sent: list[str] | None = None) -> dict:
         return {}
     from . import sent_photos  # Pillow and NumPy: only for a run that made the photos
 
-    missing = sent_photos.left_out(sent) if sent is not None else ()
-    photos = tuple(photo for photo in sent_photos.PHOTOS if photo not in missing)
+    chosen = sent_photos.photos_of(options.photos)
+    missing = sent_photos.left_out(sent, chosen) if sent is not None else ()
+    photos = tuple(photo for photo in chosen if photo not in missing)
     return {"photo_set": {"name": options.photos, "photos": [photo.describe() for photo in photos],
                           "proportions": sent_photos.proportions(photos), "left_out": [photo.describe() for photo in missing]}}
 

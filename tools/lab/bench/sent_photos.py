@@ -261,6 +261,11 @@ def orientation_exif(orientation: int) -> Image.Exif:
     return exif
 
 
+def photos_of(set_name: str) -> tuple[SentPhoto, ...]:
+    """The photos of a set: the whole one, or without its HEIC (the photos every Pillow-only peer reads)."""
+    return PHOTOS if set_name == SET_NAME else tuple(photo for photo in PHOTOS if photo.format != "HEIC")
+
+
 def proportions(photos: tuple[SentPhoto, ...] = PHOTOS) -> dict[str, float]:
     """Share of the requests of each size and format (each photo is sent as often as the others)."""
     shares: dict[str, float] = {}
