@@ -19,11 +19,11 @@ from tsvk_tools.errors import UsageError
 
 
 def test_a_folder_is_walked_depth_first_in_name_order_photos_only(tmp_path):
-    for name in ("b.jpg", "a.PNG", "sub/c.jpeg", "sub/deeper/d.webp", "notes.txt", "z/.hidden.gif"):
+    for name in ("b.jpg", "a.PNG", "sub/c.jpeg", "sub/deeper/d.webp", "notes.txt", "z/.hidden.gif", "IMG_0001.HEIC", "y.avif"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"x")
     found = [str(Path(p).relative_to(tmp_path)) for p in stream_inputs(tmp_path)]
-    assert found == ["a.PNG", "b.jpg", "sub/c.jpeg", "sub/deeper/d.webp", "z/.hidden.gif"]
+    assert found == ["IMG_0001.HEIC", "a.PNG", "b.jpg", "sub/c.jpeg", "sub/deeper/d.webp", "y.avif", "z/.hidden.gif"]
 
 
 def test_a_text_file_gives_each_line_relative_paths_from_its_folder_urls_as_they_are(tmp_path):

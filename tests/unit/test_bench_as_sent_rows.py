@@ -7,6 +7,7 @@ import io
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 from PIL import Image
 
 from tsvk.common import PreprocessSettings
@@ -131,3 +132,26 @@ def test_a_server_is_set_to_take_the_largest_photo_twins_included(tmp_path):
     ctx.__dict__["photos"] = [Photo("sideways", b"x" * 100, tmp_path / "sent.jpg", "", upright, stored),
                               Photo("flat", b"y" * 110, tmp_path / "flat.png")]  # the cached property, without making photos
     assert ctx.largest_photo == 120
+
+
+
+def test_the_floor_registers_the_heic_reader_with_one_decoding_thread(monkeypatch, tmp_path):
+    import torch
+
+    from tsvk.common import features
+
+    heif = features.heif_decoder()
+    if heif is None:
+        pytest.skip("no pi-heif here")
+    registered = []
+    monkeypatch.setattr(heif, "register_heif_opener", lambda **options: registered.append(options["decode_threads"]))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        decode_floor.allowed_formats()  # registered before the floor, with two threads
+        decode_floor.measure([Photo("sideways", _sideways_jpeg(), tmp_path / "a.jpg", "JPEG")], PreprocessSettings(resize=64, crop=56), 1)
+        decode_floor.allowed_formats()  # and after it with the caller's threads again
+    finally:
+        torch.set_num_threads(threads)
+        decode_floor.allowed_formats.cache_clear()
+    assert registered[-2:] == [1, 2], registered

@@ -18,7 +18,8 @@ from ..extras import missing_extra
 
 KINDS = ("folder", "text", "csv", "parquet")
 TABLE_SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet"}
-PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp")  # what a folder walk takes; other files are left
+# What a folder walk takes (a phone's HEIC and AVIF too); other files are left
+PHOTO_SUFFIXES = (".jpg", ".jpeg", ".png", ".gif", ".bmp", ".webp", ".heic", ".heif", ".avif")
 DEFAULT_COLUMN = "path"
 URL_SCHEMES = ("http://", "https://", "file://")
 

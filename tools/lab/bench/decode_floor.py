@@ -28,7 +28,7 @@ import torch
 from PIL import Image, ImageOps
 
 from tsvk.common import PreprocessSettings, RequestError
-from tsvk.preprocess import CpuPreprocessor, decode_rgb, probe
+from tsvk.preprocess import CpuPreprocessor, allowed_formats, decode_rgb, probe
 from tsvk.worker import reuse_freed_heap
 
 from ...archive.task_preprocess import preprocess_from_weights
@@ -90,11 +90,13 @@ def measure(photos: Sequence, settings: PreprocessSettings, repeats: int) -> lis
     wide = replace(settings, max_pixels=MAX_PIXELS, max_batch_pixels=MAX_PIXELS)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    allowed_formats.cache_clear()  # the HEIC and AVIF readers take torch's threads when registered: one, as a worker's
     try:
         preprocessor = CpuPreprocessor(wide)
         return [_row(photo, wide, preprocessor, repeats) for photo in photos if _tsvk_reads(photo.data)]
     finally:
         torch.set_num_threads(threads)
+        allowed_formats.cache_clear()
 
 
 def _row(photo, settings: PreprocessSettings, preprocessor: CpuPreprocessor, repeats: int) -> dict:
