@@ -53,12 +53,14 @@ def test_stock_torchserve_is_set_to_take_the_largest_photo_only_where_its_defaul
 
 
 def test_processes_timed_side_by_side_add_up():
-    def probe(rate: float, ready: float) -> dict:
-        return {"ready_s": ready, "threads": 1, "format": "openvino", "answers": [], "batches": {
+    def probe(rate: float, ready: float, span: tuple | None = None) -> dict:
+        return {"ready_s": ready, "threads": 1, "format": "openvino", "answers": [], "timed_span": span, "batches": {
             "8": {"images_per_s": rate, "mean_images_per_s": rate - 1, "calls": 2, "call_ms": [100.0, 120.0]}}}
 
-    combined = combine_processes([probe(10.0, 3.0), probe(12.0, 5.0)])
+    combined = combine_processes([probe(10.0, 3.0, (100.0, 120.5)), probe(12.0, 5.0, (100.2, 120.4))])
     assert combined["processes"] == 2 and combined["ready_s"] == 5.0
+    assert combined["timed_span"] == (100.2, 120.4)  # the seconds both were timing: their CPU is read over these
+    assert combine_processes([probe(10.0, 3.0, (100.0, 120.5)), probe(12.0, 5.0)])["timed_span"] is None
     assert combined["batches"]["8"] == {"images_per_s": 22.0, "mean_images_per_s": 20.0, "calls": 4,
                                         "call_ms": [100.0, 100.0, 120.0, 120.0]}
 

@@ -1,6 +1,7 @@
 """The ceiling summary: the best batch size is the ceiling, and decode/preprocess rates travel with it; the pipeline
 ceiling runs a worker's whole batch."""
 
+import time
 import zipfile
 from io import BytesIO
 
@@ -56,7 +57,11 @@ def test_the_pipeline_ceiling_runs_a_workers_whole_batch_from_jpeg_bytes_to_answ
     monkeypatch.setattr(
         ClassifyTask, "answer", lambda self, batch, options: answered.append(len(options)) or original(self, batch, options)
     )
+    before = time.monotonic()
     probe = probe_pipeline(mar, [photo], seconds=0.2, batch=3)
+    began, ended = probe["timed_span"]
+    assert before < began and ended - began >= 0.2 and ended <= time.monotonic()  # the timed calls, on the bench's clock
+    assert summarize_probe(probe)["load_window"] == (began, ended)
     assert answered and set(answered) == {3}  # every call shaped 3 answers
     assert probe["batches"]["3"]["calls"] == len(answered) - 1  # one unmeasured warm-up call
     assert probe["batches"]["3"]["images_per_s"] > 0

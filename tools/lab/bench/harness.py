@@ -170,6 +170,9 @@ def _variants_to_try(system: System, ctx: RunContext) -> list[dict]:
     return variants[: ctx.options.max_variants] if ctx.options.max_variants else variants
 
 
+WHOLE_RUN = (None, None)  # window_stats over every sample: peaks of the whole life, no per-image CPU
+
+
 def measure_variant(system: System, ctx: RunContext, variant: dict, check_answers: bool = False) -> dict:
     """One variant's round; with `check_answers` and photos as sent, also how it answers the sideways photos."""
     sampler = TreeSampler()
@@ -177,11 +180,13 @@ def measure_variant(system: System, ctx: RunContext, variant: dict, check_answer
     try:
         with sampler:
             began = time.monotonic()
-            measured, window = (_self_timed(system, ctx, variant, began) if system.self_timed
+            measured, window = (_self_timed(system, ctx, variant) if system.self_timed
                                 else _served(system, ctx, variant, began, check_answers))
     except Exception as err:  # noqa: BLE001 - record it, stop nothing else, go on with the next system
-        measured, window = {"error": f"{type(err).__name__}: {err}"[:2000], "traceback": traceback.format_exc()[-4000:]}, (None, None)
+        measured, window = {"error": f"{type(err).__name__}: {err}"[:2000], "traceback": traceback.format_exc()[-4000:]}, WHOLE_RUN
     measured.update(window_stats(sampler.samples, *window))
+    if window == WHOLE_RUN:
+        measured["mean_cpu_pct_by_process"] = {}  # no span its rate counts: a CPU per image would count its start-up in
     measured["peak_rss_mb"] = window_stats(sampler.samples)["peak_rss_mb"]  # whole life: start-up peaks count too
     measured["processes_seen"] = len(sampler.seen_pids)
     measured["leftover_processes"] = _reap(list(sampler.seen.values()))
@@ -190,10 +195,12 @@ def measure_variant(system: System, ctx: RunContext, variant: dict, check_answer
     return measured
 
 
-def _self_timed(system: System, ctx: RunContext, variant: dict, began: float) -> tuple[dict, tuple]:
+def _self_timed(system: System, ctx: RunContext, variant: dict) -> tuple[dict, tuple]:
+    """The system's own measurement, and the span its rate counts (its `load_window`; WHOLE_RUN where it gives none)."""
     with progress.step(f"measure {system.name}", "its own timed run"):
         measured = system.run(ctx, variant)
-    return measured, (began, time.monotonic())
+    window = measured.pop("load_window", None)
+    return measured, (tuple(window) if window else WHOLE_RUN)
 
 
 def _served(system: System, ctx: RunContext, variant: dict, began: float, check_answers: bool = False) -> tuple[dict, tuple]:

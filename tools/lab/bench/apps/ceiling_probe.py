@@ -144,11 +144,14 @@ def probe_archive(mar: Path, images: list[Path], seconds: float, device: torch.d
             "device": str(model.device), "preprocess_backend": choice.name, "batches": results, "top1": top1, **rates}
 
 
-def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> list[float]:
-    """Seconds per call of the whole pipeline (bytes in, logits out), after one unmeasured warm-up call."""
+def pipeline_calls(pipeline, seconds: float, sync=no_sync) -> tuple[list[float], tuple[float, float]]:
+    """Seconds per call of the whole pipeline (bytes in, logits out), after one unmeasured warm-up call; and when the
+    timed calls began and ended on `time.monotonic()`'s clock, which the bench reads this process's CPU over."""
     pipeline()
     sync()
-    return timed_calls(pipeline, seconds, sync=sync)
+    began = time.monotonic()
+    durations = timed_calls(pipeline, seconds, sync=sync)
+    return durations, (began, time.monotonic())
 
 
 def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, device: torch.device = torch.device("cpu"),
@@ -181,12 +184,12 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
         ready_s = time.monotonic() - started
         if wait_for_go:
             wait_for_go()
-        durations = pipeline_calls(pipeline, seconds, sync=sync)
+        durations, timed_span = pipeline_calls(pipeline, seconds, sync=sync)
     counted = sum(answered[(1 + i) % len(groups)] for i in range(len(durations)))  # call 0 was the warm-up
     mean_rate = round(counted / sum(durations), 2)
     return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
             "device": str(model.device), "preprocess_backend": choice.name, "top1": {}, "answers": answers,
-            "answered_per_batch": round(statistics.mean(answered), 2), "refused_per_batch": round(batch - statistics.mean(answered), 2),
+            "timed_span": timed_span, "answered_per_batch": round(statistics.mean(answered), 2), "refused_per_batch": round(batch - statistics.mean(answered), 2),
             "batches": {str(batch): {"images_per_s": mean_rate if every_photo else round(answered[0] / statistics.median(durations), 2),
                                      "mean_images_per_s": mean_rate,
                                      "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}}}

@@ -119,4 +119,7 @@ class System:
         return warm
 
     def run(self, ctx: RunContext, variant: dict) -> dict:
+        """A self-timed system's measurement. Its `load_window`, (start, end) on `time.monotonic()`'s clock (one clock
+        for every process of the machine), is the span its rate counts: the CPU per image is read over it. A run that
+        gives none has no CPU per image (a start-up counted in would make each image look cheaper or dearer)."""
         raise NotImplementedError

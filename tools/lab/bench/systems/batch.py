@@ -72,7 +72,7 @@ class BatchLocal(System):
                 run.wait()
         rate = (rows - first) / (ended - measured_from)
         return {"requests": rows - first, "errors": 0, "throughput_ips": round(rate, 2), "latency_ms": {}, "ready_s": round(ready_s, 2),
-                "top1": {}, "details": {"workers": len(memory), "peak_rss_mb_per_worker": memory,
+                "top1": {}, "load_window": (measured_from, ended), "details": {"workers": len(memory), "peak_rss_mb_per_worker": memory,
                                         "peak_rss_mb_per_worker_max": max(memory, default=None),
                                         "peak_rss_mb_per_worker_mean": round(statistics.mean(memory), 1) if memory else None,
                                         "batch": ctx.options.batch, "engine": " ".join(self.engine) or "local",

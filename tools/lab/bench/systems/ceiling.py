@@ -58,6 +58,7 @@ def summarize_probe(probe: dict) -> dict:
         "latency_ms": latency_summary([ms / 1e3 for ms in best["call_ms"]]),
         "ready_s": probe["ready_s"],
         "top1": probe["top1"],
+        "load_window": probe.get("timed_span"),  # the pipeline's timed calls; the model-alone probe times several sizes: none
         "details": {
             "best_batch": int(best_size),
             "processes": probe.get("processes", 1),
@@ -160,11 +161,15 @@ def _probe_output(child: subprocess.Popen, log: Path) -> dict:
 
 
 def combine_processes(probes: list[dict]) -> dict:
-    """Probes that timed the same seconds side by side as one: their rates added, their calls pooled."""
+    """Probes that timed the same seconds side by side as one: their rates added, their calls pooled, their timed span
+    the seconds all of them were timing."""
     first = probes[0]
     size, _ = next(iter(first["batches"].items()))
     parts = [probe["batches"][size] for probe in probes]
     pooled = {"images_per_s": round(sum(p["images_per_s"] for p in parts), 2),
               "mean_images_per_s": round(sum(p["mean_images_per_s"] for p in parts), 2),
               "calls": sum(p["calls"] for p in parts), "call_ms": sorted(ms for p in parts for ms in p["call_ms"])}
-    return {**first, "ready_s": max(probe["ready_s"] for probe in probes), "processes": len(probes), "batches": {size: pooled}}
+    spans = [probe["timed_span"] for probe in probes if probe.get("timed_span")]
+    together = (max(span[0] for span in spans), min(span[1] for span in spans)) if len(spans) == len(probes) else None
+    return {**first, "ready_s": max(probe["ready_s"] for probe in probes), "processes": len(probes), "batches": {size: pooled},
+            "timed_span": together}

@@ -107,6 +107,7 @@ def summarize_jobs(results: list[JobResult], parallel: int) -> dict:
         "errors": len(results) - len(ok),
         "first_error": next((r.error for r in results if not r.report), ""),
         "wall_s": round(span, 2),
+        "load_window": (min(r.started for r in results), max(r.finished for r in results)) if results else None,
         "throughput_ips": round(rate(len(ok), span), 3) if ok else None,
         "latency_ms": latency_summary([r.finished - r.started for r in ok]),
         "ready_s": round(statistics.median(startup), 2) if startup else None,
