@@ -10,7 +10,8 @@ from tsvk_tools.lab.bench.harness import measure_variant
 from tsvk_tools.lab.bench.systems.base import System
 from tsvk_tools.measure.sampler import LOAD_GENERATOR
 
-IDLE_THEN_BUSY = "import sys, time; time.sleep(1.5); print('busy', flush=True); end = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass"
+IDLE_THEN_BUSY = ("import time; time.sleep(1.5); print('busy', flush=True); end = time.monotonic() + 1.5\n"
+                  "while time.monotonic() < end: pass")
 
 
 class _LoadsThenWorks(System):

@@ -17,7 +17,7 @@ def fresh_probes():
 
 def test_probes_return_booleans_and_describe_lists_them_all():
     found = features.describe()
-    assert set(found) == {"cuda", "nvjpeg", "cvcuda", "torch_tensorrt", "openvino", "heif", "avif"}
+    assert set(found) == {"cuda", "nvjpeg", "cvcuda", "torch_tensorrt", "openvino", "heif", "avif", "spng"}
     assert all(isinstance(value, bool) for value in found.values())
 
 

@@ -9,9 +9,9 @@ decoding is not scaled); a progressive JPEG counts whole (libjpeg holds every co
 file while it decodes: ~3 bytes a pixel, whatever the output scale); every other format counts whole, a
 HEIF file (HEIC, AVIF) by the largest coded image it declares (heif_items.py). `decode_rgb` then uses
 libjpeg-turbo through torchvision for JPEG (measured the fastest CPU decoder here; see docs/handler.md),
-Pillow for PNG, WebP, BMP, GIF and AVIF, and pi-heif (libheif) for HEIC, applies the EXIF orientation (a
-HEIF file's own rotation for HEIC and AVIF), and turns any mode (L, LA, RGBA, P, CMYK, I;16, 1, ...) into
-RGB. An animated image gives its first frame.
+libspng for 8-bit RGB and RGBA PNGs (png.py), Pillow for other PNGs, WebP, BMP, GIF and AVIF, and pi-heif
+(libheif) for HEIC, applies the EXIF orientation (a HEIF file's own rotation for HEIC and AVIF), and turns any mode
+(L, LA, RGBA, P, CMYK, I;16, 1, ...) into RGB. An animated image gives its first frame.
 A JPEG far larger than the model needs is decoded at a reduced scale instead (`min_short_side`): libjpeg
 scales in the DCT domain, so a 12 MP photo never exists at full size in memory.
 The returned tensor is a channels-last view (HWC memory), which torchvision resizes fastest.
@@ -32,6 +32,7 @@ from PIL import Image, ImageOps, UnidentifiedImageError
 from ..common import features
 from ..common.defaults import MAX_JPEG_PIXELS, MAX_JPEG_SCAN_BLOCKS, MAX_JPEG_SCANS
 from ..common.errors import BadImage, DecodeTooCostly, ImageTooLarge, UnsupportedFormat
+from . import png
 from .heif_items import declared_sizes
 from .jpeg_scans import scan_work
 
@@ -253,6 +254,8 @@ def decode_rgb(image: EncodedImage, min_short_side: int = 0) -> torch.Tensor:
             return _decode_with_pillow(image.data, min_short_side, image.orientation)
         if image.is_jpeg and image.mode in _TURBO_MODES:
             return _decode_jpeg_turbo(image.data)
+        if image.format == "PNG" and png.spng_decodes(image.data):
+            return torch.from_numpy(png.decode_rgb(image.data)).permute(2, 0, 1)
         return _decode_with_pillow(image.data)
     except BadImage:
         raise

@@ -365,7 +365,7 @@ def _log_loaded(
         threads_from,
         f"; {model.note}" if model.note else "",
         f"{worker.deadline_ms} ms" if worker.deadline_ms else "none",
-        features.describe(("cuda", "nvjpeg", "cvcuda", "heif", "avif"), model.device),
+        features.describe(("cuda", "nvjpeg", "cvcuda", "heif", "avif", "spng"), model.device),
     )
     _warn_emulated_bf16(settings, model)
     log.info(

@@ -189,7 +189,8 @@ def probe_pipeline(mar: Path, images: list[Path], seconds: float, batch: int, de
     mean_rate = round(counted / sum(durations), 2)
     return {"ready_s": round(ready_s, 2), "threads": torch.get_num_threads(), "format": settings.artifact.format,
             "device": str(model.device), "preprocess_backend": choice.name, "top1": {}, "answers": answers,
-            "timed_span": timed_span, "answered_per_batch": round(statistics.mean(answered), 2), "refused_per_batch": round(batch - statistics.mean(answered), 2),
+            "timed_span": timed_span, "answered_per_batch": round(statistics.mean(answered), 2),
+            "refused_per_batch": round(batch - statistics.mean(answered), 2),
             "batches": {str(batch): {"images_per_s": mean_rate if every_photo else round(answered[0] / statistics.median(durations), 2),
                                      "mean_images_per_s": mean_rate,
                                      "calls": len(durations), "call_ms": sorted(round(c * 1e3, 2) for c in durations)}}}
