@@ -48,7 +48,8 @@ DEFAULT_IMAGES = tuple(f"skimage:{name}" for name in SKIMAGE_PHOTOS)
 DEFAULT_PHOTOS = "default"
 AS_SENT = "as-sent"
 AS_SENT_NO_HEIC = "as-sent-no-heic"
-PHOTO_SETS = (DEFAULT_PHOTOS, AS_SENT, AS_SENT_NO_HEIC)
+AS_SENT_SETS = (AS_SENT, AS_SENT_NO_HEIC)  # the photo sets of phone-size photos, with and without the HEIC
+PHOTO_SETS = (DEFAULT_PHOTOS, *AS_SENT_SETS)
 
 
 @dataclass(frozen=True)
@@ -141,7 +142,7 @@ class BenchOptions:
     @property
     def as_sent(self) -> bool:
         """Photos as phones send them: decode-heavy, sideways ones checked for how they are answered."""
-        return self.photos in (AS_SENT, AS_SENT_NO_HEIC)
+        return self.photos in AS_SENT_SETS
 
     @property
     def warmup_requests(self) -> int:
@@ -159,7 +160,7 @@ def default_systems(device: str, task: str = "classify", photos: str = DEFAULT_P
     """Every system that serves the task; in the GPU mode all but the rows that measure a CPU-only artifact; the
     hand-written draft rows with photos as sent only (on photos already small, their decoding is the plain one)."""
     systems = TASK_SYSTEMS.get(task, SYSTEMS)
-    if photos not in (AS_SENT, AS_SENT_NO_HEIC):
+    if photos not in AS_SENT_SETS:
         systems = tuple(s for s in systems if s not in AS_SENT_SYSTEMS)
     return systems if device != "cuda" else tuple(s for s in systems if s not in FAST_SYSTEMS)
 
