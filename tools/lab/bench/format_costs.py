@@ -5,8 +5,9 @@ encoded as a phone or a web service would (JPEG quality 90 baseline and progress
 80). HEIC cannot be made here (tsvk ships no HEVC encoder): pass a HEIC with --heic, an iPhone's or the bench's own
 (`tsvk bench --photos as-sent` makes `12mp-coffee-heic.heic` with an encoder installed apart: heic_encoder.py). Each
 row is the fastest of --rounds decodes with the classifier's settings (resize 256: a large JPEG is decoded at its DCT
-scale, every other format whole), on one thread, as a worker of `tsvk config`'s plan runs. Times are the process's CPU
-time, not the wall clock's, so a machine shared with other work still measures the decoder's own cost.
+scale, every other format whole), on one thread and with the freed heap kept for reuse, as a worker of `tsvk config`'s
+plan runs. Times are the process's CPU time, not the wall clock's, so a machine shared with other work still measures
+the decoder's own cost.
 
     python tools/lab/bench/format_costs.py [--heic photo.heic] [--rounds 3] [--sizes 12,48]
 """
@@ -18,6 +19,7 @@ import io
 import platform
 import time
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 import torch
@@ -26,6 +28,7 @@ from PIL import Image
 from tsvk.common import PreprocessSettings
 from tsvk.model import cpu_flags
 from tsvk.preprocess import allowed_formats, dct_short_side, decode_rgb, decoded_pixels, probe
+from tsvk.worker import reuse_freed_heap
 
 SIZES = {12: (4032, 3024), 48: (8064, 6048), 108: (12000, 9000)}  # MP -> the sizes phones write
 ENCODINGS = {  # name -> (Pillow format, save options)
@@ -36,6 +39,7 @@ ENCODINGS = {  # name -> (Pillow format, save options)
     "AVIF q80": ("AVIF", {"quality": 80, "speed": 8}),
 }
 NOT_WHOLE = ("JPEG",)  # formats decoded at a reduced scale where large: the other rows of a size above 40 MP are left out
+MEASURED_PIXELS = 10**9  # every photo is timed; a served worker refuses a progressive JPEG over max_pixels (docs)
 FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "amx_tile")
 
 
@@ -51,7 +55,7 @@ def measure(name: str, data: bytes, settings: PreprocessSettings, rounds: int) -
     """One table row: the format, its size, its bytes, the probe's and the decode's milliseconds, the pixels decoded."""
     side = dct_short_side(settings)
     started = time.process_time()
-    image = probe(data, settings.max_pixels, max_jpeg_pixels=settings.max_jpeg_pixels, min_short_side=side)
+    image = probe(data, MEASURED_PIXELS, max_jpeg_pixels=MEASURED_PIXELS, min_short_side=side)
     probe_ms = (time.process_time() - started) * 1e3
     times = []
     for _ in range(rounds):
@@ -63,9 +67,9 @@ def measure(name: str, data: bytes, settings: PreprocessSettings, rounds: int) -
             f"{pixels:.1f} MP |")
 
 
-def rows(sizes: list[int], heic: Path | None, rounds: int) -> list[str]:
+def rows(sizes: list[int], heic: Path | None, rounds: int) -> Iterator[str]:
+    """Each row as soon as it is measured."""
     settings = PreprocessSettings()
-    found = []
     for megapixels in sizes:
         picture = photo(*SIZES[megapixels])
         for name, (fmt, options) in ENCODINGS.items():
@@ -73,10 +77,9 @@ def rows(sizes: list[int], heic: Path | None, rounds: int) -> list[str]:
                 continue
             buffer = io.BytesIO()
             picture.save(buffer, fmt, **options)
-            found.append(measure(f"{name}, {megapixels} MP", buffer.getvalue(), settings, rounds))
+            yield measure(f"{name}, {megapixels} MP", buffer.getvalue(), settings, rounds)
     if heic is not None:
-        found.append(measure(f"HEIC ({heic.name})", heic.read_bytes(), settings, rounds))
-    return found
+        yield measure(f"HEIC ({heic.name})", heic.read_bytes(), settings, rounds)
 
 
 def machine() -> str:
@@ -94,6 +97,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="12,48", help=f"megapixels of the made photos, of {sorted(SIZES)}")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    reuse_freed_heap()  # as a worker keeps its freed heap: a photo decoded whole does not fault its buffers in again
     allowed_formats()  # the decoders registered, on one thread, before any photo is timed
     print(machine())
     print("| photo | size | bytes | probe, CPU ms | decode, CPU ms | decoded |\n|---|---|---|---|---|---|")
