@@ -124,7 +124,8 @@ print(faults, held, rss_mib())
 
 
 def _decoding(heap: str) -> tuple[float, float, float]:
-    """Page faults per decode of a 7.7 MP grey PNG (Pillow's decoder, then RGB) after the first, then the process's RSS (MiB) before and after a trim."""
+    """Page faults per decode of a 7.7 MP grey PNG (Pillow's decoder, then RGB) after the first, then the process's RSS
+    (MiB) before and after a trim."""
     import subprocess
     import sys
 
