@@ -100,14 +100,15 @@ def _collect(process: subprocess.Popen, started: float, image: int) -> JobResult
 
 def summarize_jobs(results: list[JobResult], parallel: int) -> dict:
     ok = [r for r in results if r.report]
-    span = (max(r.finished for r in results) - min(r.started for r in results)) if results else 0.0
+    window = (min(r.started for r in results), max(r.finished for r in results)) if results else None  # first start, last end
+    span = window[1] - window[0] if window else 0.0
     startup = [r.report["import_s"] + r.report["load_s"] for r in ok]
     return {
         "requests": len(results),
         "errors": len(results) - len(ok),
         "first_error": next((r.error for r in results if not r.report), ""),
         "wall_s": round(span, 2),
-        "load_window": (min(r.started for r in results), max(r.finished for r in results)) if results else None,
+        "load_window": window,
         "throughput_ips": round(rate(len(ok), span), 3) if ok else None,
         "latency_ms": latency_summary([r.finished - r.started for r in ok]),
         "ready_s": round(statistics.median(startup), 2) if startup else None,
